@@ -1,0 +1,95 @@
+# TaoBrevJob operator. `make help` lists the targets.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3.11
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+export GOTOOLCHAIN ?= local
+
+##@ Newcomer path
+.PHONY: demo
+demo: $(STAMP) ## Run a sample TaoBrevJob end to end on the local stack (control plane + Brev simulator + S3)
+	$(PY) -m controller.devenv demo
+
+.PHONY: test
+test: $(STAMP) system-deps ## Run the whole test suite (builds/reuses kube-apiserver + etcd, starts all servers)
+	$(PY) -m pytest tests
+
+##@ Development
+.PHONY: venv
+venv: $(STAMP) ## Create .venv with the pinned dependencies
+
+$(STAMP): pyproject.toml requirements/constraints.txt
+	@command -v $(PYTHON) >/dev/null || { echo "need $(PYTHON) on PATH"; exit 1; }
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade "pip==25.3"
+	$(PY) -m pip install --quiet -c requirements/constraints.txt -e ".[dev]"
+	touch $(STAMP)
+
+.PHONY: system-deps
+system-deps: ## Install Debian packages the e2e tests use (Prometheus server) when missing
+	@command -v prometheus >/dev/null || { \
+	  echo "installing Debian's prometheus package (needed by the metrics e2e test)"; \
+	  command -v apt-get >/dev/null || { echo "apt-get not found: install prometheus by hand"; exit 1; }; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null) \
+	    || { echo "failed to install prometheus"; exit 1; }; \
+	  systemctl stop prometheus 2>/dev/null || pkill -x prometheus || true; }
+
+.PHONY: test-unit
+test-unit: $(STAMP) ## Unit tests only (no I/O, seconds)
+	$(PY) -m pytest tests/unit
+
+.PHONY: test-integration
+test-integration: $(STAMP) ## Client + simulator + S3 as real subprocesses
+	$(PY) -m pytest tests/integration
+
+.PHONY: test-e2e
+test-e2e: $(STAMP) system-deps ## End-to-end against the real control plane and the operator process
+	$(PY) -m pytest tests/e2e
+
+.PHONY: lint
+lint: $(STAMP) ## ruff check + format check + import layers + CRD drift check
+	$(VENV)/bin/ruff check controller tests
+	$(VENV)/bin/ruff format --check controller tests
+	$(PY) -m controller.devenv.layers
+	$(PY) -m controller.crdgen --check
+
+.PHONY: typecheck
+typecheck: $(STAMP) ## mypy --strict over the package
+	$(VENV)/bin/mypy
+
+.PHONY: crds
+crds: $(STAMP) ## Regenerate crds/ from controller/models.py
+	$(PY) -m controller.crdgen --write
+
+.PHONY: bench
+bench: $(STAMP) ## Benchmarks: per-job brev calls, API writes, exit-to-teardown delay, throughput
+	$(PY) -m tests.bench
+
+.PHONY: kube-build
+kube-build: $(STAMP) ## Build (or reuse the cached) kube-apiserver and etcd
+	$(PY) -m controller.devenv.kubebuild
+
+.PHONY: up
+up: $(STAMP) ## Start the local control plane + S3 and print the kubeconfig path
+	$(PY) -m controller.devenv up
+
+.PHONY: down
+down: $(STAMP) ## Stop the local stack
+	$(PY) -m controller.devenv down
+
+.PHONY: status
+status: $(STAMP) ## Show the local stack
+	$(PY) -m controller.devenv status
+
+.PHONY: lock
+lock: ## Re-resolve requirements/constraints.txt from pyproject.toml (needs network to PyPI)
+	rm -rf /tmp/taobrev-lock && $(PYTHON) -m venv /tmp/taobrev-lock && /tmp/taobrev-lock/bin/pip install -q ".[dev]" && \
+	  { sed -n '1,2p' requirements/constraints.txt; /tmp/taobrev-lock/bin/pip freeze --exclude taobrev-operator; } > requirements/constraints.new && \
+	  mv requirements/constraints.new requirements/constraints.txt
+
+.PHONY: help
+help: ## Show this help
+	@awk 'BEGIN {FS = ":.*##"; printf "Usage: make <target>\n"} /^[a-zA-Z_-]+:.*?##/ { printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2 } /^##@/ { printf "\n\033[1m%s\033[0m\n", substr($$0, 5) }' $(MAKEFILE_LIST)

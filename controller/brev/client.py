@@ -1,0 +1,143 @@
+"""The narrow Brev interface the operator depends on, and its value types.
+
+Only `controller.brev.cli` knows brev's argv and output formats; everything else (the reconciler,
+the remote-job helpers) talks to this protocol. Tests inject the CLI implementation pointed at the
+simulator: the only switch between production and tests is which `brev` is on PATH.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+# Statuses the CLI knows (brev-cli.md section 9); others are passed through unchanged.
+RUNNING = "RUNNING"
+DEPLOYING = "DEPLOYING"
+STARTING = "STARTING"
+STOPPING = "STOPPING"
+STOPPED = "STOPPED"
+DELETING = "DELETING"
+FAILURE = "FAILURE"
+UNHEALTHY = "UNHEALTHY"
+
+
+@dataclass(frozen=True)
+class Instance:
+    """One entry of `brev ls --json` (.workspaces[])."""
+
+    name: str
+    id: str
+    status: str
+    build_status: str = ""
+    shell_status: str = ""
+    health_status: str = ""
+    instance_type: str = ""
+    instance_kind: str = ""
+    gpu: str = "-"
+
+
+@dataclass(frozen=True)
+class CreateRequest:
+    """What `brev create NAME --detached ...` is asked for. Maps 1:1 onto real CLI flags, except
+    the seed-only placement fields, which the CLI implementation refuses when the installed CLI
+    lacks the flag (never passed blindly)."""
+
+    name: str
+    types: tuple[str, ...] = ()
+    gpu_name: str | None = None
+    provider: str | None = None
+    min_vram: float | None = None
+    min_total_vram: float | None = None
+    min_capability: float | None = None
+    min_disk: int | None = None
+    max_boot_time: int | None = None
+    mode: str | None = None
+    startup_script: str | None = None
+    timeout_seconds: int | None = None
+    # Seed-only (not in brev v0.6.327): detected from `brev create --help`, refused when absent.
+    cloud_cred_id: str | None = None
+    workspace_group_id: str | None = None
+
+
+@dataclass(frozen=True)
+class CreateResult:
+    name: str
+    # True when the name already existed (a previous, possibly crashed, create): adopt it.
+    adopted: bool
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """Outcome of one remote command. `exit_code` is the remote command's real status, parsed
+    from the client's sentinel (brev itself only ever exits 0 or 1)."""
+
+    exit_code: int
+    stdout: str
+    stderr: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    """One entry of `brev search --json`."""
+
+    type: str
+    provider: str
+    gpu_name: str
+    gpu_count: int
+    vram_per_gpu_gb: float
+    price_per_hour: float
+    raw: Mapping[str, object] = field(default_factory=dict)
+
+
+class BrevCallRecorder(Protocol):
+    """Counts and times every CLI call; wired to Prometheus by `controller.metrics`."""
+
+    def brev_call(self, verb: str, result: str, seconds: float) -> None: ...
+
+
+class NullRecorder:
+    def brev_call(self, verb: str, result: str, seconds: float) -> None:
+        return None
+
+
+class BrevClient(Protocol):
+    """Async operations on Brev. Errors are raised as `controller.errors.BrevError` subclasses."""
+
+    async def ensure_login(self) -> None:
+        """Log in headless (API key + org, or token) before any other call; idempotent."""
+
+    async def version(self) -> str:
+        """The installed CLI's version tag, e.g. ``v0.6.327`` (no network call)."""
+
+    async def list_instances(self) -> Sequence[Instance]: ...
+
+    async def get_instance(self, name: str) -> Instance | None: ...
+
+    async def create_instance(self, request: CreateRequest) -> CreateResult:
+        """`create --detached`; an existing instance of that name is adopted, not an error."""
+
+    async def delete_instance(self, name: str) -> None:
+        """Request deletion; a missing instance raises `InstanceNotFound` (brev is not idempotent)."""
+
+    async def start_instance(self, name: str) -> None: ...
+
+    async def refresh(self) -> None:
+        """`brev refresh`: (re)write the ssh config so newly RUNNING instances can be reached."""
+
+    async def exec(self, instance: str, command: str, *, timeout: float) -> ExecResult:
+        """Run ONE shell command string on the instance and return its real exit status."""
+
+    async def put_file(
+        self, instance: str, remote_path: str, content: bytes, *, mode: int = 0o600, timeout: float
+    ) -> None:
+        """Write a file on the instance through ssh's stdin, so the content (a secret) never
+        appears in any argv, local or remote."""
+
+    async def search(self, *, gpu_name: str | None = None, min_vram: float | None = None) -> Sequence[
+        SearchResult
+    ]: ...
