@@ -20,6 +20,7 @@ class TaoImages(_Frozen):
 
 class Images(_Frozen):
     tao_toolkit: TaoImages
+    aws_cli: str
 
 
 class BrevPins(_Frozen):

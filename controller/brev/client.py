@@ -58,6 +58,18 @@ class CreateRequest:
     # Seed-only (not in brev v0.6.327): detected from `brev create --help`, refused when absent.
     cloud_cred_id: str | None = None
     workspace_group_id: str | None = None
+    # The seed's `--gpu L40S:1` form; same treatment (v0.6.327 answers `unknown flag: --gpu`).
+    gpu: str | None = None
+
+
+@dataclass(frozen=True)
+class BrevCredentials:
+    """Headless login material from the operator's Secret: an API key (``bak-...``) with its org id
+    (preferred: it never expires client-side), or a token. Secret values are kept out of repr."""
+
+    api_key: str | None = field(default=None, repr=False)
+    org_id: str | None = None
+    token: str | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -129,15 +141,21 @@ class BrevClient(Protocol):
     async def refresh(self) -> None:
         """`brev refresh`: (re)write the ssh config so newly RUNNING instances can be reached."""
 
-    async def exec(self, instance: str, command: str, *, timeout: float) -> ExecResult:
+    async def exec(self, instance: str, command: str, *, timeout: float) -> ExecResult:  # noqa: ASYNC109
         """Run ONE shell command string on the instance and return its real exit status."""
 
     async def put_file(
-        self, instance: str, remote_path: str, content: bytes, *, mode: int = 0o600, timeout: float
+        self,
+        instance: str,
+        remote_path: str,
+        content: bytes,
+        *,
+        mode: int = 0o600,
+        timeout: float,  # noqa: ASYNC109 - a budget for the transfer; implementations kill on expiry
     ) -> None:
         """Write a file on the instance through ssh's stdin, so the content (a secret) never
         appears in any argv, local or remote."""
 
-    async def search(self, *, gpu_name: str | None = None, min_vram: float | None = None) -> Sequence[
-        SearchResult
-    ]: ...
+    async def search(
+        self, *, gpu_name: str | None = None, min_vram: float | None = None
+    ) -> Sequence[SearchResult]: ...

@@ -17,11 +17,12 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from controller.devenv.versions import load_versions
+from controller.versions import load_versions
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,12 @@ def _log(msg: str) -> None:
     print(f"[kubebuild] {msg}", file=sys.stderr, flush=True)
 
 
+def _heartbeat(what: str, start: float, done: threading.Event, every: float = 20.0) -> None:
+    # `go build` prints nothing for minutes; a timer (not go's output) tells a newcomer we are not stuck.
+    while not done.wait(every):
+        _log(f"  ... {what}: {time.monotonic() - start:.0f}s elapsed")
+
+
 def _run(cmd: list[str], cwd: Path, what: str) -> str:
     start = time.monotonic()
     _log(f"{what} ...")
@@ -60,17 +67,20 @@ def _run(cmd: list[str], cwd: Path, what: str) -> str:
         text=True,
     )
     assert proc.stdout is not None
-    out_lines: list[str] = []
-    last_note = start
-    for line in proc.stdout:
-        out_lines.append(line)
-        now = time.monotonic()
-        # go prints little while compiling; a heartbeat tells a newcomer we are not stuck.
-        if now - last_note > 20:
-            _log(f"  ... {what}: {now - start:.0f}s elapsed")
-            last_note = now
-    rc = proc.wait()
-    output = "".join(out_lines)
+    done = threading.Event()
+    beat = threading.Thread(target=_heartbeat, args=(what, start, done), daemon=True)
+    beat.start()
+    try:
+        output = proc.stdout.read()
+        rc = proc.wait()
+    except BaseException:
+        # Ctrl-C must not leave a go build running in the background.
+        proc.kill()
+        proc.wait()
+        raise
+    finally:
+        done.set()
+        beat.join()
     if rc != 0:
         raise RuntimeError(f"{what} failed (exit {rc}):\n{output[-4000:]}")
     _log(f"{what}: done in {time.monotonic() - start:.0f}s")
@@ -142,7 +152,16 @@ def build(force: bool = False) -> ControlPlaneBinaries:
     ldflags = "-s -w " + " ".join(stamp)
     tmp_api = out_dir / "kube-apiserver.tmp"
     _run(
-        ["go", "build", "-trimpath", "-ldflags", ldflags, "-o", str(tmp_api), "k8s.io/kubernetes/cmd/kube-apiserver"],
+        [
+            "go",
+            "build",
+            "-trimpath",
+            "-ldflags",
+            ldflags,
+            "-o",
+            str(tmp_api),
+            "k8s.io/kubernetes/cmd/kube-apiserver",
+        ],
         mod_dir,
         "compiling kube-apiserver",
     )

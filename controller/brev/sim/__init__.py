@@ -1,0 +1,14 @@
+"""A faithful simulator of the `brev` CLI (v0.6.327) and of what runs on a Brev instance.
+
+Layout (moto-like: the model is apart from the wire format):
+- store.py: the state directory (JSON files + fcntl locks, safe under many concurrent processes)
+- model.py: PURE instance lifecycle (statuses computed lazily from timestamps and the speed factor)
+- faults.py / record.py: fault injection and the append-only call log
+- cli.py (+ cobra.py, auth.py, catalog.py, goerr.py): the `brev` program
+- ssh.py: the `ssh` (and `ssh-agent`) stand-ins
+- docker.py, container.py, tao.py, awsbridge.py, gotemplate.py: what runs on an instance
+- harness.py: `BrevSim`, the test/demo harness (see SIM-CONTRACT)
+
+The executables are tiny Python scripts with the state directory baked in (launch.py); they run
+with `python -IS` and import only the standard library, so one `brev` call costs tens of ms.
+"""

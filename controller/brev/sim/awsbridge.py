@@ -1,0 +1,53 @@
+"""The aws-cli image: runs the REAL `aws` (awscli from the venv) with container paths mapped.
+
+Arguments that are container paths under a bind mount are rewritten to the sandbox path behind it,
+so `aws s3 cp /job/results s3://b/p --recursive` really uploads the instance's files to the
+(loopback) S3 endpoint given with --endpoint-url.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from controller.brev.sim.container import host_path
+from controller.brev.sim.record import record_call
+from controller.brev.sim.store import Store, read_json
+
+
+def _is_upload(args: list[str]) -> bool:
+    if "s3" not in args:
+        return False
+    rest = args[args.index("s3") + 1 :]
+    positional = [a for a in rest if not a.startswith("-")]
+    return bool(positional) and positional[0] in ("cp", "sync", "mv") and positional[-1].startswith("s3://")
+
+
+def main(state: str, instance_id: str, mounts: list[dict[str, Any]], rootfs: str, argv: list[str]) -> int:
+    store = Store(state)
+    meta = read_json(store.instance_dir(instance_id) / "meta.json", {})
+    record_call(store.calls_path, "aws", argv, where="remote", instance=meta.get("name"))
+    if not argv:
+        sys.stderr.write("usage: aws [options] <command> <subcommand> [<subcommand> ...] [parameters]\n")
+        return 252
+    fault = store.faults().get("upload_fails")
+    if fault and _is_upload(argv):
+        positional = [a for a in argv if not a.startswith("-")]
+        sys.stderr.write(
+            f"upload failed: {positional[-2]} to {positional[-1]} An error occurred (InternalError) "
+            "when calling the PutObject operation (reached max retries: 4): "
+            f"{fault if isinstance(fault, str) else 'internal error'}\n"
+        )
+        return 1
+    mapped = [host_path(mounts, rootfs, a) if a.startswith("/") else a for a in argv]
+    env = dict(os.environ)
+    # The container has no ~/.aws of its own; never read the host's.
+    env["AWS_CONFIG_FILE"] = str(Path(rootfs) / "root" / ".aws" / "config")
+    env["AWS_SHARED_CREDENTIALS_FILE"] = str(Path(rootfs) / "root" / ".aws" / "credentials")
+    env.setdefault("AWS_EC2_METADATA_DISABLED", "true")
+    python = str(store.config().get("python") or sys.executable)
+    sys.stdout.flush()
+    os.execve(python, [python, "-m", "awscli", *mapped], env)  # noqa: S606 - the container program
+    return 127  # unreachable

@@ -1,0 +1,279 @@
+"""`BrevSim`: the harness tests and demos use to run the simulator (SIM-CONTRACT.md).
+
+    sim = BrevSim(tmp_path, speed=0.01, s3_endpoint=url)
+    subprocess.run(["brev", "ls", "--json"], env=sim.env(), stdin=subprocess.DEVNULL)
+
+`root/bin` holds `brev`, `ssh` and `ssh-agent` with the state directory baked in, so a process
+needs nothing but PATH; `root/home` is a HOME for the CLI's ~/.brev.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from controller.brev.sim import container, launch
+from controller.brev.sim.auth import mint_jwt
+from controller.brev.sim.model import NOMINAL, observe
+from controller.brev.sim.store import Store, flocked, read_json, write_json
+
+
+@dataclass(frozen=True)
+class SimCall:
+    program: str
+    argv: list[str]
+    where: str  # "local" | "remote"
+    instance: str | None
+    ts: float
+    stdin_bytes: int
+
+
+class BrevSim:
+    API_KEY = "bak-sim-0123456789abcdef"
+    ORG_ID = "org-sim"
+    CLI_VERSION = "v0.6.327"
+
+    def __init__(self, root: Path, *, speed: float = 0.01, s3_endpoint: str | None = None) -> None:
+        self.root = Path(root)
+        self.bin_dir = self.root / "bin"
+        self.home = self.root / "home"
+        self.state_dir = self.root / "state"
+        for d in (self.bin_dir, self.home, self.state_dir):
+            d.mkdir(parents=True, exist_ok=True)
+        self.store = Store(self.state_dir)
+        config = read_json(self.store.config_path, {})
+        config.update(
+            {
+                "speed": speed,
+                "python": sys.executable,
+                "api_key": self.API_KEY,
+                "org_id": self.ORG_ID,
+                "org_name": self.ORG_ID,
+                "user_id": "user-sim",
+                "email": "sim@example.com",
+                "secret": config.get("secret") or secrets.token_hex(16),
+                "version": self.CLI_VERSION,
+                "s3_endpoint": s3_endpoint,
+            }
+        )
+        write_json(self.store.config_path, config)
+        self.store._config = None
+        launch.write_local_bin(self.store, self.bin_dir)
+        self.s3_endpoint = s3_endpoint
+
+    # -- environment ---------------------------------------------------------------------------
+    def env(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
+        env = dict(os.environ if base is None else base)
+        env["PATH"] = f"{self.bin_dir}:{env.get('PATH', '/usr/bin:/bin')}"
+        env["HOME"] = str(self.home)
+        return env
+
+    @property
+    def speed(self) -> float:
+        return float(read_json(self.store.config_path, {}).get("speed", 1.0))
+
+    def set_speed(self, speed: float) -> None:
+        config = read_json(self.store.config_path, {})
+        config["speed"] = speed
+        write_json(self.store.config_path, config)
+
+    def advance(self, nominal_seconds: float) -> None:
+        """Move the simulated clock (instance lifecycles only) forward by nominal seconds."""
+        path = self.state_dir / "clock.json"
+        with flocked(self.state_dir / "db.lock"):
+            clock = read_json(path, {"offset": 0.0})
+            clock["offset"] = float(clock.get("offset", 0.0)) + nominal_seconds * self.speed
+            write_json(path, clock)
+
+    # -- faults ----------------------------------------------------------------------------------
+    def set_faults(self, **faults: object) -> None:
+        with flocked(self.state_dir / "faults.lock"):
+            current = read_json(self.store.faults_path, {})
+            current.update(faults)
+            write_json(self.store.faults_path, current)
+
+    def clear_faults(self) -> None:
+        with flocked(self.state_dir / "faults.lock"):
+            write_json(self.store.faults_path, {})
+
+    # -- credentials (what `brev login` leaves behind) ---------------------------------------------
+    def login_api_key(self) -> None:
+        brev = self.home / ".brev"
+        brev.mkdir(parents=True, exist_ok=True)
+        creds = {
+            "access_token": "",
+            "refresh_token": "",
+            "api_key": self.API_KEY,
+            "api_key_org_id": self.ORG_ID,
+        }
+        write_json(brev / "credentials.json", creds)
+        Path(brev / "credentials.json").chmod(0o600)
+        write_json(brev / "active_org.json", {"id": self.ORG_ID, "name": self.ORG_ID})
+
+    def mint_access_token(self, ttl_s: float | None = None) -> str:
+        """An access JWT the backend accepts; ttl in nominal seconds (default: token_ttl_s or 3600)."""
+        faults = read_json(self.store.faults_path, {})
+        ttl = float(ttl_s if ttl_s is not None else faults.get("token_ttl_s") or 3600.0)
+        config = read_json(self.store.config_path, {})
+        return mint_jwt(
+            str(config["secret"]),
+            ttl_s=ttl * self.speed,
+            email=str(config["email"]),
+            now=Store(self.state_dir).now(),
+        )
+
+    def use_service_account_token(self, path: Path) -> None:
+        """Where the CLI looks for a k8s SA token (default /var/run/secrets/...; tests point it elsewhere)."""
+        config = read_json(self.store.config_path, {})
+        config["sa_token_path"] = str(path)
+        write_json(self.store.config_path, config)
+
+    def mint_refresh_token(self) -> str:
+        """A `sessionKey:deviceId` refresh token (what the device login stores); KAS refreshes it."""
+        token = f"{secrets.token_hex(16)}:{secrets.token_hex(8)}"
+        with self.store.tx() as db:
+            db.setdefault("sessions", {})[token] = {"created": self.store.now()}
+        return token
+
+    # -- observation -----------------------------------------------------------------------------
+    def calls(self) -> list[SimCall]:
+        entries: dict[str, dict[str, Any]] = {}
+        order: list[str] = []
+        try:
+            lines = self.store.calls_path.read_text().splitlines()
+        except FileNotFoundError:
+            return []
+        for line in lines:
+            entry = json.loads(line)
+            if "program" in entry:
+                entries[entry["id"]] = entry
+                order.append(entry["id"])
+            elif entry["id"] in entries:
+                entries[entry["id"]]["stdin_bytes"] = entry["stdin_bytes"]
+        calls = [
+            SimCall(
+                e["program"],
+                list(e["argv"]),
+                e["where"],
+                e["instance"],
+                float(e["ts"]),
+                int(e.get("stdin_bytes", 0)),
+            )
+            for e in (entries[i] for i in order)
+        ]
+        return sorted(calls, key=lambda c: c.ts)
+
+    def _delays(self) -> dict[str, float]:
+        store = Store(self.state_dir)
+        return {k: store.delay(k, v) for k, v in NOMINAL.items()}
+
+    def instances(self, include_deleted: bool = False) -> list[dict[str, Any]]:
+        store = Store(self.state_dir)
+        delays = self._delays()
+        out = []
+        for inst in sorted(store.read()["instances"].values(), key=lambda i: float(i["created_at"])):
+            obs = observe(inst, store.now(), delays)
+            if obs.gone and not include_deleted:
+                continue
+            out.append(
+                {
+                    **inst,
+                    "status": obs.display_status if not obs.gone else "DELETED",
+                    "build_status": obs.build_status,
+                    "shell_status": obs.shell_status,
+                    "health_status": obs.health_status,
+                    "ssh_ready": obs.ssh_ready,
+                    "gone": obs.gone,
+                }
+            )
+        return out
+
+    def add_instance(
+        self,
+        name: str,
+        *,
+        status: str = "RUNNING",
+        ssh_ready: bool = True,
+        gpu: str = "L40S",
+        instance_type: str = "g6e.xlarge",
+    ) -> None:
+        """A pre-existing instance of the same org (for reuse tests)."""
+        store = Store(self.state_dir)
+        delays = self._delays()
+        now = store.now()
+        long_ago = now - sum(delays.values()) - 3600
+        lifecycle, phase_at = {
+            "RUNNING": ("create", long_ago if ssh_ready else now - delays["deploy_s"] - delays["build_s"]),
+            "DEPLOYING": ("create", now),
+            "FAILURE": ("create_failed", long_ago),
+            "STOPPED": ("stop", long_ago),
+            "STOPPING": ("stop", now),
+            "STARTING": ("start", now),
+            "DELETING": ("delete", now),
+        }[status]
+        with store.tx() as db:
+            db["seq"] = int(db.get("seq", 0)) + 1
+            seq = int(db["seq"])
+            inst_id = secrets.token_hex(5)[:9]
+            inst = {
+                "id": inst_id,
+                "name": name,
+                "org_id": self.ORG_ID,
+                "user_id": "user-sim",
+                "instance_type": instance_type,
+                "gpu": gpu,
+                "stoppable": True,
+                "disk_gb": 500,
+                "ip": f"127.77.{seq // 250}.{seq % 250 + 1}",
+                "created_at": now,
+                "lifecycle": lifecycle,
+                "phase_at": phase_at,
+                "status_message": "",
+                "disappear_at": None,
+            }
+            if status == "RUNNING" and not ssh_ready:
+                inst["never_ready"] = True
+            db["instances"][inst_id] = inst
+        launch.make_sandbox(store, inst)
+
+    def _current(self, name: str) -> dict[str, Any]:
+        for inst in reversed(self.instances()):
+            if inst["name"] == name:
+                return dict(inst)
+        raise KeyError(f"no simulated instance named {name!r}")
+
+    def instance_files(self, name: str) -> Path:
+        """The instance's sandbox home directory (its /home/ubuntu)."""
+        return self.store.instance_dir(str(self._current(name)["id"])) / "home"
+
+    def created_count(self, name: str | None = None) -> int:
+        counts = Store(self.state_dir).read().get("created_count", {})
+        if name is None:
+            return sum(int(v) for v in counts.values())
+        return int(counts.get(name, 0))
+
+    def containers(self, name: str) -> list[dict[str, Any]]:
+        """`docker inspect` objects of every container on the instance."""
+        docker = container.Docker(self.store, str(self._current(name)["id"]))
+        return [obj for cid in docker.ids() if (obj := container.inspect_object(docker, cid)) is not None]
+
+    def kill_containers(self) -> int:
+        """Kill every container process this simulator started (fixture teardown)."""
+        killed = 0
+        if not self.store.instances_dir.is_dir():
+            return 0
+        for inst_dir in self.store.instances_dir.iterdir():
+            docker = container.Docker(self.store, inst_dir.name)
+            for cid in docker.ids():
+                st = docker.state(cid)
+                if st and st.get("Running"):
+                    container.kill_tree(st, signal.SIGKILL)
+                    killed += 1
+        return killed

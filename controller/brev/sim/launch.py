@@ -1,0 +1,69 @@
+"""Executables of the simulator: tiny Python scripts with the state directory baked in.
+
+They run as `python -IS` (isolated, no site-packages): the `brev`/`ssh`/`docker` paths import
+only the standard library, so each invocation costs tens of milliseconds.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from controller.brev.sim.store import Store, write_json
+
+REPO = str(Path(__file__).resolve().parents[3])
+
+
+def script(python: str, module: str, func: str, *baked: str) -> str:
+    args = "".join(f"{a!r}, " for a in baked)
+    return (
+        f"#!{python} -IS\n"
+        "import sys\n"
+        f"sys.path.insert(0, {REPO!r})\n"
+        f"from {module} import {func}\n"
+        f"sys.exit({func}({args}sys.argv[1:]))\n"
+    )
+
+
+def write_exe(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    tmp.chmod(0o755)
+    tmp.replace(path)
+
+
+def python_of(store: Store) -> str:
+    return str(store.config().get("python") or "/usr/bin/python3")
+
+
+def write_local_bin(store: Store, bin_dir: Path) -> None:
+    py = python_of(store)
+    state = str(store.root)
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    write_exe(bin_dir / "brev", script(py, "controller.brev.sim.cli", "main", state, str(bin_dir)))
+    write_exe(bin_dir / "ssh", script(py, "controller.brev.sim.ssh", "main", state))
+    write_exe(bin_dir / "ssh-agent", script(py, "controller.brev.sim.ssh", "agent_main", state))
+
+
+def make_sandbox(store: Store, inst: dict[str, Any]) -> Path:
+    """An instance's files: home (= /home/ubuntu), bin (docker, nvidia-smi), docker state."""
+    d = store.instance_dir(str(inst["id"]))
+    (d / "home").mkdir(parents=True, exist_ok=True)
+    (d / "docker" / "containers").mkdir(parents=True, exist_ok=True)
+    (d / "bin").mkdir(exist_ok=True)
+    py = python_of(store)
+    state = str(store.root)
+    iid = str(inst["id"])
+    write_exe(d / "bin" / "docker", script(py, "controller.brev.sim.docker", "main", state, iid))
+    write_exe(d / "bin" / "nvidia-smi", script(py, "controller.brev.sim.gpu", "main", state, iid))
+    write_json(
+        d / "meta.json",
+        {
+            "id": iid,
+            "name": inst["name"],
+            "disappear_at": inst.get("disappear_at"),
+            "gpu": inst.get("gpu", ""),
+            "instance_type": inst.get("instance_type"),
+        },
+    )
+    return d

@@ -1,0 +1,129 @@
+"""The simulator's state directory: config, faults, the instance database, per-instance sandboxes.
+
+Every writer takes an exclusive fcntl lock on `db.lock`; files are replaced atomically (write a
+temp file, rename), so readers never see a torn file and many concurrent invocations stay safe.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+Json = dict[str, Any]
+
+
+def read_json(path: Path, default: Any) -> Any:
+    try:
+        with path.open() as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return default
+
+
+def write_json(path: Path, value: Any) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with tmp.open("w") as f:
+        json.dump(value, f, indent=1, sort_keys=True)
+    tmp.replace(path)
+
+
+@contextlib.contextmanager
+def flocked(lock_path: Path, *, shared: bool = False) -> Iterator[None]:
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+class Store:
+    """Paths and transactions of one simulator state directory."""
+
+    def __init__(self, state: Path | str) -> None:
+        self.root = Path(state)
+        self.db_path = self.root / "db.json"
+        self.lock_path = self.root / "db.lock"
+        self.config_path = self.root / "config.json"
+        self.faults_path = self.root / "faults.json"
+        self.calls_path = self.root / "calls.jsonl"
+        self.instances_dir = self.root / "instances"
+        self._config: Json | None = None
+        self._faults: Json | None = None
+
+    # -- config / clock ---------------------------------------------------------------------
+    def config(self) -> Json:
+        if self._config is None:
+            self._config = read_json(self.config_path, {})
+        return self._config
+
+    @property
+    def speed(self) -> float:
+        return float(self.config().get("speed", 1.0))
+
+    def now(self) -> float:
+        # The offset lets the harness move the simulated clock (moto's injected clock habit).
+        return time.time() + float(read_json(self.root / "clock.json", {}).get("offset", 0.0))
+
+    def nominal(self, key: str, default: float) -> float:
+        faults = self.faults()
+        if key in faults and faults[key] is not None:
+            return float(faults[key])
+        return float(self.config().get("nominal", {}).get(key, default))
+
+    def delay(self, key: str, default: float) -> float:
+        """A simulated delay in real seconds: nominal seconds x speed."""
+        return self.nominal(key, default) * self.speed
+
+    # -- faults ------------------------------------------------------------------------------
+    def faults(self) -> Json:
+        """Faults as of this invocation's first look (each invocation is a short-lived process)."""
+        if self._faults is None:
+            value = read_json(self.faults_path, {})
+            self._faults = value if isinstance(value, dict) else {}
+        return self._faults
+
+    def set_fault(self, key: str, value: Any) -> None:
+        with flocked(self.root / "faults.lock"):
+            faults = read_json(self.faults_path, {})
+            faults[key] = value
+            write_json(self.faults_path, faults)
+        self._faults = None
+
+    def consume_fault_counter(self, key: str) -> bool:
+        """Decrement an integer fault (e.g. auth_eof_once); True when it was positive."""
+        with flocked(self.root / "faults.lock"):
+            self._faults = None
+            faults = self.faults()
+            count = int(faults.get(key) or 0)
+            if count <= 0:
+                return False
+            faults[key] = count - 1
+            write_json(self.faults_path, faults)
+            self._faults = None
+            return True
+
+    # -- instance database -------------------------------------------------------------------
+    def read(self) -> Json:
+        db = read_json(self.db_path, None)
+        return db if isinstance(db, dict) else empty_db()
+
+    @contextlib.contextmanager
+    def tx(self) -> Iterator[Json]:
+        with flocked(self.lock_path):
+            db = self.read()
+            yield db
+            write_json(self.db_path, db)
+
+    def instance_dir(self, instance_id: str) -> Path:
+        return self.instances_dir / instance_id
+
+
+def empty_db() -> Json:
+    return {"instances": {}, "created_count": {}, "sessions": {}, "seq": 0}

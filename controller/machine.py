@@ -1,0 +1,548 @@
+"""The TaoBrevJob state machine (PURE: no I/O, time passed in).
+
+    Pending -> Provisioning -> WaitingExec -> Pulling -> Running -> Uploading -> Deleted
+
+`decide(spec, status, observation, tunables)` returns the next status (whole, camelCase as stored
+in Kubernetes), the actions to perform, Events, and when to look again. Once the run has ended
+(success, failure, timeout or cancellation) the common tail follows: stop the container if it
+runs, upload results and logs if a container ever started, then tear down in phase Deleted —
+remove the container and secret files, delete an ephemeral instance and observe it gone. Only
+then is the job finished (`finishedAt`), which releases the finalizer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from controller import conditions, naming
+from controller.brev.client import DELETING, FAILURE, RUNNING, STOPPED, CreateRequest
+from controller.models import OnCompletion, Outcome, Phase, TaoBrevJobSpec
+from controller.steps import (
+    Action,
+    ActionFailure,
+    CleanupWorkload,
+    CreateInstance,
+    Decision,
+    DeleteInstance,
+    EventNote,
+    Observation,
+    PrepareWorkload,
+    ProbeExec,
+    StartContainer,
+    StartInstance,
+    StopContainer,
+    UploadResults,
+    WaitForExit,
+)
+
+# Allowed transitions, as data: anything else is a bug in decide() (checked by unit tests).
+TRANSITIONS: Mapping[Phase, frozenset[Phase]] = {
+    Phase.PENDING: frozenset({Phase.PROVISIONING, Phase.DELETED}),
+    Phase.PROVISIONING: frozenset({Phase.WAITING_EXEC, Phase.DELETED}),
+    Phase.WAITING_EXEC: frozenset({Phase.PULLING, Phase.DELETED}),
+    Phase.PULLING: frozenset({Phase.RUNNING, Phase.DELETED}),
+    Phase.RUNNING: frozenset({Phase.UPLOADING}),
+    Phase.UPLOADING: frozenset({Phase.DELETED}),
+    Phase.DELETED: frozenset(),
+}
+
+# Reasons (constants: conditions, Events and metrics use them).
+R_CREATED = "InstanceRequested"
+R_INSTANCE_FAILED = "InstanceFailed"
+R_INSTANCE_LOST = "InstanceLost"
+R_REUSE_MISSING = "ReuseInstanceNotFound"
+R_TIMEOUT = "{phase}Timeout"
+R_TRAINING_FAILED = "TrainingFailed"
+R_SUCCEEDED = "Succeeded"
+R_CANCELED = "Canceled"
+R_UPLOAD_FAILED = "UploadFailed"
+
+
+@dataclass(frozen=True)
+class Tunables:
+    """Operator settings decide() needs (seconds)."""
+
+    poll_interval: float = 5.0
+    wait_timeout: float = 30.0
+    # How long after a create request an absent instance still counts as "maybe being created".
+    create_settle: float = 120.0
+    backoff_base: float = 2.0
+    backoff_max: float = 60.0
+
+
+def _ts(now: datetime) -> str:
+    return now.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _parse(ts: object) -> datetime | None:
+    if not isinstance(ts, str) or not ts:
+        return None
+    return datetime.fromisoformat(ts.replace("Z", "+00:00"))
+
+
+def phase_timeout(spec: TaoBrevJobSpec, phase: Phase) -> int | None:
+    t = spec.timeouts
+    return {
+        Phase.PROVISIONING: t.provisioning_seconds,
+        Phase.WAITING_EXEC: t.waiting_exec_seconds,
+        Phase.PULLING: t.pulling_seconds,
+        Phase.RUNNING: t.running_seconds,
+        Phase.UPLOADING: t.uploading_seconds,
+        Phase.DELETED: t.deleting_seconds,
+    }.get(phase)
+
+
+class _Pass:
+    """Accumulates one decision; keeps decide() readable without hidden I/O."""
+
+    def __init__(
+        self, spec: TaoBrevJobSpec, status: Mapping[str, Any], obs: Observation, tun: Tunables
+    ) -> None:
+        self.spec = spec
+        self.obs = obs
+        self.tun = tun
+        self.s: dict[str, Any] = {k: v for k, v in status.items() if k != "conditions"}
+        self.prev_conditions = list(status.get("conditions") or [])
+        self.actions: list[Action] = []
+        self.events: list[EventNote] = []
+        self.requeue: float | None = tun.poll_interval
+
+    # -- helpers
+    @property
+    def phase(self) -> Phase:
+        return Phase(self.s.get("phase") or Phase.PENDING)
+
+    @property
+    def now(self) -> datetime:
+        return self.obs.now
+
+    def enter(self, phase: Phase, message: str) -> None:
+        old = self.phase
+        if phase == old:
+            return
+        assert phase in TRANSITIONS[old], f"illegal transition {old} -> {phase}"
+        self.s["phase"] = str(phase)
+        times = dict(self.s.get("phaseTimes") or {})
+        times[str(phase)] = _ts(self.now)
+        self.s["phaseTimes"] = times
+        self.s["retries"] = 0
+        if not self.s.get("outcome"):
+            # Once the run has ended, message keeps saying why; phase changes are in Events.
+            self.s["message"] = message
+        self.events.append(EventNote("Normal", str(phase), message))
+
+    def phase_age(self) -> float:
+        entered = _parse((self.s.get("phaseTimes") or {}).get(str(self.phase)))
+        return (self.now - entered).total_seconds() if entered else 0.0
+
+    def timed_out(self) -> bool:
+        limit = phase_timeout(self.spec, self.phase)
+        return limit is not None and self.phase_age() > limit
+
+    def end_run(self, outcome: Outcome, reason: str, message: str) -> None:
+        """The run is over (or will never start): remember why; the tail takes over."""
+        if self.s.get("outcome"):
+            return
+        self.s["outcome"] = str(outcome)
+        self.s["reason"] = reason
+        self.s["message"] = message
+        kind = "Normal" if outcome == Outcome.SUCCEEDED else "Warning"
+        self.events.append(EventNote(kind, reason, message))
+
+    def transient(self, failure: ActionFailure) -> None:
+        retries = int(self.s.get("retries") or 0) + 1
+        self.s["retries"] = retries
+        self.s["reason"] = failure.reason
+        self.s["message"] = f"{failure.action}: {failure.message} (attempt {retries}, will retry)"
+        self.requeue = min(self.tun.backoff_base * 2 ** (retries - 1), self.tun.backoff_max)
+        if retries == 1:
+            self.events.append(EventNote("Warning", failure.reason, self.s["message"]))
+
+    def handle_failure(self) -> bool:
+        """Fold an action failure into status. True if the pass should stop here."""
+        f = self.obs.failure
+        if f is None:
+            return False
+        if f.permanent:
+            self.end_run(Outcome.FAILED, f.reason, f"{f.action}: {f.message}")
+            return False
+        self.transient(f)
+        return True
+
+    @property
+    def ephemeral(self) -> bool:
+        return self.spec.instance.ephemeral is not None
+
+    @property
+    def instance(self) -> str:
+        return str(self.s["instanceName"])
+
+    def deletes_instance(self) -> bool:
+        return bool(self.s.get("instanceCreated")) and (
+            self.spec.instance.effective_on_completion() == OnCompletion.DELETE
+        )
+
+
+def decide(
+    spec: TaoBrevJobSpec,
+    status: Mapping[str, Any],
+    obs: Observation,
+    *,
+    namespace: str,
+    name: str,
+    uid: str,
+    generation: int,
+    tunables: Tunables | None = None,
+) -> Decision:
+    p = _Pass(spec, status, obs, tunables or Tunables())
+    if p.s.get("finishedAt"):
+        return _finish(p, generation, requeue=None)
+
+    if not p.s.get("phase"):
+        # A first, visible Pending (with the names every later step relies on), then move on.
+        p.s["phase"] = str(Phase.PENDING)
+        p.s["phaseTimes"] = {str(Phase.PENDING): _ts(obs.now)}
+        p.s["message"] = "accepted"
+        p.events.append(EventNote("Normal", str(Phase.PENDING), "accepted"))
+        if obs.blocker is None and not obs.deleting:
+            _assign_names(p, namespace, name, uid)
+            p.requeue = 0.0
+            return _finish(p, generation, requeue=p.requeue)
+
+    if obs.blocker is not None:
+        p.end_run(Outcome.FAILED, obs.blocker.reason, obs.blocker.message)
+    if obs.deleting and not p.s.get("outcome"):
+        p.end_run(Outcome.CANCELED, R_CANCELED, f"the TaoBrevJob was deleted during {p.phase}")
+
+    stop = p.handle_failure()
+    if not stop:
+        _step(p, namespace=namespace, name=name, uid=uid)
+    return _finish(p, generation, requeue=p.requeue)
+
+
+def _finish(p: _Pass, generation: int, requeue: float | None) -> Decision:
+    p.s["observedGeneration"] = generation
+    p.s["conditions"] = conditions.derive(p.s, p.prev_conditions, generation, p.now)
+    if p.s.get("finishedAt"):
+        requeue = None
+    return Decision(status=p.s, actions=tuple(p.actions), requeue_after=requeue, events=tuple(p.events))
+
+
+def _step(p: _Pass, *, namespace: str, name: str, uid: str) -> None:
+    phase = p.phase
+    if phase == Phase.PENDING:
+        _pending(p, namespace, name, uid)
+    elif p.s.get("outcome") and phase in (Phase.PROVISIONING, Phase.WAITING_EXEC, Phase.PULLING):
+        # Nothing ran, so nothing to upload: go straight to teardown.
+        p.enter(Phase.DELETED, f"tearing down after {p.s.get('reason')}")
+        _teardown(p)
+    elif phase == Phase.PROVISIONING:
+        _provisioning(p)
+    elif phase == Phase.WAITING_EXEC:
+        _waiting_exec(p)
+    elif phase == Phase.PULLING:
+        _pulling(p)
+    elif phase == Phase.RUNNING:
+        _running(p)
+    elif phase == Phase.UPLOADING:
+        _uploading(p)
+    else:
+        _teardown(p)
+
+
+def _pending(p: _Pass, namespace: str, name: str, uid: str) -> None:
+    if p.s.get("outcome"):
+        # Failed validation or canceled before anything existed: nothing to tear down.
+        p.enter(Phase.DELETED, f"finished before provisioning: {p.s.get('reason')}")
+        _teardown(p)
+        return
+    if not p.s.get("instanceName"):
+        _assign_names(p, namespace, name, uid)
+    reuse = p.spec.instance.reuse
+    p.enter(Phase.PROVISIONING, f"{'creating' if reuse is None else 'reusing'} instance {p.instance}")
+    p.requeue = 0.0
+
+
+def _assign_names(p: _Pass, namespace: str, name: str, uid: str) -> None:
+    # Names are written to status BEFORE any brev call, so a restart adopts, never duplicates.
+    job = naming.job_id(name, uid)
+    reuse = p.spec.instance.reuse
+    inst = reuse.name if reuse else naming.instance_name(namespace, name, uid)
+    p.s.update(
+        jobId=job,
+        instanceName=inst,
+        instanceCreated=reuse is None,
+        backendRef=naming.backend_ref(inst, job),
+    )
+
+
+def _check_timeout(p: _Pass) -> bool:
+    if p.timed_out():
+        limit = phase_timeout(p.spec, p.phase)
+        p.end_run(
+            Outcome.FAILED,
+            R_TIMEOUT.format(phase=p.phase),
+            f"{p.phase} did not finish within {limit}s (spec.timeouts); tearing down",
+        )
+        return True
+    return False
+
+
+def _instance_gone_or_failed(p: _Pass) -> bool:
+    """Mid-run loss of the instance ends the job with a distinct reason."""
+    inst = p.obs.instance
+    if not p.obs.instance_known:
+        return False
+    if inst is None or inst.status == DELETING:
+        p.end_run(Outcome.FAILED, R_INSTANCE_LOST, f"instance {p.instance} disappeared during {p.phase}")
+        return True
+    if inst.status == FAILURE:
+        p.end_run(Outcome.FAILED, R_INSTANCE_FAILED, f"instance {p.instance} went to FAILURE during {p.phase}")
+        return True
+    return False
+
+
+def _provisioning(p: _Pass) -> None:
+    if _check_timeout(p):
+        _step_after_end(p)
+        return
+    inst = p.obs.instance
+    if not p.obs.instance_known:
+        return  # listing failed transiently; look again
+    if inst is not None:
+        p.s["gpu"] = inst.gpu
+        if inst.status == RUNNING:
+            p.enter(Phase.WAITING_EXEC, f"instance {p.instance} is RUNNING; waiting until it accepts commands")
+            p.actions.append(ProbeExec(p.instance))
+        elif inst.status == FAILURE:
+            p.end_run(Outcome.FAILED, R_INSTANCE_FAILED, f"instance {p.instance} went to FAILURE")
+            _step_after_end(p)
+        elif inst.status == STOPPED and not p.ephemeral and not p.s.get("startRequestedAt"):
+            p.s["startRequestedAt"] = _ts(p.now)
+            p.actions.append(StartInstance(p.instance))
+        elif inst.status == DELETING:
+            p.end_run(Outcome.FAILED, R_INSTANCE_LOST, f"instance {p.instance} is being deleted")
+            _step_after_end(p)
+        return
+    # Absent.
+    if not p.ephemeral:
+        p.end_run(
+            Outcome.FAILED,
+            R_REUSE_MISSING,
+            f"instance {p.instance} named in spec.instance.reuse.name does not exist; "
+            "create it or use spec.instance.ephemeral",
+        )
+        _step_after_end(p)
+        return
+    requested = _parse(p.s.get("createRequestedAt"))
+    if p.obs.created:
+        return  # just created; the listing catches up on the next pass
+    if requested is None or (p.now - requested).total_seconds() > p.tun.create_settle:
+        # Marker first (the status patch lands before the action runs), then create. A repeat after
+        # the settle time reuses the same name, so brev answers "already exists" and we adopt.
+        p.s["createRequestedAt"] = _ts(p.now)
+        p.actions.append(CreateInstance(_create_request(p)))
+        p.events.append(EventNote("Normal", R_CREATED, f"brev create {p.instance}"))
+
+
+def _create_request(p: _Pass) -> CreateRequest:
+    e = p.spec.instance.ephemeral
+    assert e is not None
+    return CreateRequest(
+        name=p.instance,
+        types=tuple(e.types or ()),
+        gpu_name=e.gpu_name,
+        provider=e.provider,
+        min_vram=e.min_vram,
+        min_total_vram=e.min_total_vram,
+        min_capability=e.min_capability,
+        min_disk=e.min_disk,
+        max_boot_time=e.max_boot_time_minutes,
+        startup_script=e.startup_script,
+        cloud_cred_id=e.cloud_cred_id,
+        workspace_group_id=e.workspace_group_id,
+    )
+
+
+def _waiting_exec(p: _Pass) -> None:
+    if _instance_gone_or_failed(p) or _check_timeout(p):
+        _step_after_end(p)
+        return
+    if p.obs.probe_ok:
+        p.enter(Phase.PULLING, "instance accepts commands; logging in to the registry and pulling the image")
+        p.actions.append(PrepareWorkload(p.instance))
+        return
+    if p.obs.probe_ok is False:
+        # Look again after poll_interval, not in this pass: each probe is a brev call.
+        p.s["message"] = f"instance {p.instance} does not accept commands yet"
+        return
+    p.actions.append(ProbeExec(p.instance))
+
+
+def _pulling(p: _Pass) -> None:
+    if _instance_gone_or_failed(p) or _check_timeout(p):
+        _step_after_end(p)
+        return
+    if p.obs.prepared:
+        p.enter(Phase.RUNNING, f"starting container {p.s['jobId']} on {p.instance}")
+        p.s["containerStartedAt"] = _ts(p.now)
+        p.actions.append(StartContainer(p.instance))
+        p.requeue = 0.0
+        return
+    p.actions.append(PrepareWorkload(p.instance))
+
+
+def _running(p: _Pass) -> None:
+    if p.obs.log_tail:
+        p.s["lastLogLines"] = list(p.obs.log_tail)
+    code = p.obs.exit_code
+    if code is not None:
+        p.s["exitCode"] = code
+        p.s["containerExitedAt"] = _ts(p.now)
+        if code == 0:
+            p.end_run(Outcome.SUCCEEDED, R_SUCCEEDED, "training container exited 0")
+        else:
+            p.end_run(Outcome.FAILED, R_TRAINING_FAILED, f"training container exited with code {code}")
+        p.enter(Phase.UPLOADING, f"uploading results and logs to {p.spec.data.results_uri}")
+        p.actions.append(UploadResults(p.instance))
+        p.requeue = 0.0
+        return
+    if not p.s.get("outcome"):
+        if _instance_gone_or_failed(p):
+            _step_after_end(p)
+            return
+        if _check_timeout(p):
+            pass  # falls through to stopping the container below
+    if p.s.get("outcome"):
+        if p.s.get("reason") in (R_INSTANCE_LOST, R_INSTANCE_FAILED):
+            # Nothing left to stop or upload from.
+            p.enter(Phase.UPLOADING, "instance lost; nothing to upload")
+            _uploading(p)
+            return
+        # Canceled or timed out while running: stop it; the exit is picked up by the wait.
+        if not p.obs.container_stopped:
+            p.actions.append(StopContainer(p.instance))
+        p.actions.append(WaitForExit(p.instance, timeout_seconds=p.tun.wait_timeout))
+        p.requeue = 0.0
+        return
+    # A bounded blocking wait: returns as soon as the container exits, costs one brev call per
+    # wait_timeout while it runs.
+    p.actions.append(WaitForExit(p.instance, timeout_seconds=p.tun.wait_timeout))
+    p.requeue = 0.0
+
+
+def _uploading(p: _Pass) -> None:
+    lost = p.s.get("reason") in (R_INSTANCE_LOST, R_INSTANCE_FAILED)
+    if p.obs.upload is not None:
+        p.s["uploadedAt"] = _ts(p.now)
+        p.s["results"] = {
+            "uri": p.spec.data.results_uri,
+            "objects": p.obs.upload.objects,
+            "bytes": p.obs.upload.bytes,
+        }
+        p.enter(Phase.DELETED, f"uploaded {p.obs.upload.objects} objects; tearing down")
+        _teardown(p)
+        return
+    if lost:
+        p.enter(Phase.DELETED, "tearing down")
+        _teardown(p)
+        return
+    if p.timed_out():
+        limit = phase_timeout(p.spec, Phase.UPLOADING)
+        # Billing must stop even if results cannot be saved: tear down, and say so.
+        p.s["outcome"] = str(Outcome.FAILED)
+        p.s["reason"] = R_UPLOAD_FAILED
+        p.s["message"] = f"upload did not finish within {limit}s (spec.timeouts.uploadingSeconds)"
+        p.events.append(EventNote("Warning", R_UPLOAD_FAILED, p.s["message"]))
+        p.enter(Phase.DELETED, "tearing down without results")
+        _teardown(p)
+        return
+    p.actions.append(UploadResults(p.instance))
+    p.requeue = 0.0
+
+
+def _step_after_end(p: _Pass) -> None:
+    """The run ended before a container existed: go straight to teardown."""
+    if p.phase in (Phase.PROVISIONING, Phase.WAITING_EXEC, Phase.PULLING):
+        p.enter(Phase.DELETED, f"tearing down after {p.s.get('reason')}")
+        _teardown(p)
+    elif p.phase == Phase.RUNNING:
+        _running(p)
+
+
+def _teardown(p: _Pass) -> None:
+    """Phase Deleted: remove what the job put on the instance, delete an instance we own, observe
+    it gone, then finish. An ephemeral instance is never abandoned: past deletingSeconds we keep
+    trying (with backoff) and report it, because giving up would leave it billing."""
+    name = p.s.get("instanceName")
+    if name and not _cleanup_done(p):
+        return
+    if name and p.deletes_instance() and not _instance_released(p):
+        return
+    p.s["finishedAt"] = _ts(p.now)
+    released = "deleted" if p.deletes_instance() else "left running (retained)"
+    outcome = p.s.get("outcome") or str(Outcome.CANCELED)
+    p.s["outcome"] = outcome
+    p.events.append(
+        EventNote(
+            "Normal" if outcome == Outcome.SUCCEEDED else "Warning",
+            "Finished",
+            f"{outcome}: {p.s.get('message', '')}; instance {name or '-'} {released}",
+        )
+    )
+
+
+def _cleanup_done(p: _Pass) -> bool:
+    """Container and job directory (with the secret files) removed, or nothing to remove."""
+    if p.s.get("cleanedUpAt"):
+        return True
+    inst = p.obs.instance
+    if p.obs.cleaned:
+        p.s["cleanedUpAt"] = _ts(p.now)
+        return True
+    if not p.obs.instance_known:
+        return False
+    if inst is not None and inst.status == RUNNING and _workload_may_exist(p):
+        # On a retained instance the secrets must really go; on one we delete, best effort.
+        p.actions.append(CleanupWorkload(p.instance, must_succeed=not p.deletes_instance()))
+        p.requeue = 0.0
+        return False
+    # Unreachable, gone, or never prepared: nothing of ours on it, or it goes with the instance.
+    p.s["cleanedUpAt"] = _ts(p.now)
+    return True
+
+
+def _instance_released(p: _Pass) -> bool:
+    """Ask brev to delete our instance, then observe until it is gone."""
+    if not p.obs.instance_known:
+        return False
+    inst = p.obs.instance
+    requested = _parse(p.s.get("deleteRequestedAt"))
+    if inst is None:
+        if p.s.get("createRequestedAt") and requested is None and not p.obs.delete_requested:
+            # A create was requested but never observed: make sure it is not still on its way
+            # before walking away (an ambiguous create must never leak an instance).
+            created = _parse(p.s.get("createRequestedAt"))
+            if created and (p.now - created).total_seconds() <= p.tun.create_settle:
+                p.s["message"] = f"waiting to confirm that instance {p.instance} was never created"
+                return False
+        return True
+    stale = requested is None or (p.now - requested).total_seconds() > p.tun.create_settle
+    if inst.status != DELETING and not p.obs.delete_requested and stale:
+        p.s["deleteRequestedAt"] = _ts(p.now)
+        p.actions.append(DeleteInstance(p.instance))
+        p.events.append(EventNote("Normal", "InstanceDeleteRequested", f"brev delete {p.instance}"))
+        return False
+    if p.timed_out():
+        p.s["message"] = f"instance {p.instance} still exists {int(p.phase_age())}s after delete; still trying"
+        p.requeue = p.tun.backoff_max
+    return False
+
+
+def _workload_may_exist(p: _Pass) -> bool:
+    """Secrets, spec or a container exist on the instance only from Pulling on."""
+    times = p.s.get("phaseTimes") or {}
+    return str(Phase.PULLING) in times

@@ -1,0 +1,276 @@
+"""Prometheus metrics of the operator, recorded through one `Recorder` over an injected registry.
+
+The registry is passed in (never prometheus_client's global one) so tests and a second operator in
+the same process each see only their own series. Names follow Prometheus conventions and the shapes
+kube-state-metrics (per-object one-hot state gauges) and controller-runtime (reconcile counters and
+histograms) made familiar; deploy/monitoring/ holds the alerts and dashboard built on them.
+
+Per-job series (labels namespace, name) are dropped by `job_forgotten` when the object is gone, so
+their cardinality follows the number of TaoBrevJob objects in the cluster, not the history.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from threading import Thread
+from typing import Final
+from wsgiref.simple_server import WSGIServer
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+
+# The status.phase values of the TaoBrevJob API, in lifecycle order (SPEC.md).
+PHASES: Final = ("Pending", "Provisioning", "WaitingExec", "Pulling", "Running", "Uploading", "Deleted")
+BREV_RESULTS: Final = ("ok", "error", "timeout")
+# `from_phase` of a job's first transition: there was no phase before it.
+NO_PHASE: Final = "none"
+
+# A phase lasts from about a second (Pending) to a day (Running, the default runningSeconds).
+PHASE_BUCKETS: Final = (1, 5, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400, 28800, 43200, 86400)
+# brev CLI calls: ~0.1 s (ls) .. minutes (create waits for the instance; exec of a docker pull).
+BREV_CALL_BUCKETS: Final = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200)
+# One reconcile pass: milliseconds when nothing changes, up to a long brev call when acting.
+RECONCILE_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+# Container exit -> instance deleted: upload + brev delete + confirmation, seconds to an hour.
+TEARDOWN_BUCKETS: Final = (5, 10, 30, 60, 120, 300, 600, 900, 1800, 3600)
+
+
+class Recorder:
+    """Every metric the operator exposes; one instance per operator, built at startup.
+
+    `clock` returns Unix time in seconds; tests pass a fake one. Methods are cheap and thread-safe
+    (prometheus_client locks each metric).
+    """
+
+    def __init__(
+        self,
+        registry: CollectorRegistry,
+        *,
+        version: str = "unknown",
+        brev_cli_version: str = "unknown",
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._clock = clock
+
+        self._job_phase = Gauge(
+            "taobrev_job_phase",
+            "Current phase of each TaoBrevJob: 1 for the phase the job is in, 0 for the others.",
+            ["namespace", "name", "phase"],
+            registry=registry,
+        )
+        self._job_phase_entered = Gauge(
+            "taobrev_job_phase_entered_timestamp_seconds",
+            "Unix time at which the job entered its current phase (status.phaseTimes).",
+            ["namespace", "name", "phase"],
+            registry=registry,
+        )
+        self._job_phase_timeout = Gauge(
+            "taobrev_job_phase_timeout_seconds",
+            "Timeout of the job's current phase from spec.timeouts; absent for phases without one.",
+            ["namespace", "name", "phase"],
+            registry=registry,
+        )
+        self._job_ended = Gauge(
+            "taobrev_job_ended_timestamp_seconds",
+            "Unix time at which the job's run ended (status.outcome set); absent while it runs.",
+            ["namespace", "name", "outcome"],
+            registry=registry,
+        )
+        self._phase_transitions = Counter(
+            "taobrev_job_phase_transitions",
+            f"Phase transitions of TaoBrevJobs; from_phase={NO_PHASE!r} for a job's first phase.",
+            ["from_phase", "to_phase"],
+            registry=registry,
+        )
+        self._phase_duration = Histogram(
+            "taobrev_job_phase_duration_seconds",
+            "Time TaoBrevJobs spent in a phase, observed when they leave it.",
+            ["phase"],
+            buckets=PHASE_BUCKETS,
+            registry=registry,
+        )
+        self._outcomes = Counter(
+            "taobrev_job_outcomes",
+            "Finished TaoBrevJob runs by outcome (Succeeded, Failed, Canceled) and reason.",
+            ["outcome", "reason"],
+            registry=registry,
+        )
+        self._brev_calls = Counter(
+            "taobrev_brev_cli_calls",
+            "brev CLI invocations by verb (ls, create, exec, delete ...) and result (ok, error, timeout).",
+            ["verb", "result"],
+            registry=registry,
+        )
+        self._brev_call_duration = Histogram(
+            "taobrev_brev_cli_call_duration_seconds",
+            "Wall-clock duration of brev CLI invocations by verb.",
+            ["verb"],
+            buckets=BREV_CALL_BUCKETS,
+            registry=registry,
+        )
+        self._reconcile_errors = Counter(
+            "taobrev_reconcile_errors",
+            "Reconcile passes that ended in an error, by error reason.",
+            ["reason"],
+            registry=registry,
+        )
+        self._reconcile_time = Histogram(
+            "taobrev_reconcile_duration_seconds",
+            "Duration of one reconcile pass of one TaoBrevJob.",
+            buckets=RECONCILE_BUCKETS,
+            registry=registry,
+        )
+        self._instance_uptime_gauge = Gauge(
+            "taobrev_instance_uptime_seconds",
+            "Billed time so far of the Brev instance a job uses; removed once the instance is released.",
+            ["namespace", "name", "instance"],
+            registry=registry,
+        )
+        self._exit_teardown = Histogram(
+            "taobrev_exit_to_teardown_seconds",
+            "Time from the training container's exit to the confirmed deletion of its instance.",
+            buckets=TEARDOWN_BUCKETS,
+            registry=registry,
+        )
+        self._build = Gauge(
+            "taobrev_build_info",
+            "Always 1; labels carry the operator version and the brev CLI version it runs.",
+            ["version", "brev_cli_version"],
+            registry=registry,
+        )
+        self.build_info(version, brev_cli_version)
+
+    # -- process ---------------------------------------------------------------------------------
+
+    def build_info(self, version: str, brev_cli_version: str) -> None:
+        """(Re)set build info, e.g. once `brev --version` has been read at startup."""
+        self._build.clear()
+        self._build.labels(version=version, brev_cli_version=brev_cli_version).set(1)
+
+    # -- brev CLI and reconcile loop -------------------------------------------------------------
+
+    def brev_call(self, verb: str, result: str, seconds: float) -> None:
+        if result not in BREV_RESULTS:
+            raise ValueError(f"brev_call result must be one of {BREV_RESULTS}, got {result!r}")
+        self._brev_calls.labels(verb=verb, result=result).inc()
+        self._brev_call_duration.labels(verb=verb).observe(seconds)
+
+    def reconcile_error(self, reason: str) -> None:
+        self._reconcile_errors.labels(reason=reason).inc()
+
+    def reconcile_duration(self, seconds: float) -> None:
+        self._reconcile_time.observe(seconds)
+
+    # -- jobs ------------------------------------------------------------------------------------
+
+    def phase_changed(
+        self,
+        namespace: str,
+        name: str,
+        old: str | None,
+        new: str,
+        seconds_in_old: float | None,
+        *,
+        entered_at: float | None = None,
+        timeout_seconds: float | None = None,
+    ) -> None:
+        """Count a transition, observe the time spent in `old`, and point the job's gauges at `new`.
+
+        `entered_at` (Unix seconds, default: now) and `timeout_seconds` (the new phase's timeout,
+        None for phases without one) feed the stuck-job alert.
+        """
+        _check_phase(new)
+        if old is not None:
+            _check_phase(old)
+        self._phase_transitions.labels(from_phase=old or NO_PHASE, to_phase=new).inc()
+        if old is not None and seconds_in_old is not None:
+            self._phase_duration.labels(phase=old).observe(seconds_in_old)
+        self.job_state(
+            namespace,
+            name,
+            phase=new,
+            entered_at=self._clock() if entered_at is None else entered_at,
+            timeout_seconds=timeout_seconds,
+        )
+
+    def job_state(
+        self,
+        namespace: str,
+        name: str,
+        *,
+        phase: str,
+        entered_at: float | None = None,
+        timeout_seconds: float | None = None,
+        outcome: str | None = None,
+        ended_at: float | None = None,
+    ) -> None:
+        """Set the job's per-job gauges from its status, counting nothing.
+
+        Idempotent: call it on every pass (and after an operator restart, when no transition is
+        seen) with the job's whole state, so the gauges follow status even when spec.timeouts
+        changes. `entered_at` comes from status.phaseTimes (None keeps the recorded value);
+        `timeout_seconds` None means the phase has no timeout; `ended_at` from status.finishedAt
+        (default: now) once `outcome` is set.
+        """
+        _check_phase(phase)
+        for candidate in PHASES:
+            self._job_phase.labels(namespace=namespace, name=name, phase=candidate).set(
+                1 if candidate == phase else 0
+            )
+        # One series per job for the entered/timeout gauges: drop the previous phase's.
+        for candidate in PHASES:
+            if candidate != phase:
+                self._job_phase_entered.remove(namespace, name, candidate)
+                self._job_phase_timeout.remove(namespace, name, candidate)
+        if entered_at is not None:
+            self._job_phase_entered.labels(namespace=namespace, name=name, phase=phase).set(entered_at)
+        if timeout_seconds is None:
+            self._job_phase_timeout.remove(namespace, name, phase)
+        else:
+            self._job_phase_timeout.labels(namespace=namespace, name=name, phase=phase).set(timeout_seconds)
+        if outcome is not None:
+            self._job_ended.remove_by_labels({"namespace": namespace, "name": name})
+            self._job_ended.labels(namespace=namespace, name=name, outcome=outcome).set(
+                self._clock() if ended_at is None else ended_at
+            )
+
+    def outcome(self, outcome: str, reason: str) -> None:
+        self._outcomes.labels(outcome=outcome, reason=reason).inc()
+
+    def job_forgotten(self, namespace: str, name: str) -> None:
+        """Drop every series labelled with this job (the object is gone from the cluster)."""
+        job = {"namespace": namespace, "name": name}
+        for gauge in (
+            self._job_phase,
+            self._job_phase_entered,
+            self._job_phase_timeout,
+            self._job_ended,
+            self._instance_uptime_gauge,
+        ):
+            gauge.remove_by_labels(job)
+
+    # -- instances -------------------------------------------------------------------------------
+
+    def instance_uptime(self, namespace: str, name: str, instance: str, seconds: float) -> None:
+        self._instance_uptime_gauge.labels(namespace=namespace, name=name, instance=instance).set(seconds)
+
+    def instance_released(self, namespace: str, name: str, instance: str) -> None:
+        """The instance is confirmed deleted, or retained and no longer billed to this job."""
+        self._instance_uptime_gauge.remove(namespace, name, instance)
+
+    def exit_to_teardown(self, seconds: float) -> None:
+        self._exit_teardown.observe(seconds)
+
+
+def _check_phase(phase: str) -> None:
+    # A typo here would silently break the one-hot invariant the alerts rely on.
+    if phase not in PHASES:
+        raise ValueError(f"unknown TaoBrevJob phase {phase!r}; expected one of {PHASES}")
+
+
+def serve_metrics(registry: CollectorRegistry, host: str, port: int) -> tuple[WSGIServer, Thread]:
+    """Serve /metrics for `registry` on host:port in a daemon thread; returns (server, thread).
+
+    Stop it with `server.shutdown(); server.server_close()`.
+    """
+    return start_http_server(port, addr=host, registry=registry)

@@ -1,0 +1,78 @@
+"""Operator settings, read once at start-up from ``TAOBREV_*`` environment variables.
+
+Bad values fail start-up with the variable's name and what is expected, never silently.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from controller.machine import Tunables
+
+PREFIX = "TAOBREV_"
+
+
+class Settings(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    # --- brev
+    brev_binary: str = Field("brev", description="brev executable (name on PATH or absolute path)")
+    brev_home: Path | None = Field(
+        None, description="HOME for the brev CLI (~/.brev, ~/.ssh); default: the process HOME"
+    )
+    brev_credentials_secret: str = Field(
+        "taobrev-brev-credentials",
+        description="Secret in the operator's namespace with keys api-key + org-id, or token",
+    )
+    operator_namespace: str = Field("taobrev-system", description="namespace of the operator and its Secret")
+    max_concurrent_brev_calls: int = Field(8, ge=1, le=256, description="bound on short brev calls in flight")
+    max_concurrent_waits: int = Field(256, ge=1, le=4096, description="bound on blocking `docker wait` calls")
+    # --- timing (seconds)
+    poll_interval: float = Field(5.0, gt=0, le=300, description="re-observe period while waiting on brev")
+    wait_timeout: float = Field(
+        30.0, ge=1, le=300, description="bounded `docker wait` per brev call (<= 1 call per this while running)"
+    )
+    listing_max_age: float = Field(10.0, ge=0, le=300, description="how stale the shared `brev ls` may be")
+    create_settle: float = Field(120.0, ge=0, le=3600, description="grace for an ambiguous create to appear")
+    backoff_max: float = Field(60.0, ge=1, le=3600, description="cap of the transient-error backoff")
+    exec_timeout: float = Field(900.0, ge=60, description="timeout of one brev exec (first exec needs >= 600 s)")
+    pull_timeout: float = Field(3600.0, ge=60, description="timeout of the registry login + pull step")
+    # --- kubernetes access (the pod's token is mounted away from the default path; see deploy/)
+    kube_token_path: Path | None = Field(None, description="bearer token file (projected, rotated)")
+    kube_ca_path: Path | None = Field(None, description="CA bundle of the API server")
+    kube_server: str | None = Field(None, description="API server URL; default from KUBERNETES_SERVICE_*")
+    # --- observability
+    metrics_host: str = Field("0.0.0.0", description="metrics bind address")  # noqa: S104 - in-pod
+    metrics_port: int = Field(8000, ge=0, le=65535, description="metrics port; 0 disables")
+    log_json: bool | None = Field(None, description="JSON logs (default: when stderr is not a TTY)")
+    log_level: str = Field("INFO", pattern="^(DEBUG|INFO|WARNING|ERROR)$")
+    namespaces: tuple[str, ...] = Field((), description="namespaces to watch (comma list); empty = all")
+
+    def tunables(self) -> Tunables:
+        return Tunables(
+            poll_interval=self.poll_interval,
+            wait_timeout=self.wait_timeout,
+            create_settle=self.create_settle,
+            backoff_max=self.backoff_max,
+        )
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if env is None else env
+        raw: dict[str, object] = {}
+        for name in cls.model_fields:
+            value = env.get(PREFIX + name.upper())
+            if value is None or value == "":
+                continue
+            raw[name] = tuple(v.strip() for v in value.split(",") if v.strip()) if name == "namespaces" else value
+        try:
+            return cls.model_validate(raw)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{PREFIX}{'.'.join(str(x) for x in e['loc']).upper()}: {e['msg']}" for e in exc.errors()
+            )
+            raise SystemExit(f"invalid operator settings: {problems}") from None

@@ -1,0 +1,154 @@
+"""Value types that flow through a reconcile pass (PURE): what was observed, what to do next.
+
+`machine.decide()` reads an `Observation` and returns a `Decision` whose actions are plain data;
+`actions.py` performs them and folds their results back into the next `Observation`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+
+from controller.brev.client import CreateRequest, Instance
+
+
+@dataclass(frozen=True)
+class ActionFailure:
+    """An action that did not succeed. `permanent` failures end the job; others are retried."""
+
+    action: str
+    reason: str
+    message: str
+    permanent: bool
+
+
+@dataclass(frozen=True)
+class UploadSummary:
+    objects: int
+    bytes: int
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What the reconciler knows this pass: the world as observed, plus results of actions it just
+    performed. Only facts written into status survive a crash; everything here is recomputed."""
+
+    now: datetime
+    deleting: bool = False
+    # A permanent problem found while observing (missing Secret, unsupported spec field, ...).
+    blocker: ActionFailure | None = None
+    # The instance as the shared listing shows it; `instance_known` is False if listing failed.
+    instance_known: bool = False
+    instance: Instance | None = None
+    probe_ok: bool | None = None
+    prepared: bool = False
+    container_started: bool = False
+    # Result of a bounded `docker wait`: None while the container still runs.
+    exit_code: int | None = None
+    container_stopped: bool = False
+    upload: UploadSummary | None = None
+    cleaned: bool = False
+    delete_requested: bool = False
+    start_requested: bool = False
+    created: bool = False
+    log_tail: tuple[str, ...] = ()
+    failure: ActionFailure | None = None
+
+    def with_(self, **changes: object) -> Observation:
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+
+# ---- actions (data only) ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class CreateInstance:
+    request: CreateRequest
+
+
+@dataclass(frozen=True)
+class StartInstance:
+    name: str
+
+
+@dataclass(frozen=True)
+class ProbeExec:
+    instance: str
+
+
+@dataclass(frozen=True)
+class PrepareWorkload:
+    """Deliver secrets, write the spec, log in to the registry, verify entitlement, pull, stage."""
+
+    instance: str
+
+
+@dataclass(frozen=True)
+class StartContainer:
+    instance: str
+
+
+@dataclass(frozen=True)
+class WaitForExit:
+    instance: str
+    timeout_seconds: float
+
+
+@dataclass(frozen=True)
+class StopContainer:
+    instance: str
+
+
+@dataclass(frozen=True)
+class UploadResults:
+    instance: str
+
+
+@dataclass(frozen=True)
+class CleanupWorkload:
+    """Remove the container and the job directory (with its secret files) from the instance."""
+
+    instance: str
+    must_succeed: bool
+
+
+@dataclass(frozen=True)
+class DeleteInstance:
+    name: str
+
+
+Action = (
+    CreateInstance
+    | StartInstance
+    | ProbeExec
+    | PrepareWorkload
+    | StartContainer
+    | WaitForExit
+    | StopContainer
+    | UploadResults
+    | CleanupWorkload
+    | DeleteInstance
+)
+
+
+@dataclass(frozen=True)
+class EventNote:
+    type: str  # Normal | Warning
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The next status (whole), the actions to run now, and when to look again.
+
+    `requeue_after` None means: nothing more to do for this object (finished)."""
+
+    status: dict[str, object]
+    actions: tuple[Action, ...] = ()
+    requeue_after: float | None = None
+    events: tuple[EventNote, ...] = field(default_factory=tuple)
+
+    @property
+    def finished(self) -> bool:
+        return self.requeue_after is None and not self.actions

@@ -1,0 +1,403 @@
+"""Static checks of the container image definition and the deploy/ manifests (nothing is built or
+applied here: the e2e tests apply deploy/ to a real control plane)."""
+
+from __future__ import annotations
+
+import json
+import re
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from controller.logs import redact_text
+from controller.metrics import Recorder
+
+REPO = Path(__file__).resolve().parents[2]
+DEPLOY = REPO / "deploy"
+BASE = DEPLOY / "base"
+DOCKERFILE = DEPLOY / "image" / "Dockerfile"
+DEFAULT_SA_DIR = "/var/run/secrets/kubernetes.io/serviceaccount"
+
+
+def load_all(path: Path) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(path.read_text()) if d]
+
+
+def one(path: Path, kind: str, name: str | None = None) -> dict[str, Any]:
+    found = [d for d in load_all(path) if d["kind"] == kind and name in (None, d["metadata"]["name"])]
+    assert len(found) == 1, f"{path.name}: expected one {kind} {name or ''}, found {len(found)}"
+    return found[0]
+
+
+@pytest.fixture(scope="module")
+def deployment() -> dict[str, Any]:
+    return one(BASE / "deployment.yaml", "Deployment")
+
+
+@pytest.fixture(scope="module")
+def container(deployment: dict[str, Any]) -> dict[str, Any]:
+    containers: list[dict[str, Any]] = deployment["spec"]["template"]["spec"]["containers"]
+    assert len(containers) == 1
+    return containers[0]
+
+
+def env_of(container: dict[str, Any]) -> dict[str, str]:
+    return {e["name"]: e.get("value", "") for e in container["env"]}
+
+
+# -- Dockerfile ------------------------------------------------------------------------------------
+
+
+def dockerfile_instructions() -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) with line continuations joined and comments dropped."""
+    text = re.sub(r"\\\n", " ", DOCKERFILE.read_text())
+    out = []
+    for line in text.splitlines():
+        stripped = line.strip()
+        if stripped and not stripped.startswith("#"):
+            word, _, rest = stripped.partition(" ")
+            out.append((word.upper(), rest.strip()))
+    return out
+
+
+def test_base_images_are_pinned_to_a_full_version_tag() -> None:
+    """Every FROM names an explicit python:3.11.X tag, never `latest` or a bare/variable image."""
+    froms = [args.split()[0] for word, args in dockerfile_instructions() if word == "FROM"]
+    assert froms
+    for image in froms:
+        assert re.fullmatch(r"python:3\.11\.\d+-slim-[a-z]+", image), image
+
+
+def test_brev_cli_version_and_checksum_come_from_build_args_and_are_verified() -> None:
+    """The brev archive is fetched for ARG BREV_VERSION and checked with `sha256sum -c` against
+    ARG BREV_SHA256; no brev version is hard-coded (the pin lives in versions.yaml)."""
+    instructions = dockerfile_instructions()
+    args = {rest.split("=")[0] for word, rest in instructions if word == "ARG"}
+    assert {"BREV_VERSION", "BREV_SHA256"} <= args
+    assert not any(word == "ARG" and "=" in rest for word, rest in instructions), "no defaults for pins"
+    runs = " ".join(rest for word, rest in instructions if word == "RUN")
+    assert 'echo "${BREV_SHA256}  /tmp/${archive}" | sha256sum -c -' in runs
+    assert "releases/download/${BREV_VERSION}/" in runs
+    assert 'grep -qx "Current Version: ${BREV_VERSION}"' in runs
+    assert "REPLACE_AT_RELEASE" in runs, "refuses the placeholder checksum"
+    body = "\n".join(rest for _, rest in instructions)
+    assert not re.search(r"\bv?\d+\.\d+\.\d{3}\b", body), "a hard-coded brev version"
+    # The documented build command passes exactly the versions.yaml keys the image needs.
+    header = DOCKERFILE.read_text()
+    assert '["brev"]["cli_version"]' in header
+    assert '["brev"]["cli_sha256"]' in header
+    pins = yaml.safe_load((REPO / "versions.yaml").read_text())["brev"]
+    assert set(pins) >= {"cli_version", "cli_sha256"}
+
+
+def test_image_installs_the_package_with_constraints_and_runs_non_root() -> None:
+    """pip installs `.` under the pinned constraints, ssh is present, the last USER is 65532,
+    HOME is /home/operator and the entrypoint is `python -m controller`."""
+    instructions = dockerfile_instructions()
+    runs = " ".join(rest for word, rest in instructions if word == "RUN")
+    assert "pip install --no-cache-dir --no-compile -c requirements/constraints.txt ." in runs
+    assert "openssh-client" in runs
+    users = [rest for word, rest in instructions if word == "USER"]
+    assert users[-1] == "65532:65532"
+    envs = " ".join(rest for word, rest in instructions if word == "ENV")
+    assert "HOME=/home/operator" in envs
+    assert "TAOBREV_VERSIONS_FILE=/opt/taobrev/versions.yaml" in envs
+    assert any(
+        word == "COPY" and rest == "versions.yaml /opt/taobrev/versions.yaml" for word, rest in instructions
+    )
+    assert instructions[-1] == ("ENTRYPOINT", '["python", "-m", "controller"]')
+
+
+def test_image_definition_holds_no_secret() -> None:
+    """No credential-looking text, and no ARG/ENV named like a credential (build args and env
+    end up in the image history)."""
+    for path in (DOCKERFILE, DOCKERFILE.with_name("Dockerfile.dockerignore")):
+        assert redact_text(path.read_text()) == path.read_text(), path.name
+    for word, rest in dockerfile_instructions():
+        if word in ("ARG", "ENV"):
+            names = re.findall(r"([A-Z_][A-Z0-9_]*)=", rest) or [rest.split("=")[0]]
+            for name in names:
+                assert not re.search(r"TOKEN|PASSWORD|SECRET|API_KEY|NGC", name), name
+
+
+def test_build_context_is_an_allow_list() -> None:
+    """Dockerfile.dockerignore starts by excluding everything (.venv, .git, .devenv stay out)."""
+    lines = [
+        ln.strip()
+        for ln in DOCKERFILE.with_name("Dockerfile.dockerignore").read_text().splitlines()
+        if ln.strip() and not ln.startswith("#")
+    ]
+    assert lines[0] == "*"
+    allowed = {ln[1:] for ln in lines if ln.startswith("!")}
+    copied = {"pyproject.toml", "README.md", "requirements/constraints.txt", "versions.yaml"}
+    assert copied <= allowed
+    assert "controller/**" in allowed
+
+
+# -- RBAC ------------------------------------------------------------------------------------------
+
+
+def test_every_rbac_rule_has_a_comment_saying_why() -> None:
+    """Each `- apiGroups:` rule line is directly preceded by a comment line at its indentation."""
+    lines = (BASE / "rbac.yaml").read_text().splitlines()
+    rules = [i for i, ln in enumerate(lines) if ln.lstrip().startswith("- apiGroups:")]
+    assert len(rules) == sum(len(d.get("rules", [])) for d in load_all(BASE / "rbac.yaml"))
+    for i in rules:
+        indent = len(lines[i]) - len(lines[i].lstrip())
+        prev = lines[i - 1]
+        assert prev.lstrip().startswith("#") and len(prev) - len(prev.lstrip()) == indent, (
+            f"rbac.yaml line {i + 1}: rule without a comment above it"
+        )
+
+
+def rules_of(kind: str, name: str) -> list[dict[str, Any]]:
+    rules: list[dict[str, Any]] = one(BASE / "rbac.yaml", kind, name)["rules"]
+    return rules
+
+
+def grants(rules: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
+    return {
+        (g, r, v)
+        for rule in rules
+        for g in rule["apiGroups"]
+        for r in rule["resources"]
+        for v in rule["verbs"]
+    }
+
+
+def test_operator_cluster_role_is_exactly_what_kopf_and_the_reconciler_use() -> None:
+    """The minimal set, verified against kopf 1.45.2 run --standalone --all-namespaces: no
+    wildcards, no namespaces, no peering resources, Events create only, CRDs list/watch only."""
+    assert grants(rules_of("ClusterRole", "taobrev-operator")) == {
+        ("taobrev.io", "taobrevjobs", "get"),
+        ("taobrev.io", "taobrevjobs", "list"),
+        ("taobrev.io", "taobrevjobs", "watch"),
+        ("taobrev.io", "taobrevjobs", "patch"),
+        ("taobrev.io", "taobrevjobs/status", "get"),
+        ("taobrev.io", "taobrevjobs/status", "patch"),
+        ("", "events", "create"),
+        ("apiextensions.k8s.io", "customresourcedefinitions", "list"),
+        ("apiextensions.k8s.io", "customresourcedefinitions", "watch"),
+    }
+
+
+def test_secrets_are_readable_by_name_only() -> None:
+    """Secrets: `get` only (never list/watch); the operator's own Secret via resourceNames."""
+    assert grants(rules_of("ClusterRole", "taobrev-operator-job-secrets")) == {("", "secrets", "get")}
+    (own,) = rules_of("Role", "taobrev-operator-brev-credentials")
+    assert own["resourceNames"] == ["taobrev-brev-credentials"]
+    assert own["verbs"] == ["get"]
+    for doc in load_all(BASE / "rbac.yaml"):
+        for rule in doc.get("rules", []):
+            assert "*" not in rule["verbs"] + rule["resources"] + rule["apiGroups"]
+
+
+def test_every_role_is_bound_to_the_operator_service_account() -> None:
+    """Each (Cluster)Role in rbac.yaml has a binding to taobrev-system/taobrev-operator."""
+    docs = load_all(BASE / "rbac.yaml")
+    roles = {(d["kind"], d["metadata"]["name"]) for d in docs if d["kind"] in ("Role", "ClusterRole")}
+    bound = set()
+    for d in docs:
+        if d["kind"] in ("RoleBinding", "ClusterRoleBinding"):
+            assert d["subjects"] == [
+                {"kind": "ServiceAccount", "name": "taobrev-operator", "namespace": "taobrev-system"}
+            ]
+            bound.add((d["roleRef"]["kind"], d["roleRef"]["name"]))
+    assert roles == bound
+
+
+# -- ServiceAccount and Deployment -----------------------------------------------------------------
+
+
+def test_service_account_token_is_not_automounted() -> None:
+    """brev would take the default-path SA token as its own Brev token: automount is off twice."""
+    assert one(BASE / "serviceaccount.yaml", "ServiceAccount")["automountServiceAccountToken"] is False
+
+
+def test_deployment_shape(deployment: dict[str, Any]) -> None:
+    """1 replica, Recreate (standalone kopf must never overlap), automount off, SA set."""
+    spec = deployment["spec"]
+    assert spec["replicas"] == 1
+    assert spec["strategy"] == {"type": "Recreate"}
+    pod = spec["template"]["spec"]
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["serviceAccountName"] == "taobrev-operator"
+
+
+def test_pod_and_container_security_context(deployment: dict[str, Any], container: dict[str, Any]) -> None:
+    """Non-root uid 65532, seccomp RuntimeDefault, read-only root fs, no escalation, no caps."""
+    pod_sc = deployment["spec"]["template"]["spec"]["securityContext"]
+    assert pod_sc["runAsNonRoot"] is True
+    assert pod_sc["runAsUser"] == 65532
+    assert pod_sc["seccompProfile"] == {"type": "RuntimeDefault"}
+    sc = container["securityContext"]
+    assert sc["allowPrivilegeEscalation"] is False
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["runAsNonRoot"] is True
+    assert sc["privileged"] is False
+    assert sc["capabilities"] == {"drop": ["ALL"]}
+    assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+
+
+def test_kubernetes_credentials_are_projected_at_a_non_default_path(
+    deployment: dict[str, Any], container: dict[str, Any]
+) -> None:
+    """Token + CA + namespace are projected away from the default SA path, and the env the
+    operator's login handler reads points into that mount."""
+    pod = deployment["spec"]["template"]["spec"]
+    mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
+    assert not any(p.startswith("/var/run/secrets/kubernetes.io") for p in mounts.values())
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    name = next(n for n, v in volumes.items() if "projected" in v)
+    mount = mounts[name]
+    assert mount != DEFAULT_SA_DIR
+    sources = volumes[name]["projected"]["sources"]
+    token = next(s["serviceAccountToken"] for s in sources if "serviceAccountToken" in s)
+    ca = next(s["configMap"] for s in sources if "configMap" in s)
+    assert ca["name"] == "kube-root-ca.crt"
+    ns = next(s["downwardAPI"] for s in sources if "downwardAPI" in s)
+    env = env_of(container)
+    assert env["TAOBREV_KUBE_TOKEN_PATH"] == f"{mount}/{token['path']}"
+    assert env["TAOBREV_KUBE_CA_PATH"] == f"{mount}/{ca['items'][0]['path']}"
+    assert env["TAOBREV_KUBE_NAMESPACE_PATH"] == f"{mount}/{ns['items'][0]['path']}"
+    assert env["TAOBREV_KUBE_SERVER"].startswith("https://")
+    assert "TAOBREV_OPERATOR_NAMESPACE" in env
+
+
+def test_writable_home_and_tmp_are_empty_dirs(deployment: dict[str, Any], container: dict[str, Any]) -> None:
+    """With a read-only root fs, HOME (~/.brev, ~/.ssh) and /tmp are emptyDirs."""
+    volumes = {v["name"]: v for v in deployment["spec"]["template"]["spec"]["volumes"]}
+    by_path = {m["mountPath"]: volumes[m["name"]] for m in container["volumeMounts"]}
+    home = env_of(container)["HOME"]
+    assert home == "/home/operator"
+    assert "emptyDir" in by_path[home]
+    assert "emptyDir" in by_path["/tmp"]
+
+
+def test_probes_use_kopfs_liveness_endpoint(container: dict[str, Any]) -> None:
+    """Startup, liveness and readiness probe the /healthz endpoint kopf serves at
+    TAOBREV_LIVENESS_ENDPOINT (read by controller/__main__.py), on the container's `health` port."""
+    cm = one(BASE / "config.yaml", "ConfigMap")
+    match = re.fullmatch(r"http://0\.0\.0\.0:(\d+)(/\S+)", cm["data"]["TAOBREV_LIVENESS_ENDPOINT"])
+    assert match
+    port, path = int(match[1]), match[2]
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    for probe in ("startupProbe", "livenessProbe", "readinessProbe"):
+        http = container[probe]["httpGet"]
+        assert http["path"] == path
+        assert ports[http["port"]] == port
+    # All namespaces: no TAOBREV_NAMESPACES restriction anywhere.
+    assert "TAOBREV_NAMESPACES" not in cm["data"]
+    assert "TAOBREV_NAMESPACES" not in env_of(container)
+
+
+def test_resources_have_requests_and_limits(container: dict[str, Any]) -> None:
+    assert set(container["resources"]["requests"]) == {"cpu", "memory"}
+    assert set(container["resources"]["limits"]) == {"cpu", "memory"}
+
+
+def test_image_is_pinned_to_the_package_version() -> None:
+    """The kustomize image tag is the package version, never `latest`."""
+    kustomization = yaml.safe_load((BASE / "kustomization.yaml").read_text())
+    (image,) = kustomization["images"]
+    version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
+    assert image["newTag"] == version
+    assert image["newTag"] != "latest"
+
+
+def test_settings_configmap_and_metrics_plumbing(container: dict[str, Any]) -> None:
+    """Env comes from the ConfigMap; the metrics port agrees across ConfigMap, container, Service
+    and ServiceMonitor; the ServiceMonitor keeps our namespace/instance labels (honorLabels)."""
+    cm = one(BASE / "config.yaml", "ConfigMap")
+    assert container["envFrom"] == [{"configMapRef": {"name": cm["metadata"]["name"]}}]
+    assert cm["data"]["TAOBREV_BREV_CREDENTIALS_SECRET"] == "taobrev-brev-credentials"
+    for value in cm["data"].values():
+        assert redact_text(value) == value, "no credential in the ConfigMap"
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports["metrics"] == int(cm["data"]["TAOBREV_METRICS_PORT"])
+    service = one(BASE / "service.yaml", "Service")
+    (svc_port,) = service["spec"]["ports"]
+    assert svc_port["targetPort"] == "metrics"
+    monitor = one(DEPLOY / "monitoring" / "servicemonitor.yaml", "ServiceMonitor")
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["port"] == svc_port["name"]
+    assert endpoint["honorLabels"] is True
+
+
+def test_kustomizations_list_existing_files_and_leave_examples_out() -> None:
+    """Every listed resource exists; deploy/examples (fake Secrets) is never applied."""
+    for path in (
+        DEPLOY / "kustomization.yaml",
+        BASE / "kustomization.yaml",
+        DEPLOY / "monitoring" / "kustomization.yaml",
+    ):
+        k = yaml.safe_load(path.read_text())
+        for entry in k.get("resources", []) + k.get("components", []):
+            assert (path.parent / entry).exists(), f"{path}: {entry}"
+            assert "examples" not in entry
+        for gen in k.get("configMapGenerator", []):
+            for f in gen["files"]:
+                assert (path.parent / f.split("=", 1)[-1]).exists()
+
+
+def test_example_secrets_are_clearly_fake() -> None:
+    """Every value in deploy/examples is marked FAKE."""
+    for path in (DEPLOY / "examples").glob("*.yaml"):
+        for doc in load_all(path):
+            assert doc["kind"] == "Secret"
+            for value in doc["stringData"].values():
+                assert "FAKE" in value, f"{path.name}: {value!r}"
+
+
+# -- alerts and dashboard reference real metrics ---------------------------------------------------
+
+
+def exposed_metric_names() -> set[str]:
+    """Every sample name a fully exercised Recorder exposes (bucket/sum/count/total included)."""
+    registry = CollectorRegistry()
+    rec = Recorder(registry)
+    rec.phase_changed("n", "j", "Pending", "Running", 1.0, timeout_seconds=10)
+    rec.job_state("n", "j", phase="Running", timeout_seconds=10, outcome="Failed")
+    rec.outcome("Failed", "X")
+    rec.brev_call("ls", "ok", 0.1)
+    rec.reconcile_error("X")
+    rec.reconcile_duration(0.1)
+    rec.instance_uptime("n", "j", "i", 1.0)
+    rec.exit_to_teardown(1.0)
+    return {
+        s.name for f in text_string_to_metric_families(generate_latest(registry).decode()) for s in f.samples
+    }
+
+
+def test_alerts_and_dashboard_only_use_exposed_metrics() -> None:
+    """A renamed metric cannot silently break an alert or a panel."""
+    names = exposed_metric_names()
+    rule = one(DEPLOY / "monitoring" / "prometheusrule.yaml", "PrometheusRule")
+    exprs = [r["expr"] for g in rule["spec"]["groups"] for r in g["rules"]]
+    dashboard = json.loads((DEPLOY / "monitoring" / "dashboards" / "taobrev-operator.json").read_text())
+    panels = [p for p in dashboard["panels"] if p["type"] != "row"]
+    exprs += [t["expr"] for p in panels for t in p["targets"]]
+    used = {m for e in exprs for m in re.findall(r"\btaobrev_[a-z_]+", e)}
+    assert used, "no metric referenced"
+    assert used <= names, used - names
+    alerts = {r["alert"] for g in rule["spec"]["groups"] for r in g["rules"]}
+    assert {"TaoBrevJobStuckInPhase", "TaoBrevInstanceLeftRunning", "TaoBrevCliErrorRateHigh"} <= alerts
+
+
+def test_test_crds_cover_the_monitoring_kinds() -> None:
+    """tests/data/prometheus-operator-crds.yaml defines the kinds deploy/monitoring applies."""
+    crds = load_all(REPO / "tests" / "data" / "prometheus-operator-crds.yaml")
+    kinds = {(c["spec"]["group"], c["spec"]["names"]["kind"]) for c in crds}
+    used = {
+        (d["apiVersion"].split("/")[0], d["kind"])
+        for f in (DEPLOY / "monitoring").glob("*.yaml")
+        if f.name != "kustomization.yaml"
+        for d in load_all(f)
+    }
+    assert used <= kinds
