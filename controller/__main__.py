@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 
 import kopf
 
@@ -25,4 +24,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from controller.brev.client import BrevClient
-from controller.brev.workload import Workload
+from controller.brev.workload import ContainerNotFound, Workload, WorkloadSettings
 from controller.directory import InstanceDirectory
 from controller.errors import PermanentError, TaoBrevError, TransientError
 from controller.models import SPEC_MOUNT_PATH, TaoBrevJobSpec
@@ -34,6 +34,8 @@ from controller.steps import (
 )
 
 LOG_TAIL_LINES = 20
+# Reported as the exit code when a container we were stopping does not exist (never started).
+CONTAINER_MISSING_EXIT = -1
 
 
 @dataclass(frozen=True)
@@ -76,16 +78,19 @@ class ActionRunner:
         *,
         max_concurrent_calls: int,
         max_concurrent_waits: int,
+        exec_timeout: float = 900.0,
+        pull_timeout: float = 3600.0,
     ) -> None:
         self._brev = brev
         self._directory = directory
+        self._wl_settings = WorkloadSettings(probe_timeout=exec_timeout, pull_timeout=pull_timeout)
         # Short calls share a tight bound; blocking waits (up to wait_timeout each) have their own,
         # so twenty running jobs cannot starve provisioning of the others.
         self._calls = asyncio.Semaphore(max_concurrent_calls)
         self._waits = asyncio.Semaphore(max_concurrent_waits)
 
     def _workload(self, instance: str, job: JobContext) -> Workload:
-        return Workload(self._brev, instance, job.job_id)
+        return Workload(self._brev, instance, job.job_id, settings=self._wl_settings)
 
     async def run(self, actions: Sequence[Action], job: JobContext, obs: Observation) -> Observation:
         for action in actions:
@@ -157,7 +162,15 @@ class ActionRunner:
 
     async def _wait(self, action: WaitForExit, job: JobContext, obs: Observation) -> Observation:
         wl = self._workload(action.instance, job)
-        code = await wl.wait_exit(action.timeout_seconds)
+        try:
+            code = await wl.wait_exit(int(action.timeout_seconds))
+        except ContainerNotFound:
+            if not action.start_if_missing:
+                # Stopping a container that is not there: nothing will ever exit; say so.
+                return obs.with_(exit_code=CONTAINER_MISSING_EXIT)
+            # Crashed between writing containerStartedAt and `docker run`: start it (idempotent).
+            await self._start(wl, job)
+            return obs.with_(exit_code=None, container_started=True)
         tail: tuple[str, ...] = ()
         if code is not None:
             tail = tuple(await wl.logs(LOG_TAIL_LINES))

@@ -77,6 +77,7 @@ def build(settings: Settings, events: EventSink) -> App:
         max_concurrent_calls=settings.max_concurrent_brev_calls,
         max_concurrent_waits=settings.max_concurrent_waits,
         exec_timeout=settings.exec_timeout,
+        pull_timeout=settings.pull_timeout,
     )
     reconciler = Reconciler(
         kube=kube,

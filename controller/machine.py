@@ -425,7 +425,7 @@ def _running(p: _Pass) -> None:
         # Canceled or timed out while running: stop it; the exit is picked up by the wait.
         if not p.obs.container_stopped:
             p.actions.append(StopContainer(p.instance))
-        p.actions.append(WaitForExit(p.instance, timeout_seconds=p.tun.wait_timeout))
+        p.actions.append(WaitForExit(p.instance, timeout_seconds=p.tun.wait_timeout, start_if_missing=False))
         p.requeue = 0.0
         return
     # A bounded blocking wait: returns as soon as the container exits, costs one brev call per

@@ -682,11 +682,17 @@ class TaoBrevJobStatus(_StatusModel):
     create_requested_at: AwareDatetime | None = Field(
         default=None, description="When `brev create` was sent."
     )
+    start_requested_at: AwareDatetime | None = Field(
+        default=None, description="When `brev start` was sent for a STOPPED reused instance."
+    )
     container_started_at: AwareDatetime | None = Field(
         default=None, description="When the container started."
     )
     container_exited_at: AwareDatetime | None = Field(default=None, description="When the container exited.")
     uploaded_at: AwareDatetime | None = Field(default=None, description="When the results upload finished.")
+    cleaned_up_at: AwareDatetime | None = Field(
+        default=None, description="When the container and the job's files (secrets) were removed."
+    )
     delete_requested_at: AwareDatetime | None = Field(
         default=None, description="When `brev delete` was sent."
     )

@@ -141,7 +141,7 @@ class Reconciler:
                 generation=ref.generation,
                 tunables=self._tunables,
             )
-            await self._write(ref, status, decision, bound)
+            await self._write(ref, status, decision, bound, spec)
             status = decision.status
             if not decision.actions:
                 break
@@ -171,7 +171,7 @@ class Reconciler:
                     generation=ref.generation,
                     tunables=self._tunables,
                 )
-                await self._write(ref, status, decision, bound)
+                await self._write(ref, status, decision, bound, spec)
                 status = decision.status
                 break
         assert decision is not None
@@ -245,7 +245,12 @@ class Reconciler:
         return None
 
     async def _write(
-        self, ref: JobRef, old: Mapping[str, Any], decision: Decision, bound: Any
+        self,
+        ref: JobRef,
+        old: Mapping[str, Any],
+        decision: Decision,
+        bound: Any,
+        spec: TaoBrevJobSpec | None = None,
     ) -> None:
         new = decision.status
         for note in decision.events:
@@ -254,6 +259,25 @@ class Reconciler:
             await self._kube.patch_status(ref.namespace, ref.name, new)
             self._written[ref.uid] = dict(new)
         self._account(ref, old, new, bound)
+        if new.get("phase"):
+            self._gauges(ref, new, spec)
+
+    def _gauges(self, ref: JobRef, status: Mapping[str, Any], spec: TaoBrevJobSpec | None) -> None:
+        """Per-job gauges follow status on every pass (also right after an operator restart)."""
+        phase = Phase(str(status["phase"]))
+        entered = _parse((status.get("phaseTimes") or {}).get(str(phase)))
+        finished = _parse(status.get("finishedAt"))
+        self._recorder.job_state(
+            ref.namespace,
+            ref.name,
+            phase=str(phase),
+            entered_at=entered.timestamp() if entered else None,
+            timeout_seconds=(
+                machine.phase_timeout(spec, phase) if spec is not None and not finished else None
+            ),
+            outcome=str(status["outcome"]) if status.get("outcome") else None,
+            ended_at=finished.timestamp() if finished else None,
+        )
 
     def _account(self, ref: JobRef, old: Mapping[str, Any], new: Mapping[str, Any], bound: Any) -> None:
         old_phase, new_phase = old.get("phase"), new.get("phase")

@@ -92,6 +92,8 @@ class StartContainer:
 class WaitForExit:
     instance: str
     timeout_seconds: float
+    # While running normally a missing container is (re)started; while stopping it is not.
+    start_if_missing: bool = True
 
 
 @dataclass(frozen=True)

@@ -317,14 +317,18 @@ def unwrap_exec(stdout: str, marker: str, instance: str) -> tuple[int, str] | No
 
 def strip_preamble(text: str, instance: str) -> str:
     """Drop the lines brev itself prints on stdout before the remote output: token warnings and,
-    for a STOPPED instance it auto-starts, `Instance <name> is starting.`."""
-    prefixes = (*_STRAY_PREFIXES, f"Instance {instance} is starting")
+    for a STOPPED instance it auto-starts, `Instance <name> is starting. ` plus a blank line."""
+    starting = f"Instance {instance} is starting"
     while True:
         first, sep, rest = text.partition("\n")
-        if sep and first.startswith(prefixes):
+        if not sep:
+            return text
+        if first.startswith(_STRAY_PREFIXES):
             text = rest
-            continue
-        return text
+        elif first.startswith(starting):
+            text = rest[1:] if rest.startswith("\n") else rest
+        else:
+            return text
 
 
 def remote_path_expr(path: str) -> str:
@@ -589,6 +593,7 @@ class BrevCLI:
         )
         self._runner = Runner(base, recorder=recorder, agent=self._agent)
         self._login_lock = asyncio.Lock()
+        self._ensure_lock = asyncio.Lock()
         self._login_generation = 0
         self._logged_in = False
         self._create_flags: frozenset[str] | None = None
@@ -642,19 +647,21 @@ class BrevCLI:
         log.info("brev_credentials_written", kind="api_key" if creds.api_key else "token")
 
     async def ensure_login(self) -> None:
+        """Write the credentials file, then verify it with `brev ls --json` (once per client)."""
         if self._logged_in:
             return
         self.check_environment()
-        async with self._login_lock:
+        async with self._ensure_lock:  # concurrent first calls log in once
             if self._logged_in:
                 return
-            await self._write_credentials()
-        # Verify with a cheap authenticated call (re-logs in once on an auth failure).
-        result = await self._call([self._settings.binary, "ls", "--json"], "ls", self._settings.timeouts.ls)
-        if result.returncode != 0:
-            raise generic_error("ls", "", result)
-        parse_instances(result.stdout)
-        self._logged_in = True
+            async with self._login_lock:
+                await self._write_credentials()
+            argv = [self._settings.binary, "ls", "--json"]
+            result = await self._call(argv, "ls", self._settings.timeouts.ls)
+            if result.returncode != 0:
+                raise generic_error("ls", "", result)
+            parse_instances(result.stdout)
+            self._logged_in = True
 
     def _auth_error(self, verb: str, result: RunResult) -> BrevAuthError:
         hint = "check the API key and org id in the Brev credentials Secret"
@@ -843,6 +850,10 @@ class BrevCLI:
         status, stdout = unwrapped
         return ExecResult(exit_code=status, stdout=stdout, stderr=result.stderr)
 
+    @property
+    def _ssh_config(self) -> Path:
+        return self._settings.home / ".ssh" / "config"
+
     def _ssh_argv(self, instance: str, command: str) -> list[str]:
         return [
             self._settings.ssh_binary,
@@ -854,7 +865,7 @@ class BrevCLI:
             # brev refresh writes (and includes) the alias here; name it so ssh does not depend
             # on the passwd home matching $HOME.
             "-F",
-            str(self._settings.home / ".ssh" / "config"),
+            str(self._ssh_config),
             instance,
             command,
         ]
@@ -874,6 +885,8 @@ class BrevCLI:
         except ValueError as exc:
             raise SpecError(f"cannot write remote file: {exc}") from exc
         await self.ensure_login()
+        if not self._ssh_config.is_file():
+            await self.refresh()  # writes ~/.ssh/config (Include) and ~/.brev/ssh_config
         argv = self._ssh_argv(instance, command)
         result = await self._runner.run(argv, verb="ssh_put", timeout=timeout, stdin=content)
         if result.returncode == 255 and "Could not resolve hostname" in result.stderr:

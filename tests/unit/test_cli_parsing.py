@@ -262,7 +262,8 @@ def test_commands_starting_with_at_or_empty_are_refused() -> None:
         ("\nMARK 3\ninst\n", (3, "")),
         ("no newline at end\nMARK 1\ninst\n", (1, "no newline at end")),
         ("no oauth found for token\nreal\n\nMARK 0\ninst\n", (0, "real\n")),
-        ("Instance inst is starting. \nout\n\nMARK 0\ninst\n", (0, "out\n")),
+        ("Instance inst is starting. \n\nout\n\nMARK 0\ninst\n", (0, "out\n")),
+        ("Instance inst is starting. \n\n\nMARK 0\ninst\n", (0, "")),
         # The command printed a fake sentinel of another call: only the last real one counts.
         ("x\nOTHER 5\n\nMARK 0\ninst\n", (0, "x\nOTHER 5\n")),
         ("ok\n\nMARK 0\n", (0, "ok\n")),

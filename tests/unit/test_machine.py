@@ -388,3 +388,17 @@ def test_every_transition_is_declared() -> None:
         assert src not in dsts
     assert machine.TRANSITIONS[Phase.DELETED] == frozenset()
     assert Outcome.SUCCEEDED == "Succeeded"
+
+
+def test_every_status_field_the_machine_writes_is_declared_in_the_crd_status() -> None:
+    """The API server prunes undeclared status fields: a field missing from the model would be
+    silently lost and break crash recovery."""
+    from controller.models import TaoBrevJobStatus
+
+    declared = {f.alias or n for n, f in TaoBrevJobStatus.model_fields.items()}
+    written: set[str] = set()
+    for world, spec_ in ((World(exit_code=0), spec()), (World(exit_code=None, run_passes=1000), spec())):
+        history, _ = drive(spec_, world, delete_in=Phase.RUNNING if world.exit_code is None else None)
+        for s in history:
+            written |= set(s)
+    assert written - declared == set()

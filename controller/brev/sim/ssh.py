@@ -10,7 +10,6 @@ them, so a backgrounded job that keeps them open hangs the caller (brev-cli.md #
 from __future__ import annotations
 
 import contextlib
-import contextlib
 import hashlib
 import os
 import signal

@@ -1,0 +1,155 @@
+"""Run the operator as a separate process against the local stack, the way it runs in a cluster.
+
+It authenticates with a ServiceAccount token from the TokenRequest API, bound only to the RBAC in
+deploy/base, read from a non-default path (TAOBREV_KUBE_TOKEN_PATH), exactly like the Deployment's
+projected token. Its only link to the Brev simulator is PATH (and HOME, the brev CLI's state).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from controller.brev.sim.harness import BrevSim
+from controller.devenv.controlplane import ControlPlane, free_port
+
+REPO = Path(__file__).resolve().parents[2]
+OPERATOR_NAMESPACE = "taobrev-system"
+SERVICE_ACCOUNT = "taobrev-operator"
+BREV_SECRET = "taobrev-brev-credentials"
+
+# Fast but realistic timing for a simulator running at a high speed factor.
+FAST_SETTINGS: Mapping[str, str] = {
+    "TAOBREV_POLL_INTERVAL": "0.5",
+    "TAOBREV_LISTING_MAX_AGE": "0.3",
+    "TAOBREV_CREATE_SETTLE": "5",
+    "TAOBREV_BACKOFF_MAX": "5",
+    "TAOBREV_WAIT_TIMEOUT": "30",
+}
+
+
+def install_operator_identity(cp: ControlPlane, sim: BrevSim) -> None:
+    """deploy/base (namespace, ServiceAccount, RBAC, Deployment, Service) + the Brev Secret."""
+    cp.kubectl("apply", "-k", str(REPO / "deploy" / "base"))
+    # Through stdin: the key never appears in an argv.
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": BREV_SECRET, "namespace": OPERATOR_NAMESPACE},
+        "stringData": {"api-key": sim.API_KEY, "org-id": sim.ORG_ID},
+    }
+    cp.kubectl("apply", "-f", "-", input=json.dumps(secret))
+
+
+@dataclass
+class OperatorProcess:
+    cp: ControlPlane
+    sim: BrevSim
+    workdir: Path
+    extra_env: Mapping[str, str] = field(default_factory=dict)
+    proc: subprocess.Popen[bytes] | None = None
+    metrics_port: int = 0
+    health_port: int = 0
+    starts: int = 0
+
+    @property
+    def log_path(self) -> Path:
+        return self.workdir / "operator.log"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
+
+    def _write_token(self) -> Path:
+        token = self.cp.service_account_token(OPERATOR_NAMESPACE, SERVICE_ACCOUNT, duration="2h")
+        path = self.workdir / "kube" / "token"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(token)
+        path.chmod(0o600)
+        return path
+
+    def env(self) -> dict[str, str]:
+        base = {k: v for k, v in os.environ.items() if not k.startswith(("TAOBREV_", "KUBECONFIG"))}
+        env = self.sim.env(base)
+        env.update(FAST_SETTINGS)
+        env.update(
+            {
+                "TAOBREV_KUBE_TOKEN_PATH": str(self._write_token()),
+                "TAOBREV_KUBE_CA_PATH": str(self.cp.ca_file),
+                "TAOBREV_KUBE_SERVER": self.cp.server,
+                "TAOBREV_OPERATOR_NAMESPACE": OPERATOR_NAMESPACE,
+                "TAOBREV_METRICS_HOST": "127.0.0.1",
+                "TAOBREV_METRICS_PORT": str(self.metrics_port),
+                "TAOBREV_LIVENESS_ENDPOINT": f"http://127.0.0.1:{self.health_port}/healthz",
+                "TAOBREV_LOG_JSON": "true",
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
+        # No KUBECONFIG and no default-path token: the explicit token path is the only way in.
+        env.update(self.extra_env)
+        return env
+
+    def start(self, timeout: float = 60) -> OperatorProcess:
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.metrics_port = self.metrics_port or free_port()
+        self.health_port = self.health_port or free_port()
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "controller"],
+            cwd=REPO,
+            env=self.env(),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        self.starts += 1
+        self._wait_healthy(timeout)
+        return self
+
+    def _wait_healthy(self, timeout: float) -> None:
+        url = f"http://127.0.0.1:{self.health_port}/healthz"
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"operator exited with {self.proc.returncode}:\n{self.log_tail()}")
+            try:
+                with urllib.request.urlopen(url, timeout=2) as resp:
+                    if resp.status == 200:
+                        return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"operator not healthy after {timeout}s:\n{self.log_tail()}")
+
+    def kill(self) -> None:
+        """SIGKILL: no cleanup handlers run, as in an OOM kill or a node loss."""
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+
+    def stop(self, timeout: float = 20) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+
+    def log_tail(self, lines: int = 60) -> str:
+        if not self.log_path.exists():
+            return ""
+        return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    def log_text(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
