@@ -8,13 +8,14 @@ as an `ActionFailure` for decide() to judge (transient: retry with backoff; perm
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from controller.brev.client import BrevClient
 from controller.brev.workload import ContainerNotFound, Workload, WorkloadSettings
 from controller.directory import InstanceDirectory
-from controller.errors import PermanentError, TaoBrevError, TransientError
+from controller.errors import InstanceNotFound, PermanentError, TaoBrevError, TransientError
 from controller.models import SPEC_MOUNT_PATH, TaoBrevJobSpec
 from controller.steps import (
     Action,
@@ -65,7 +66,9 @@ def _env_file(pairs: Sequence[tuple[str, bytes]]) -> bytes:
     lines = []
     for key, value in pairs:
         if b"\n" in value or b"\r" in value:
-            raise PermanentError(f"the Secret value for {key} contains a newline, which an env file cannot hold")
+            raise PermanentError(
+                f"the Secret value for {key} contains a newline, which an env file cannot hold"
+            )
         lines.append(key.encode() + b"=" + value)
     return b"\n".join(lines) + b"\n"
 
@@ -113,7 +116,9 @@ class ActionRunner:
         async with self._calls:
             return await self._short(action, job, obs)
 
-    async def _short(self, action: Action, job: JobContext, obs: Observation) -> Observation:
+    async def _short(  # noqa: PLR0911 - one return per action kind
+        self, action: Action, job: JobContext, obs: Observation
+    ) -> Observation:
         match action:
             case CreateInstance(request=req):
                 await self._brev.create_instance(req)
@@ -150,12 +155,8 @@ class ActionRunner:
                         raise
                 return obs.with_(cleaned=True)
             case DeleteInstance(name=name):
-                from controller.errors import InstanceNotFound
-
-                try:
+                with contextlib.suppress(InstanceNotFound):  # already gone: what we wanted
                     await self._brev.delete_instance(name)
-                except InstanceNotFound:
-                    pass  # already gone: what we wanted
                 self._directory.invalidate()
                 return obs.with_(delete_requested=True)
         raise AssertionError(f"unhandled action {action!r}")

@@ -7,6 +7,7 @@ tests build the same graph with their own pieces.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import structlog
@@ -102,8 +103,6 @@ async def start(app: App) -> None:
 
 
 def _package_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
     try:
         return version("taobrev-operator")
     except PackageNotFoundError:

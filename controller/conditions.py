@@ -43,7 +43,9 @@ def derive(
         _cond(READY, finished and succeeded, "Succeeded" if finished and succeeded else reason, message),
         _cond(RECONCILING, not finished, phase if not finished else "Finished", message),
         _cond(STALLED, finished and not succeeded, reason if finished and not succeeded else "None", message),
-        _cond(SUCCEEDED, None if not outcome else succeeded, reason if outcome else "RunNotFinished", message),
+        _cond(
+            SUCCEEDED, None if not outcome else succeeded, reason if outcome else "RunNotFinished", message
+        ),
         _cond(
             INSTANCE_RELEASED,
             finished,

@@ -300,7 +300,9 @@ def _instance_gone_or_failed(p: _Pass) -> bool:
         p.end_run(Outcome.FAILED, R_INSTANCE_LOST, f"instance {p.instance} disappeared during {p.phase}")
         return True
     if inst.status == FAILURE:
-        p.end_run(Outcome.FAILED, R_INSTANCE_FAILED, f"instance {p.instance} went to FAILURE during {p.phase}")
+        p.end_run(
+            Outcome.FAILED, R_INSTANCE_FAILED, f"instance {p.instance} went to FAILURE during {p.phase}"
+        )
         return True
     return False
 
@@ -315,7 +317,9 @@ def _provisioning(p: _Pass) -> None:
     if inst is not None:
         p.s["gpu"] = inst.gpu
         if inst.status == RUNNING:
-            p.enter(Phase.WAITING_EXEC, f"instance {p.instance} is RUNNING; waiting until it accepts commands")
+            p.enter(
+                Phase.WAITING_EXEC, f"instance {p.instance} is RUNNING; waiting until it accepts commands"
+            )
             p.actions.append(ProbeExec(p.instance))
         elif inst.status == FAILURE:
             p.end_run(Outcome.FAILED, R_INSTANCE_FAILED, f"instance {p.instance} went to FAILURE")
@@ -537,7 +541,9 @@ def _instance_released(p: _Pass) -> bool:
         p.events.append(EventNote("Normal", "InstanceDeleteRequested", f"brev delete {p.instance}"))
         return False
     if p.timed_out():
-        p.s["message"] = f"instance {p.instance} still exists {int(p.phase_age())}s after delete; still trying"
+        p.s["message"] = (
+            f"instance {p.instance} still exists {int(p.phase_age())}s after delete; still trying"
+        )
         p.requeue = p.tun.backoff_max
     return False
 

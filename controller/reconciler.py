@@ -17,7 +17,7 @@ from typing import Any, Protocol
 import structlog
 from pydantic import ValidationError
 
-from controller import machine
+from controller import conditions, machine
 from controller.actions import ActionRunner, JobContext, JobSecrets
 from controller.directory import InstanceDirectory
 from controller.errors import MissingSecretError, PermanentError, SpecError
@@ -146,7 +146,9 @@ class Reconciler:
             if not decision.actions:
                 break
             job = JobContext(ref.namespace, ref.name, str(status.get("jobId")), spec, secrets)
-            bound.debug("acting", phase=status.get("phase"), actions=[type(a).__name__ for a in decision.actions])
+            bound.debug(
+                "acting", phase=status.get("phase"), actions=[type(a).__name__ for a in decision.actions]
+            )
             after = await self._runner.run(decision.actions, job, obs.with_(failure=None))
             if after.failure is not None:
                 self._recorder.reconcile_error(after.failure.reason)
@@ -237,9 +239,9 @@ class Reconciler:
         status.setdefault("phase", str(Phase.PENDING))
         status["phase"] = str(Phase.DELETED)
         status["finishedAt"] = obs.now.strftime("%Y-%m-%dT%H:%M:%SZ")
-        from controller import conditions
-
-        status["conditions"] = conditions.derive(status, status.get("conditions") or [], ref.generation, obs.now)
+        status["conditions"] = conditions.derive(
+            status, status.get("conditions") or [], ref.generation, obs.now
+        )
         decision = Decision(status=status, events=(EventNote("Warning", err.reason, str(err)),))
         await self._write(ref, dict(ref.status), decision, log)
         return None
@@ -313,7 +315,8 @@ def _comparable(status: Mapping[str, Any]) -> dict[str, Any]:
     # plus each condition's status/reason/message, so an unchanged pass writes nothing.
     out = {k: v for k, v in status.items() if k != "conditions"}
     out["conditions"] = [
-        (c.get("type"), c.get("status"), c.get("reason"), c.get("message")) for c in status.get("conditions") or []
+        (c.get("type"), c.get("status"), c.get("reason"), c.get("message"))
+        for c in status.get("conditions") or []
     ]
     return out
 

@@ -34,12 +34,17 @@ class Settings(BaseModel):
     # --- timing (seconds)
     poll_interval: float = Field(5.0, gt=0, le=300, description="re-observe period while waiting on brev")
     wait_timeout: float = Field(
-        30.0, ge=1, le=300, description="bounded `docker wait` per brev call (<= 1 call per this while running)"
+        30.0,
+        ge=1,
+        le=300,
+        description="bounded `docker wait` per brev call (<= 1 call per this while running)",
     )
     listing_max_age: float = Field(10.0, ge=0, le=300, description="how stale the shared `brev ls` may be")
     create_settle: float = Field(120.0, ge=0, le=3600, description="grace for an ambiguous create to appear")
     backoff_max: float = Field(60.0, ge=1, le=3600, description="cap of the transient-error backoff")
-    exec_timeout: float = Field(900.0, ge=60, description="timeout of one brev exec (first exec needs >= 600 s)")
+    exec_timeout: float = Field(
+        900.0, ge=60, description="timeout of one brev exec (first exec needs >= 600 s)"
+    )
     pull_timeout: float = Field(3600.0, ge=60, description="timeout of the registry login + pull step")
     # --- kubernetes access (the pod's token is mounted away from the default path; see deploy/)
     kube_token_path: Path | None = Field(None, description="bearer token file (projected, rotated)")
@@ -68,7 +73,9 @@ class Settings(BaseModel):
             value = env.get(PREFIX + name.upper())
             if value is None or value == "":
                 continue
-            raw[name] = tuple(v.strip() for v in value.split(",") if v.strip()) if name == "namespaces" else value
+            raw[name] = (
+                tuple(v.strip() for v in value.split(",") if v.strip()) if name == "namespaces" else value
+            )
         try:
             return cls.model_validate(raw)
         except ValidationError as exc:

@@ -216,7 +216,16 @@ class Workload:
     def _aws(
         self, args: Sequence[str], mounts: Sequence[str], endpoint: str | None, region: str | None
     ) -> str:
-        parts = ["docker", "run", "--rm", "--env-file", self._path(f"secrets/{S3_ENV_FILE}")]
+        # AWS_PAGER= : aws-cli v2 would otherwise try to page its output through `less`.
+        parts = [
+            "docker",
+            "run",
+            "--rm",
+            "--env-file",
+            self._path(f"secrets/{S3_ENV_FILE}"),
+            "-e",
+            "AWS_PAGER=",
+        ]
         for mount in mounts:
             parts += ["-v", mount]
         parts.append(shlex.quote(self.settings.aws_cli_image))

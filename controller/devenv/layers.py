@@ -118,7 +118,11 @@ def check_file(path: Path, rel: str) -> list[Violation]:
         names = list(_imported_names(node, rel))
         for prefix, why in rules:
             hit = next(
-                (n for n in names if _matches(n, prefix) and not any(_matches(n, ok) for ok in PURE_IMPORTABLE)),
+                (
+                    n
+                    for n in names
+                    if _matches(n, prefix) and not any(_matches(n, ok) for ok in PURE_IMPORTABLE)
+                ),
                 None,
             )
             if hit is not None:

@@ -24,7 +24,7 @@ from controller.devenv.controlplane import ControlPlane, free_port
 REPO = Path(__file__).resolve().parents[2]
 OPERATOR_NAMESPACE = "taobrev-system"
 SERVICE_ACCOUNT = "taobrev-operator"
-BREV_SECRET = "taobrev-brev-credentials"
+BREV_SECRET = "taobrev-brev-credentials"  # noqa: S105 - a Secret's name, not a value
 
 # Fast but realistic timing for a simulator running at a high speed factor.
 FAST_SETTINGS: Mapping[str, str] = {

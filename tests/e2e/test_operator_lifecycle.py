@@ -16,7 +16,10 @@ PHASES = ["Pending", "Provisioning", "WaitingExec", "Pulling", "Running", "Uploa
 
 def phase_order(status: dict[str, Any]) -> list[str]:
     times = status.get("phaseTimes") or {}
-    return [p for p, _ in sorted(times.items(), key=lambda kv: (datetime.fromisoformat(kv[1]), PHASES.index(kv[0])))]
+    return [
+        p
+        for p, _ in sorted(times.items(), key=lambda kv: (datetime.fromisoformat(kv[1]), PHASES.index(kv[0])))
+    ]
 
 
 def s3_keys(stack: Stack, prefix: str) -> dict[str, int]:
@@ -61,3 +64,57 @@ def test_happy_path_ephemeral_instance_walks_every_phase_uploads_and_deletes(sta
     for secret in SECRET_VALUES:
         assert secret not in argv_text
         assert secret not in log_text
+
+
+def test_reused_instance_is_neither_created_nor_deleted_and_the_container_is_removed(stack: Stack) -> None:
+    stack.sim.add_instance("shared-l40s", status="RUNNING", ssh_ready=True, gpu="L40S")
+    stack.apply(stack.job_manifest("reuse", instance={"reuse": {"name": "shared-l40s"}}))
+    status = stack.wait_finished("reuse")
+
+    assert status["outcome"] == "Succeeded" and status["instanceCreated"] is False
+    assert status["instanceName"] == "shared-l40s" and status["gpu"]
+    assert stack.sim.created_count() == 0
+    assert [i["name"] for i in stack.live_instances()] == ["shared-l40s"]
+    assert not any(
+        c.argv[:2] == ["brev", "delete"] or c.argv[1:2] == ["delete"]
+        for c in stack.sim.calls()
+        if c.program == "brev"
+    )
+    # The container and the job directory (with its secret files) are gone from the instance.
+    assert stack.sim.containers("shared-l40s") == [] or all(
+        c.get("name") != status["jobId"] for c in stack.sim.containers("shared-l40s")
+    )
+    assert not (stack.sim.instance_files("shared-l40s") / "taobrev" / status["jobId"]).exists()
+
+
+def test_non_zero_training_exit_uploads_logs_and_partial_results_deletes_and_fails(stack: Stack) -> None:
+    stack.apply(stack.job_manifest("crash", simulation={"epochs": 4, "fail_at_epoch": 2, "exit_code": 3}))
+    status = stack.wait_finished("crash")
+
+    assert status["outcome"] == "Failed" and status["reason"] == "TrainingFailed"
+    assert status["exitCode"] == 3 and "3" in status["message"]
+    keys = s3_keys(stack, "crash/")
+    assert any(k.startswith("crash/logs/") for k in keys), keys
+    assert any(k.startswith("crash/results/") for k in keys), "partial results (epoch 1 checkpoint) uploaded"
+    assert status["lastLogLines"], "the tail of the container log is kept in status"
+    assert stack.live_instances() == [] and stack.sim.created_count() == 1
+    assert cond(status, "Stalled") == "True" and cond(status, "Succeeded") == "False"
+
+
+def test_deleting_the_job_while_running_cancels_uploads_and_tears_down(stack: Stack) -> None:
+    stack.apply(stack.job_manifest("cancel", simulation={"epochs": 50, "epoch_seconds": 200}))
+    stack.wait_for("cancel", lambda o: (o or {}).get("status", {}).get("phase") == "Running", "Running")
+    stack.kubectl("delete", "tbj", "cancel", "-n", stack.namespace, "--wait=false")
+    # Observed through the status the operator writes while the finalizer holds the object.
+    last: dict[str, Any] = {}
+
+    def remember(o: dict[str, Any] | None) -> bool:
+        if o is not None:
+            last.update(o.get("status") or {})
+        return o is None
+
+    stack.wait_for("cancel", remember, "the canceled job to be torn down and released")
+    assert last["outcome"] == "Canceled" and last.get("uploadedAt")
+    keys = s3_keys(stack, "cancel/")
+    assert any(k.startswith("cancel/logs/") for k in keys), (keys, last.get("results"))
+    assert stack.live_instances() == []

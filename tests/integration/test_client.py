@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pytest
 import structlog
@@ -29,8 +29,10 @@ from controller.errors import (
     BrevAuthError,
     BrevPermanentError,
     BrevTransientError,
+    EntitlementError,
     InstanceNotFound,
     SpecError,
+    TransientError,
 )
 from controller.versions import load_versions
 

@@ -171,8 +171,9 @@ def grants(rules: list[dict[str, Any]]) -> set[tuple[str, str, str]]:
 
 
 def test_operator_cluster_role_is_exactly_what_kopf_and_the_reconciler_use() -> None:
-    """The minimal set, verified against kopf 1.45.2 run --standalone --all-namespaces: no
-    wildcards, no namespaces, no peering resources, Events create only, CRDs list/watch only."""
+    """The minimal set, verified against kopf 1.45.2 run --standalone: no wildcards, no peering
+    resources, Events create only, CRDs list/watch only, namespaces list/watch (read-only, for
+    the namespace-restricted mode)."""
     assert grants(rules_of("ClusterRole", "taobrev-operator")) == {
         ("taobrev.io", "taobrevjobs", "get"),
         ("taobrev.io", "taobrevjobs", "list"),
@@ -183,6 +184,8 @@ def test_operator_cluster_role_is_exactly_what_kopf_and_the_reconciler_use() -> 
         ("", "events", "create"),
         ("apiextensions.k8s.io", "customresourcedefinitions", "list"),
         ("apiextensions.k8s.io", "customresourcedefinitions", "watch"),
+        ("", "namespaces", "list"),
+        ("", "namespaces", "watch"),
     }
 
 

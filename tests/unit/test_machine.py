@@ -213,7 +213,6 @@ def test_restart_after_create_adopts_the_existing_instance_instead_of_creating_a
 
 
 def test_an_ambiguous_create_is_retried_with_the_same_name_only_after_the_settle_time() -> None:
-    world = World(exit_code=0)
     status = {
         "phase": "Provisioning",
         "phaseTimes": {"Provisioning": "2026-11-29T12:00:00Z"},

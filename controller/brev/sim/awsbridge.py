@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,9 @@ def main(state: str, instance_id: str, mounts: list[dict[str, Any]], rootfs: str
             f"{fault if isinstance(fault, str) else 'internal error'}\n"
         )
         return 1
+    if _is_upload(argv):
+        # A large checkpoint takes a while to upload; nominal 0 unless a test stretches it.
+        time.sleep(store.delay("upload_s", 0.0))
     mapped = [host_path(mounts, rootfs, a) if a.startswith("/") else a for a in argv]
     env = dict(os.environ)
     # The container has no ~/.aws of its own; never read the host's.
