@@ -1,0 +1,96 @@
+"""Failure handling end to end: missing Secrets, registry entitlement, exec never ready, brev auth
+EOF, and the operator killed with SIGKILL in every phase."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.fixtures.operator import Stack
+
+
+def cond(status: dict[str, Any], ctype: str) -> dict[str, Any]:
+    return next(c for c in status.get("conditions", []) if c["type"] == ctype)
+
+
+def brev_calls(stack: Stack, verb: str) -> int:
+    return sum(1 for c in stack.sim.calls() if c.program == "brev" and verb in c.argv[1:2])
+
+
+def test_missing_secret_fails_before_any_instance_is_created(stack: Stack) -> None:
+    job = stack.job_manifest("nosecret")
+    job["spec"]["credentials"]["ngcApiKey"] = {"name": "does-not-exist"}
+    stack.apply(job)
+    status = stack.wait_finished("nosecret")
+    assert status["outcome"] == "Failed" and status["reason"] == "SecretNotFound"
+    assert "does-not-exist" in status["message"] and "spec.credentials.ngcApiKey" in status["message"]
+    assert cond(status, "Stalled")["status"] == "True"
+    assert stack.sim.created_count() == 0 and brev_calls(stack, "create") == 0
+
+
+def test_ngc_entitlement_failure_ends_the_job_at_once_and_deletes_the_instance(stack: Stack) -> None:
+    stack.sim.set_faults(ngc_entitlement=True)
+    stack.apply(stack.job_manifest("noentitlement"))
+    status = stack.wait_finished("noentitlement")
+    assert status["outcome"] == "Failed" and status["reason"] == "RegistryEntitlementFailed"
+    assert "Running" not in status["phaseTimes"], "never billed on into a run"
+    assert status["retries"] == 0, "a permanent error is not retried"
+    assert stack.live_instances() == []
+
+
+def test_instance_that_never_accepts_commands_times_out_in_waiting_exec(stack: Stack) -> None:
+    stack.sim.set_faults(exec_never_ready=True)
+    stack.apply(stack.job_manifest("neverready", timeouts={"waitingExecSeconds": 10}))
+    status = stack.wait_finished("neverready", timeout=120)
+    assert status["outcome"] == "Failed" and status["reason"] == "WaitingExecTimeout"
+    assert "10s" in status["message"] and "spec.timeouts" in status["message"]
+    assert stack.live_instances() == [] and stack.sim.created_count() == 1
+
+
+def test_brev_auth_eof_triggers_one_relogin_and_the_job_succeeds(stack: Stack) -> None:
+    stack.sim.set_faults(auth_eof_once=1)
+    stack.apply(stack.job_manifest("autheof"))
+    status = stack.wait_finished("autheof")
+    assert status["outcome"] == "Succeeded"
+    log = stack.operator.log_text()
+    assert log.count("brev_credentials_written") == 2, "initial login + exactly one re-login"
+
+
+# (phase to kill in, simulator faults that make that phase last a few seconds, extra job args)
+KILL_POINTS: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
+    ("Provisioning", {"deploy_s": 600}, {}),
+    ("WaitingExec", {"ssh_delay_s": 600}, {}),
+    ("Pulling", {"pull_seconds": 600}, {}),
+    ("Running", {}, {"simulation": {"epochs": 3, "epoch_seconds": 200}}),
+    ("Uploading", {"upload_s": 500}, {}),
+    ("Deleted", {"delete_s": 800}, {}),
+]
+
+
+@pytest.mark.parametrize(("phase", "faults", "job_args"), KILL_POINTS, ids=[k[0] for k in KILL_POINTS])
+def test_sigkill_in_each_phase_then_restart_finishes_with_exactly_one_instance(
+    stack: Stack, phase: str, faults: dict[str, Any], job_args: dict[str, Any]
+) -> None:
+    stack.sim.set_faults(**faults)
+    name = f"kill-{phase.lower()}"
+    stack.apply(stack.job_manifest(name, **job_args))
+
+    def in_phase(o: dict[str, Any] | None) -> bool:
+        st = (o or {}).get("status") or {}
+        if phase == "Provisioning":
+            return bool(st.get("createRequestedAt")) and st.get("phase") == phase
+        if phase == "Deleted":
+            return bool(st.get("deleteRequestedAt")) and not st.get("finishedAt")
+        return st.get("phase") == phase
+
+    stack.wait_for(name, in_phase, f"phase {phase}")
+    stack.operator.kill()
+    stack.sim.clear_faults()
+    stack.operator.start()
+    status = stack.wait_finished(name)
+
+    assert status["outcome"] == "Succeeded", status
+    assert stack.sim.created_count() == 1, "exactly one instance was ever created for the job"
+    assert stack.live_instances() == []
+    assert stack.operator.starts == 2
