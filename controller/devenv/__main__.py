@@ -15,7 +15,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from controller.devenv.controlplane import ControlPlane, ControlPlaneError, proc_memory_kib
 
@@ -103,8 +103,40 @@ class ControlPlaneComponent:
             cp.stop()
 
 
-# Started in this order, stopped in reverse.
-COMPONENTS: list[Component] = [ControlPlaneComponent()]
+class KeptDemoComponent:
+    """What ``demo --keep`` left running: its operator, S3 server and own control plane.
+
+    Only ``demo`` starts it; ``status`` and ``down`` find it through the ``demo.json`` the demo
+    writes, in ``<dir>/demo`` (the demo's default) or in ``<dir>`` itself (``demo --dir <dir>``).
+    """
+
+    name = "demo"
+
+    def _dirs(self, devenv_dir: Path) -> list[Path]:
+        return [d for d in (devenv_dir, devenv_dir / "demo") if (d / "demo.json").is_file()]
+
+    def up(self, devenv_dir: Path) -> list[str]:
+        return []  # `python -m controller.devenv demo --keep` starts it, with a job to run
+
+    def status(self, devenv_dir: Path) -> Status:
+        dirs = self._dirs(devenv_dir)
+        if not dirs:
+            # Nothing kept is the normal case, not a failure of the environment.
+            return Status(True, "none kept (`python -m controller.devenv demo --keep` keeps one)")
+        demo = _demo_module()
+        results = [demo.kept_status(d) for d in dirs]
+        return Status(
+            all(ok for ok, _ in results),
+            "; ".join(f"{d}: {text}" for d, (_, text) in zip(dirs, results, strict=True)),
+        )
+
+    def down(self, devenv_dir: Path) -> None:
+        for d in self._dirs(devenv_dir):
+            _demo_module().stop_kept(d)
+
+
+# Started in this order, stopped in reverse (the kept demo's operator before any control plane).
+COMPONENTS: list[Component] = [ControlPlaneComponent(), KeptDemoComponent()]
 
 
 def _up(devenv_dir: Path) -> int:
@@ -132,10 +164,13 @@ def _down(devenv_dir: Path) -> int:
     return 0
 
 
+def _demo_module() -> Any:
+    # The demo pulls in the simulator, the operator launcher and boto3: import it only when needed.
+    return importlib.import_module("controller.devenv.demo")
+
+
 def _demo(argv: list[str]) -> int:
-    # The demo module is written separately and pulls in more; import it only when asked for.
-    demo = importlib.import_module("controller.devenv.demo")
-    return int(demo.main(argv))
+    return int(_demo_module().main(argv))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -299,8 +299,8 @@ class Demo:
         bins = kubebuild.build()  # prints its own progress on a first (minutes-long) build
         self.out.step(
             "binaries",
-            f"kube-apiserver {versions.version}, etcd {versions.etcd_version} in {bins.kube_apiserver.parent} "
-            f"({time.monotonic() - began:.1f}s)",
+            f"kube-apiserver {versions.version}, etcd {versions.etcd_version} "
+            f"in {bins.kube_apiserver.parent} ({time.monotonic() - began:.1f}s)",
         )
         # --keep: the servers must outlive this process; otherwise they die with it, even on SIGKILL.
         cp = ControlPlane.start(self.dir / "controlplane", detach=self.opts.keep)
@@ -312,7 +312,9 @@ class Demo:
             cp.apply_crds(crd)
         self.out.step(
             "control plane",
-            f"{cp.server} ready in {cp.start_seconds:.1f}s; CRD {', '.join(c.name for c in crds)} Established",
+            f"{cp.server} ready in {cp.start_seconds:.1f}s "
+            f"(pids {', '.join(f'{n} {p}' for n, p in cp.pids.items())}); "
+            f"{', '.join(_short(c) for c in crds)} applied, CRD Established",
         )
         return cp
 
@@ -339,8 +341,8 @@ class Demo:
         total = sum(DATASET_FILES.values())
         self.out.step(
             "S3 (moto)",
-            f"{s3.endpoint_url}: buckets {', '.join(buckets)}; dataset {', '.join(staged)} "
-            f"({len(DATASET_FILES)} objects, {_human_bytes(total)} each)",
+            f"{s3.endpoint_url} (pid {s3.process.pid}): buckets {', '.join(buckets)}; "
+            f"dataset {', '.join(staged)} ({len(DATASET_FILES)} objects, {_human_bytes(total)})",
         )
 
     def start_simulator(self, s3: S3Server) -> BrevSim:
@@ -463,20 +465,21 @@ class Demo:
             phase = status.get("phase")
             if phase and phase not in shown_phases:
                 # A phase shorter than one poll is still shown: status.phaseTimes records it.
+                if shown_phases and shown_phases[-1] == "Running" and status.get("jobId"):
+                    self._print_log(log_lines, status)  # the last lines before the container exited
+                # A phase shorter than one poll is still shown: status.phaseTimes records it.
                 for missed in _phases_between(shown_phases, phase, status):
                     entered = status.get("phaseTimes", {}).get(missed, "?")
-                    out.line(f"  {'':>7}  {missed:<13} (entered at {entered}, between two polls)")
+                    out.line(f"  {'':>7}  {missed:<13} (entered at {entered}, shorter than one poll)")
                     shown_phases.append(missed)
                 shown_phases.append(phase)
                 last_message = status.get("message") or ""
-                instance = status.get("instanceName") or "-"
-                out.line(f"  +{now:5.1f}s  {phase:<13} {instance:<22} {last_message}")
+                out.line(f"  +{now:5.1f}s  {phase:<13} {_with_instance(last_message, status)}")
             elif phase and (status.get("message") or "") != last_message:
                 last_message = status.get("message") or ""
-                out.line(f"  +{now:5.1f}s  {'':<13} {'':<22} {last_message}")
-            if phase == "Running" and status.get("jobId") and status.get("instanceName"):
-                for text in log_lines.new_lines(status["instanceName"], status["jobId"]):
-                    out.line(f"  {'':>7}  {'':<13} | {text}")
+                out.line(f"  +{now:5.1f}s  {'':<13} {_with_instance(last_message, status)}")
+            if phase == "Running" and status.get("jobId"):
+                self._print_log(log_lines, status)
             if status.get("finishedAt"):
                 break
             proc = self.operator.proc
@@ -494,10 +497,16 @@ class Demo:
             time.sleep(POLL_S)
         tail = status.get("lastLogLines") or []
         if tail:
-            out.line(f"  {'':>7}  status.lastLogLines (the container log's tail, last {min(len(tail), 5)}):")
-            for text in tail[-5:]:
+            out.line(f"  {'':>7}  status.lastLogLines (the log tail the operator recorded), last lines:")
+            for text in tail[-3:]:
                 out.line(f"  {'':>7}  {'':<13} | {text}")
         return status
+
+    def _print_log(self, follower: LogFollower, status: dict[str, Any]) -> None:
+        instance = status.get("instanceName")
+        if instance:
+            for text in follower.new_lines(instance, status["jobId"]):
+                self.out.line(f"  {'':>7}  {'':<13} | {text}")
 
     # ---- the report
 
@@ -594,6 +603,14 @@ class Demo:
         out.line(f"  {_down_command(self.dir)}")
 
 
+def _with_instance(message: str, status: dict[str, Any]) -> str:
+    """The status message, naming the instance when the message does not already."""
+    instance = status.get("instanceName")
+    if instance and instance not in message:
+        return f"{message}  [instance {instance}]"
+    return message
+
+
 def _phases_between(shown: list[str], phase: str, status: dict[str, Any]) -> list[str]:
     """Phases entered since the last one shown and before ``phase``, in order (from phaseTimes)."""
     times = status.get("phaseTimes") or {}
@@ -677,7 +694,7 @@ def run(opts: Options) -> int:
         keep = opts.keep
     except Interrupted as exc:
         out.line(f"\ninterrupted ({exc}) while {step}")
-    except Exception as exc:  # noqa: BLE001 - any failure: say where and why, then tear down
+    except Exception as exc:
         out.line(f"\nDEMO FAILED while {step}:\n{type(exc).__name__}: {exc}")
         if demo.operator is not None and step in ("creating the job", "watching the job"):
             out.line(
@@ -689,7 +706,7 @@ def run(opts: Options) -> int:
         else:
             try:
                 demo.teardown()
-            except Exception as exc:  # noqa: BLE001 - report, the exit code already says it failed
+            except Exception as exc:
                 out.line(f"teardown failed: {type(exc).__name__}: {exc}")
                 ok = False
     out.line(f"\ndemo {'succeeded' if ok else 'FAILED'} in {out.elapsed():.1f}s (exit {0 if ok else 1})")

@@ -207,10 +207,12 @@ class PrometheusServer:
         deadline = time.monotonic() + timeout
         while True:
             self._check_alive()
-            with contextlib.suppress(urllib.error.URLError, OSError):
-                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as resp:  # noqa: S310 - loopback
-                    if resp.status == 200:
-                        return
+            with (
+                contextlib.suppress(urllib.error.URLError, OSError),
+                urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as resp,  # noqa: S310 - loopback
+            ):
+                if resp.status == 200:
+                    return
             if time.monotonic() > deadline:
                 raise self._fail(f"not ready after {timeout:.0f}s")
             time.sleep(0.1)

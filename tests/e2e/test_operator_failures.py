@@ -15,7 +15,7 @@ def cond(status: dict[str, Any], ctype: str) -> dict[str, Any]:
 
 
 def brev_calls(stack: Stack, verb: str) -> int:
-    return sum(1 for c in stack.sim.calls() if c.program == "brev" and verb in c.argv[1:2])
+    return sum(1 for c in stack.sim.calls() if c.program == "brev" and c.argv[:1] == [verb])
 
 
 def test_missing_secret_fails_before_any_instance_is_created(stack: Stack) -> None:

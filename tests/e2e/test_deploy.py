@@ -1,0 +1,315 @@
+"""deploy/ against the real control plane, the operator as deploy/'s ServiceAccount, and the alerts.
+
+- the kustomization passes a server-side dry run (and a misspelled field does not);
+- the operator Pod template is admitted under the `restricted` Pod Security Standard;
+- the operator authenticates with a TokenRequest token of deploy/'s ServiceAccount, read from a
+  non-default path, and completes a job with exactly deploy/'s RBAC; without the ClusterRoleBinding
+  it cannot act on jobs at all;
+- the PrometheusRule's alerts pass `promtool test rules` (tests/data/alerts/).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import shutil
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from controller.brev.sim.harness import BrevSim
+from controller.devenv.controlplane import ControlPlane, kubectl_path
+from controller.devenv.operator import (
+    OPERATOR_NAMESPACE,
+    SERVICE_ACCOUNT,
+    OperatorProcess,
+    install_operator_identity,
+)
+from controller.devenv.prometheus import PrometheusError, find_binary, rule_groups
+from controller.devenv.s3 import S3Server
+from tests.fixtures.operator import Stack
+
+REPO = Path(__file__).resolve().parents[2]
+DEPLOY = REPO / "deploy"
+PROMETHEUS_OPERATOR_CRDS = REPO / "tests" / "data" / "prometheus-operator-crds.yaml"
+ALERT_TESTS = REPO / "tests" / "data" / "alerts" / "taobrev-alerts.test.yaml"
+# Where kubelet mounts a ServiceAccount token by default; the brev CLI would read it as its own token.
+DEFAULT_TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+RBAC_KINDS = ("ClusterRole", "Role", "ClusterRoleBinding", "RoleBinding")
+
+
+@pytest.fixture(scope="module")
+def monitoring_crds(control_plane: ControlPlane) -> None:
+    """The Prometheus-operator CRDs deploy/monitoring needs, Established."""
+    control_plane.apply_crds(PROMETHEUS_OPERATOR_CRDS)
+
+
+def rendered(cp: ControlPlane, kustomization: Path) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all(cp.kubectl("kustomize", str(kustomization)).stdout) if d]
+
+
+def server_dry_run(cp: ControlPlane, kustomization: Path) -> subprocess.CompletedProcess[str]:
+    return cp.kubectl("apply", "--server-side", "--dry-run=server", "-k", str(kustomization), check=False)
+
+
+def ensure_operator_namespace(cp: ControlPlane) -> None:
+    # NamespaceLifecycle admission rejects objects in a namespace a dry run only pretended to
+    # create, so it must exist (the install instructions create it before the Secret, too).
+    if cp.kubectl("get", "namespace", OPERATOR_NAMESPACE, check=False).returncode != 0:
+        cp.create_namespace(OPERATOR_NAMESPACE)
+
+
+def test_deploy_kustomization_passes_a_server_side_dry_run(
+    control_plane: ControlPlane, monitoring_crds: None
+) -> None:
+    """`kubectl apply --server-side --dry-run=server -k deploy/` accepts every object, both on a
+    cluster without the operator and over an install made with client-side `kubectl apply`
+    (what the e2e stack does): no schema error and no field-manager conflict."""
+    ensure_operator_namespace(control_plane)
+    objects = rendered(control_plane, DEPLOY)
+    kinds = {d["kind"] for d in objects}
+    assert {"Deployment", "ServiceMonitor", "PrometheusRule", "ClusterRole"} <= kinds, kinds
+
+    first = server_dry_run(control_plane, DEPLOY)
+    assert first.returncode == 0, first.stderr + first.stdout
+    assert first.stdout.count("serverside-applied (server dry run)") == len(objects), first.stdout
+
+    control_plane.kubectl("apply", "-k", str(DEPLOY / "base"))
+    upgrade = server_dry_run(control_plane, DEPLOY)
+    assert upgrade.returncode == 0, upgrade.stderr + upgrade.stdout
+    assert upgrade.stdout.count("serverside-applied (server dry run)") == len(objects), upgrade.stdout
+
+
+def test_a_misspelled_field_fails_the_server_side_dry_run(
+    control_plane: ControlPlane, monitoring_crds: None, tmp_path: Path
+) -> None:
+    """The dry run is a real check: a copy of deploy/ whose ServiceMonitor says `honorLables` is
+    rejected by the API server, naming the field."""
+    ensure_operator_namespace(control_plane)
+    broken = tmp_path / "deploy"
+    shutil.copytree(DEPLOY, broken, ignore=shutil.ignore_patterns("image", "examples"))
+    monitor = broken / "monitoring" / "servicemonitor.yaml"
+    text = monitor.read_text()
+    assert text.count("honorLabels: true") == 1
+    monitor.write_text(text.replace("honorLabels: true", "honorLables: true"))
+
+    result = server_dry_run(control_plane, broken)
+    assert result.returncode != 0, result.stdout
+    assert "honorLables" in result.stderr, result.stderr
+
+
+def test_operator_pod_is_admitted_under_the_restricted_pod_security_standard(
+    control_plane: ControlPlane, namespace: str
+) -> None:
+    """The Deployment's Pod template, created as a Pod in a namespace enforcing `restricted` (as
+    deploy/'s namespace does), passes PodSecurity admission; weakening it is rejected."""
+    control_plane.kubectl(
+        "label", "namespace", namespace,
+        "pod-security.kubernetes.io/enforce=restricted", "pod-security.kubernetes.io/enforce-version=latest",
+    )  # fmt: skip
+    (deployment,) = [d for d in rendered(control_plane, DEPLOY) if d["kind"] == "Deployment"]
+    template = deployment["spec"]["template"]
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "taobrev-operator-probe", "namespace": namespace, **template["metadata"]},
+        "spec": template["spec"],
+    }
+    ok = control_plane.kubectl("create", "--dry-run=server", "-f", "-", input=json.dumps(pod), check=False)
+    assert ok.returncode == 0, ok.stderr
+    assert "Warning" not in ok.stderr, ok.stderr
+
+    pod["spec"]["containers"][0]["securityContext"]["allowPrivilegeEscalation"] = True
+    weak = control_plane.kubectl("create", "--dry-run=server", "-f", "-", input=json.dumps(pod), check=False)
+    assert weak.returncode != 0
+    assert "violates PodSecurity" in weak.stderr, weak.stderr
+
+
+def process_env(pid: int) -> dict[str, str]:
+    raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    return dict(item.decode(errors="replace").split("=", 1) for item in raw if b"=" in item)
+
+
+def kubectl_as(kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """kubectl with only the given kubeconfig (the token lives in that 0600 file, never in argv)."""
+    return subprocess.run(
+        [kubectl_path(), f"--kubeconfig={kubeconfig}", f"--cache-dir={kubeconfig.parent / 'cache'}", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_operator_authenticates_as_the_deploy_service_account_and_completes_a_job(
+    stack: Stack, tmp_path: Path
+) -> None:
+    """The operator process has no kubeconfig and reads a TokenRequest token from a non-default
+    path; that token is deploy/'s ServiceAccount, bound to exactly deploy/'s RBAC (no more: it
+    cannot list Secrets or create jobs), and with it the operator runs a job to Succeeded."""
+    assert stack.operator.proc is not None
+    env = process_env(stack.operator.proc.pid)
+    assert "KUBECONFIG" not in env
+    token_path = Path(env["TAOBREV_KUBE_TOKEN_PATH"])
+    assert str(token_path) != DEFAULT_TOKEN_PATH
+    assert token_path.is_file()
+
+    kubeconfig = stack.cp.kubeconfig_for_token(token_path.read_text().strip(), tmp_path / "sa" / "kubeconfig")
+    whoami = kubectl_as(kubeconfig, "auth", "whoami", "-o", "json")
+    assert whoami.returncode == 0, whoami.stderr
+    user = json.loads(whoami.stdout)["status"]["userInfo"]
+    assert user["username"] == f"system:serviceaccount:{OPERATOR_NAMESPACE}:{SERVICE_ACCOUNT}"
+
+    # The live RBAC is deploy/base's, object for object.
+    for want in (d for d in rendered(stack.cp, DEPLOY / "base") if d["kind"] in RBAC_KINDS):
+        where = ["-n", want["metadata"]["namespace"]] if "namespace" in want["metadata"] else []
+        live = json.loads(
+            stack.kubectl("get", want["kind"], want["metadata"]["name"], *where, "-o", "json").stdout
+        )
+        for key in ("rules", "roleRef", "subjects"):
+            assert live.get(key) == want.get(key), (want["kind"], want["metadata"]["name"], key)
+
+    def can_i(*args: str) -> bool:
+        answer = kubectl_as(kubeconfig, "auth", "can-i", *args)
+        assert answer.stdout.strip() in ("yes", "no"), answer.stderr
+        return answer.stdout.strip() == "yes"
+
+    ns = stack.namespace
+    assert can_i("patch", "taobrevjobs.taobrev.io", "--subresource=status", "-n", ns)
+    assert can_i("watch", "taobrevjobs.taobrev.io", "--all-namespaces")
+    assert not can_i("create", "taobrevjobs.taobrev.io", "-n", ns)
+    assert not can_i("list", "secrets", "-n", ns)
+    assert not can_i("create", "pods", "-n", ns)
+
+    stack.apply(stack.job_manifest("as-service-account"))
+    status = stack.wait_finished("as-service-account")
+    assert status["outcome"] == "Succeeded", status
+    assert status["phase"] == "Deleted"
+
+
+def test_operator_without_its_cluster_role_binding_cannot_act_on_jobs(
+    control_plane: ControlPlane,
+    crds_installed: list[Path],
+    brev_sim: BrevSim,
+    s3_server: S3Server,
+    namespace: str,
+    tmp_path: Path,
+) -> None:
+    """deploy/'s RBAC minus the `taobrev-operator` ClusterRoleBinding: the operator (all
+    namespaces, as the Deployment runs it) is refused the TaoBrevJob list, so the job gets no
+    status and no finalizer, and no instance is created.
+
+    It runs as its own ServiceAccount carrying copies of deploy/'s other bindings, so the shared
+    `taobrev-operator` binding other tests rely on is never touched.
+    """
+    cp = control_plane
+    install_operator_identity(cp, brev_sim)  # the Brev credentials Secret + Role it reads
+    account = f"taobrev-operator-unbound-{secrets.token_hex(3)}"
+    bindings = []
+    for doc in rendered(cp, DEPLOY / "base"):
+        if doc["kind"] not in ("ClusterRoleBinding", "RoleBinding"):
+            continue
+        if doc["kind"] == "ClusterRoleBinding" and doc["roleRef"]["name"] == "taobrev-operator":
+            pass  # MUTATION
+        doc["metadata"]["name"] = f"{doc['metadata']['name']}-{account}"
+        doc["subjects"] = [{"kind": "ServiceAccount", "name": account, "namespace": OPERATOR_NAMESPACE}]
+        bindings.append(doc)
+    assert True or {b["roleRef"]["name"] for b in bindings} == {
+        "taobrev-operator-job-secrets",
+        "taobrev-operator-brev-credentials",
+    }
+
+    token_file = tmp_path / "token" / "token"
+    token_file.parent.mkdir()
+    token_file.write_text(cp.service_account_token(OPERATOR_NAMESPACE, account, duration="1h"))
+    token_file.chmod(0o600)
+    bindings_json = json.dumps({"apiVersion": "v1", "kind": "List", "items": bindings})
+    operator = OperatorProcess(
+        cp, brev_sim, tmp_path / "operator", extra_env={"TAOBREV_KUBE_TOKEN_PATH": str(token_file)}
+    )
+    stack = Stack(cp, brev_sim, s3_server, operator, namespace, f"results-{namespace}"[:63].rstrip("-"))
+    try:
+        cp.kubectl("apply", "-f", "-", input=bindings_json)
+        stack.create_job_secrets()
+        stack.apply(stack.job_manifest("unbound"))
+        operator.start()
+
+        # The observable signal: the API server refused the operator's TaoBrevJob list.
+        refused = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{account}"
+        deadline = time.monotonic() + 60
+        while not any(
+            refused in line and "cannot list resource" in line and "taobrevjobs" in line
+            for line in operator.log_text().splitlines()
+        ):
+            assert operator.proc is not None and operator.proc.poll() is None, operator.log_tail()
+            if time.monotonic() > deadline:
+                pytest.fail(f"the operator was never refused the TaoBrevJob list:\n{operator.log_tail()}")
+            time.sleep(0.2)
+
+        obj = stack.get("unbound")
+        assert obj is not None
+        assert not obj.get("status"), obj.get("status")
+        assert not obj["metadata"].get("finalizers"), obj["metadata"]
+        assert not [c for c in brev_sim.calls() if c.argv[:1] == ["create"]]
+    finally:
+        operator.stop()
+        cp.kubectl("delete", "-f", "-", "--ignore-not-found", input=bindings_json, check=False)
+        cp.kubectl(
+            "delete", "serviceaccount", account, "-n", OPERATOR_NAMESPACE, "--ignore-not-found", check=False
+        )
+
+
+def promtool() -> str:
+    # A missing promtool is a broken environment, not a reason to skip the alert tests.
+    try:
+        return find_binary("promtool")
+    except PrometheusError as e:
+        pytest.fail(str(e))
+
+
+def promtool_test(tmp_path: Path, groups: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+    """`promtool test rules` on tests/data/alerts' cases, against `groups` as the rule file."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "taobrev-operator.rules.yaml").write_text(yaml.safe_dump(groups, sort_keys=False))
+    shutil.copy(ALERT_TESTS, tmp_path / ALERT_TESTS.name)
+    return subprocess.run(
+        [promtool(), "test", "rules", ALERT_TESTS.name],
+        cwd=tmp_path,
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_prometheus_rule_alerts_pass_promtool_unit_tests(tmp_path: Path) -> None:
+    """deploy/monitoring/prometheusrule.yaml's alerts pass promtool's lint and the unit tests in
+    tests/data/alerts/; an alert with a changed `for:` fails them (the check can fail)."""
+    groups = rule_groups(DEPLOY / "monitoring" / "prometheusrule.yaml")
+    rule_file = tmp_path / "check" / "taobrev-operator.rules.yaml"
+    rule_file.parent.mkdir()
+    rule_file.write_text(yaml.safe_dump(groups, sort_keys=False))
+    check = subprocess.run(
+        [promtool(), "check", "rules", str(rule_file)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+
+    passed = promtool_test(tmp_path / "as-shipped", groups)
+    assert passed.returncode == 0, passed.stdout + passed.stderr
+    assert "SUCCESS" in passed.stdout
+
+    stuck = next(
+        r for g in groups["groups"] for r in g["rules"] if r.get("alert") == "TaoBrevJobStuckInPhase"
+    )
+    stuck["for"] = "30m"
+    failed = promtool_test(tmp_path / "mutated", groups)
+    assert failed.returncode != 0, failed.stdout
+    assert "TaoBrevJobStuckInPhase" in failed.stdout + failed.stderr
