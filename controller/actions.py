@@ -164,7 +164,7 @@ class ActionRunner:
     async def _wait(self, action: WaitForExit, job: JobContext, obs: Observation) -> Observation:
         wl = self._workload(action.instance, job)
         try:
-            code = await wl.wait_exit(int(action.timeout_seconds))
+            code, tail = await wl.wait_exit_with_tail(int(action.timeout_seconds), LOG_TAIL_LINES)
         except ContainerNotFound:
             if not action.start_if_missing:
                 # Stopping a container that is not there: nothing will ever exit; say so.
@@ -172,10 +172,7 @@ class ActionRunner:
             # Crashed between writing containerStartedAt and `docker run`: start it (idempotent).
             await self._start(wl, job)
             return obs.with_(exit_code=None, container_started=True)
-        tail: tuple[str, ...] = ()
-        if code is not None:
-            tail = tuple(await wl.logs(LOG_TAIL_LINES))
-        return obs.with_(exit_code=code, log_tail=tail)
+        return obs.with_(exit_code=code, log_tail=tuple(tail))
 
     async def _prepare(self, wl: Workload, job: JobContext) -> None:
         if job.secrets is None:

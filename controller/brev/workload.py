@@ -52,6 +52,8 @@ _STAGED = "TAOBREV_STAGED"
 _LISTING = "TAOBREV_LISTING"
 _EXISTS = "TAOBREV_CONTAINER_EXISTS"
 _TIMEOUT_RC = 124  # coreutils `timeout` when the time limit was hit
+# Separates `docker wait`'s answer from the log tail in one combined remote command.
+_TAIL_MARK = "__taobrev_log_tail__"
 
 _AUTH_MARKERS = ("unauthorized", "denied", "forbidden", "incorrect username or password", "401", "403")
 _NETWORK_MARKERS = ("timeout", "timed out", "connection refused", "no such host", "tls handshake", "eof")
@@ -487,6 +489,30 @@ class Workload:
             lines = result.stdout.strip().splitlines()
             if lines and lines[-1].strip().lstrip("-").isdigit():
                 return int(lines[-1].strip())
+        if "no such container" in _lower(result):
+            raise ContainerNotFound(
+                f"container {self.job_id} is not on {self.instance}", cli_message=_message(result)
+            )
+        raise TransientError("docker wait failed", reason="ContainerWaitFailed", cli_message=_message(result))
+
+    async def wait_exit_with_tail(self, timeout_s: int, tail: int) -> tuple[int | None, list[str]]:
+        """`wait_exit`, and once the container has exited also its last `tail` log lines — in the
+        SAME brev call: the log tail costs no extra round trip between exit and the next step."""
+        seconds = max(1, int(timeout_s))
+        name = shlex.quote(self.job_id)
+        command = (
+            f"timeout {seconds} docker wait {name} 2>&1; rc=$?; "
+            f"if [ $rc -eq 0 ]; then echo {_TAIL_MARK}; docker logs --tail {int(tail)} {name} 2>&1; fi; "
+            "exit $rc"
+        )
+        result = await self._run(command, seconds + self.settings.wait_margin)
+        if result.exit_code == _TIMEOUT_RC:
+            return None, []
+        head, _, logs = result.stdout.partition(f"{_TAIL_MARK}\n")
+        if result.ok:
+            lines = head.strip().splitlines()
+            if lines and lines[-1].strip().lstrip("-").isdigit():
+                return int(lines[-1].strip()), logs.splitlines()
         if "no such container" in _lower(result):
             raise ContainerNotFound(
                 f"container {self.job_id} is not on {self.instance}", cli_message=_message(result)
