@@ -490,12 +490,11 @@ def _teardown(p: _Pass) -> None:
     released = "deleted" if p.deletes_instance() else "left running (retained)"
     outcome = p.s.get("outcome") or str(Outcome.CANCELED)
     p.s["outcome"] = outcome
+    results = f"; results in {p.spec.data.results_uri}" if p.s.get("uploadedAt") else ""
+    instance = f"; instance {name} {released}" if name else ""
+    p.s["message"] = f"{outcome}: {p.s.get('message', '')}{results}{instance}"
     p.events.append(
-        EventNote(
-            "Normal" if outcome == Outcome.SUCCEEDED else "Warning",
-            "Finished",
-            f"{outcome}: {p.s.get('message', '')}; instance {name or '-'} {released}",
-        )
+        EventNote("Normal" if outcome == Outcome.SUCCEEDED else "Warning", "Finished", p.s["message"])
     )
 
 

@@ -98,14 +98,23 @@ class Reconciler:
         lock = self._locks.setdefault(ref.uid, asyncio.Lock())
         async with lock:
             started = time.monotonic()
-            try:
-                return await self._pass(ref)
-            finally:
-                self._recorder.reconcile_duration(time.monotonic() - started)
+            status = self._written.get(ref.uid) or ref.status
+            # Every log line of this pass (the brev client's too) carries the job's identity.
+            with structlog.contextvars.bound_contextvars(
+                namespace=ref.namespace,
+                name=ref.name,
+                uid=ref.uid,
+                phase=status.get("phase") or "Pending",
+                instance=status.get("instanceName") or "-",
+            ):
+                try:
+                    return await self._pass(ref)
+                finally:
+                    self._recorder.reconcile_duration(time.monotonic() - started)
 
     async def _pass(self, ref: JobRef) -> float | None:
         status: dict[str, Any] = dict(self._written.get(ref.uid) or ref.status)
-        bound = log.bind(namespace=ref.namespace, name=ref.name, uid=ref.uid)
+        bound = log
         try:
             spec = TaoBrevJobSpec.model_validate(ref.spec)
         except ValidationError as exc:
@@ -143,6 +152,9 @@ class Reconciler:
             )
             await self._write(ref, status, decision, bound, spec)
             status = decision.status
+            structlog.contextvars.bind_contextvars(
+                phase=status.get("phase"), instance=status.get("instanceName") or "-"
+            )
             if not decision.actions:
                 break
             job = JobContext(ref.namespace, ref.name, str(status.get("jobId")), spec, secrets)
@@ -158,8 +170,6 @@ class Reconciler:
                     reason=after.failure.reason,
                     error=after.failure.message,
                     permanent=after.failure.permanent,
-                    phase=status.get("phase"),
-                    instance=status.get("instanceName"),
                 )
             obs = await self._observe(status, ref, blocker, base=after)
             if after.failure is not None and not after.failure.permanent:
@@ -292,7 +302,7 @@ class Reconciler:
                 "phase changed",
                 phase=new_phase,
                 previous=old_phase,
-                instance=new.get("instanceName"),
+                instance=new.get("instanceName") or "-",
                 message=new.get("message"),
             )
         if new.get("outcome") and not old.get("finishedAt") and new.get("finishedAt"):

@@ -496,19 +496,19 @@ class Workload:
         raise TransientError("docker wait failed", reason="ContainerWaitFailed", cli_message=_message(result))
 
     async def wait_exit_with_tail(self, timeout_s: int, tail: int) -> tuple[int | None, list[str]]:
-        """`wait_exit`, and once the container has exited also its last `tail` log lines — in the
-        SAME brev call: the log tail costs no extra round trip between exit and the next step."""
+        """`wait_exit` plus the container's last `tail` log lines, in the SAME brev call: the tail
+        costs no extra round trip between the exit and the next step."""
         seconds = max(1, int(timeout_s))
         name = shlex.quote(self.job_id)
+        # The tail also comes back while it still runs: progress in status every wait, for free.
         command = (
             f"timeout {seconds} docker wait {name} 2>&1; rc=$?; "
-            f"if [ $rc -eq 0 ]; then echo {_TAIL_MARK}; docker logs --tail {int(tail)} {name} 2>&1; fi; "
-            "exit $rc"
+            f"echo {_TAIL_MARK}; docker logs --tail {int(tail)} {name} 2>&1; exit $rc"
         )
         result = await self._run(command, seconds + self.settings.wait_margin)
-        if result.exit_code == _TIMEOUT_RC:
-            return None, []
         head, _, logs = result.stdout.partition(f"{_TAIL_MARK}\n")
+        if result.exit_code == _TIMEOUT_RC:
+            return None, logs.splitlines()
         if result.ok:
             lines = head.strip().splitlines()
             if lines and lines[-1].strip().lstrip("-").isdigit():

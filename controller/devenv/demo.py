@@ -277,6 +277,7 @@ class Demo:
         self.operator: OperatorProcess | None = None
         self.job = ""
         self.results_uri = ""
+        self.recorded = False  # demo.json is ours to remove only once this run wrote it
 
     # ---- set-up, one component at a time; each failure names its component
 
@@ -396,6 +397,7 @@ class Demo:
             "processes": [p.__dict__ for p in procs],
         }
         (self.dir / STATE_FILE).write_text(json.dumps(state, indent=2) + "\n")
+        self.recorded = True
 
     # ---- the job
 
@@ -578,6 +580,8 @@ class Demo:
 
     def teardown(self) -> None:
         out = self.out
+        if self.cp is None:
+            return  # nothing started (and a kept stack's demo.json is not ours)
         began = time.monotonic()
         if self.operator is not None:
             self.operator.stop()
@@ -585,9 +589,9 @@ class Demo:
             self.sim.kill_containers()
         if self.s3 is not None:
             self.s3.stop()
-        if self.cp is not None:
-            self.cp.stop()
-        (self.dir / STATE_FILE).unlink(missing_ok=True)
+        self.cp.stop()
+        if self.recorded:
+            (self.dir / STATE_FILE).unlink(missing_ok=True)
         out.step("teardown", f"operator, S3 and control plane stopped ({time.monotonic() - began:.1f}s)")
 
     def print_keep(self) -> None:
@@ -676,8 +680,8 @@ def run(opts: Options) -> int:
         cp = demo.start_control_plane()
         step = "starting the S3 server (moto)"
         s3 = demo.start_s3()
+        step = f"staging the dataset of {_short(JOB_EXAMPLE)} in S3"
         job = demo.job_manifest(s3)
-        step = "staging the dataset in S3"
         demo.stage_dataset(s3, job)
         step = "setting up the Brev simulator"
         sim = demo.start_simulator(s3)
@@ -685,21 +689,23 @@ def run(opts: Options) -> int:
         demo.start_operator(cp, sim)
         demo.job = job["metadata"]["name"]
         demo.record_state()
+        keep = opts.keep  # from here on the stack is whole: keep it even if the job fails
         step = "creating the job"
         demo.create_job(cp, job)
         step = "watching the job"
         status = demo.watch()
         step = "reporting the results"
         ok = demo.report(status)
-        keep = opts.keep
     except Interrupted as exc:
         out.line(f"\ninterrupted ({exc}) while {step}")
     except Exception as exc:
         out.line(f"\nDEMO FAILED while {step}:\n{type(exc).__name__}: {exc}")
-        if demo.operator is not None and step in ("creating the job", "watching the job"):
+        if demo.operator is not None and not isinstance(exc, DemoError):
             out.line(
                 f"last lines of the operator log ({demo.operator.log_path}):\n{demo.operator.log_tail(30)}"
             )
+        if demo.cp is not None:
+            out.line(f"logs stay in {opts.demo_dir} (operator/, controlplane/logs/, s3/); --keep keeps it")
     finally:
         if keep:
             demo.print_keep()

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
 from controller.devenv import kubebuild
 
@@ -20,7 +21,10 @@ pytestmark = pytest.mark.e2e
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PHASES = ["Pending", "Provisioning", "WaitingExec", "Pulling", "Running", "Uploading", "Deleted"]
-RESULTS = "s3://example-tao-results/changenet/run-1/"
+# The demo runs this example as is, apart from the S3 endpoint and the simulated epochs.
+EXAMPLE = yaml.safe_load((REPO_ROOT / "crds" / "examples" / "ephemeral-inline-spec.yaml").read_text())
+JOB = EXAMPLE["metadata"]["name"]
+RESULTS = EXAMPLE["spec"]["data"]["resultsUri"].rstrip("/") + "/"
 # Fast enough for CI; the default (0.1) is for watching.
 SPEED = "0.01"
 # A guard against hangs only: the demo itself takes well under a minute at this speed.
@@ -78,7 +82,7 @@ def _assert_job_shown_end_to_end(out: str) -> None:
     assert re.search(r"^Outcome: Succeeded \(reason Succeeded, exit code 0\)", out, flags=re.MULTILINE), out
     # The printer columns of `kubectl get tbj -o wide`, with the job's row.
     assert re.search(r"NAME\s+PHASE\s+OUTCOME\s+INSTANCE\s+GPU\s+ACTION\s+REASON\s+AGE", out), out
-    assert re.search(r"changenet-train\s+Deleted\s+Succeeded\s+tbj-\S+\s+L40S\s+train\s+Succeeded", out), out
+    assert re.search(rf"{JOB}\s+Deleted\s+Succeeded\s+tbj-\S+\s+L40S\s+train\s+Succeeded", out), out
     # Epoch lines of the TAO stand-in, shown while the job runs.
     assert "Epoch 5/5" in out, out
     # The results listing read back from S3 agrees with status.results' object count.

@@ -58,6 +58,17 @@ def test_happy_path_ephemeral_instance_walks_every_phase_uploads_and_deletes(sta
     reasons = [e["reason"] for e in stack.events("happy")]
     for phase in PHASES[1:]:
         assert phase in reasons
+    # Every line the operator logs about the job carries its identity, phase and instance.
+    job_lines = [
+        json.loads(line)
+        for line in stack.operator.log_text().splitlines()
+        if line.startswith("{") and '"happy"' in line
+    ]
+    ours = [e for e in job_lines if e.get("logger", "").startswith(("taobrev", "controller"))]
+    assert ours
+    for entry in ours:
+        missing = {"namespace", "name", "uid", "phase", "instance"} - set(entry)
+        assert not missing, (missing, entry)
     # No secret ever reached an argv the simulator saw (local or remote), nor the operator's log.
     argv_text = json.dumps([c.argv for c in stack.sim.calls()])
     log_text = stack.operator.log_text()

@@ -209,6 +209,23 @@ def test_wait_exit_is_bounded_and_maps_timeout_to_still_running() -> None:
         )
 
 
+def test_wait_with_tail_returns_code_and_log_lines_from_one_bounded_call() -> None:
+    """One brev call: the bounded wait, then the log tail — while running and after the exit."""
+    client = _fake(124, "__taobrev_log_tail__\nEpoch 2/5 loss 0.4\n")
+    assert run(_job(client).wait_exit_with_tail(30, 20)) == (None, ["Epoch 2/5 loss 0.4"])
+    (cmd,) = client.commands
+    assert cmd.startswith("timeout 30 docker wait job-1234abcd 2>&1; rc=$?;")
+    assert "docker logs --tail 20 job-1234abcd" in cmd and cmd.endswith("exit $rc")
+    done = _fake(0, "3\n__taobrev_log_tail__\nEpoch 1/5\nExecution failed with exit code 3\n")
+    assert run(_job(done).wait_exit_with_tail(30, 20)) == (
+        3,
+        ["Epoch 1/5", "Execution failed with exit code 3"],
+    )
+    missing = _fake(1, "Error response from daemon: No such container: job-1234abcd\n__taobrev_log_tail__\n")
+    with pytest.raises(ContainerNotFound):
+        run(_job(missing).wait_exit_with_tail(5, 20))
+
+
 def test_container_state_parses_docker_state_json() -> None:
     state = {
         "Status": "exited",
