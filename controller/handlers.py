@@ -84,7 +84,8 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
         app.brev.close()
 
 
-@kopf.daemon(*RESOURCE, cancellation_timeout=2.0, initial_delay=0)
+# backoff: an unexpected exception restarts the loop after 5 s (kopf default: 60 s).
+@kopf.daemon(*RESOURCE, cancellation_timeout=2.0, initial_delay=0, backoff=5.0)
 async def drive(stopped: kopf.DaemonStopped, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     app = memo["app"]
     while not stopped:

@@ -212,6 +212,10 @@ def decide(
             p.requeue = 0.0
             return _finish(p, generation, requeue=p.requeue)
 
+    if p.phase != Phase.PENDING and not p.s.get("instanceName"):
+        # Status written by someone else (or an older version) without our names: they are
+        # deterministic, so re-deriving them is safe and keeps teardown able to find the instance.
+        _assign_names(p, namespace, name, uid)
     if obs.blocker is not None:
         p.end_run(Outcome.FAILED, obs.blocker.reason, obs.blocker.message)
     if obs.deleting and not p.s.get("outcome"):

@@ -401,3 +401,13 @@ def test_every_status_field_the_machine_writes_is_declared_in_the_crd_status() -
         for s in history:
             written |= set(s)
     assert written - declared == set()
+
+
+def test_status_without_names_past_pending_gets_its_deterministic_names_back() -> None:
+    """E.g. a status patched by hand to Running: the machine must not crash, and must still be
+    able to find (and tear down) the instance its uid maps to."""
+    status = {"phase": "Running", "phaseTimes": {"Running": "2026-11-29T12:00:00Z"}}
+    obs = Observation(now=T0, instance_known=True, instance=None)
+    d = machine.decide(spec(), status, obs, namespace="ns", name="job", uid="u", generation=1, tunables=TUN)
+    assert d.status["instanceName"].startswith("tbj-ns-job-")
+    assert d.status["reason"] == machine.R_INSTANCE_LOST
