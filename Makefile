@@ -73,7 +73,7 @@ kube-build: $(STAMP) ## Build (or reuse the cached) kube-apiserver and etcd
 	$(PY) -m controller.devenv.kubebuild
 
 .PHONY: up
-up: $(STAMP) ## Start the local control plane + S3 and print the kubeconfig path
+up: $(STAMP) ## Start the local control plane (CRD installed) and print the kubeconfig path
 	$(PY) -m controller.devenv up
 
 .PHONY: down
@@ -92,4 +92,4 @@ lock: ## Re-resolve requirements/constraints.txt from pyproject.toml (needs netw
 
 .PHONY: help
 help: ## Show this help
-	@awk 'BEGIN {FS = ":.*##"; printf "Usage: make <target>\n"} /^[a-zA-Z_-]+:.*?##/ { printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2 } /^##@/ { printf "\n\033[1m%s\033[0m\n", substr($$0, 5) }' $(MAKEFILE_LIST)
+	@awk 'BEGIN {FS = ":.*##"; printf "Usage: make <target>\n"} /^[a-zA-Z0-9_-]+:.*?##/ { printf "  \033[36m%-18s\033[0m %s\n", $$1, $$2 } /^##@/ { printf "\n\033[1m%s\033[0m\n", substr($$0, 5) }' $(MAKEFILE_LIST)
