@@ -42,7 +42,12 @@ def derive(
     new = [
         _cond(READY, finished and succeeded, "Succeeded" if finished and succeeded else reason, message),
         _cond(RECONCILING, not finished, phase if not finished else "Finished", message),
-        _cond(STALLED, finished and not succeeded, reason if finished and not succeeded else "None", message),
+        _cond(
+            STALLED,
+            finished and not succeeded,
+            reason if finished and not succeeded else "NotStalled",
+            message,
+        ),
         _cond(
             SUCCEEDED, None if not outcome else succeeded, reason if outcome else "RunNotFinished", message
         ),
@@ -50,7 +55,9 @@ def derive(
             INSTANCE_RELEASED,
             finished,
             "Released" if finished else "InstanceInUse",
-            "teardown complete" if finished else f"teardown not finished ({phase})",
+            "teardown complete"
+            if finished
+            else str(status.get("teardownMessage") or f"teardown not finished ({phase})"),
         ),
     ]
     stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")

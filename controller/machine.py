@@ -534,7 +534,9 @@ def _instance_released(p: _Pass) -> bool:
             # before walking away (an ambiguous create must never leak an instance).
             created = _parse(p.s.get("createRequestedAt"))
             if created and (p.now - created).total_seconds() <= p.tun.create_settle:
-                p.s["message"] = f"waiting to confirm that instance {p.instance} was never created"
+                # status.message keeps saying why the job ended; the InstanceReleased condition
+                # says teardown is still in progress.
+                p.s["teardownMessage"] = f"waiting to confirm that instance {p.instance} was never created"
                 return False
         return True
     stale = requested is None or (p.now - requested).total_seconds() > p.tun.create_settle
@@ -544,9 +546,10 @@ def _instance_released(p: _Pass) -> bool:
         p.events.append(EventNote("Normal", "InstanceDeleteRequested", f"brev delete {p.instance}"))
         return False
     if p.timed_out():
-        p.s["message"] = (
-            f"instance {p.instance} still exists {int(p.phase_age())}s after delete; still trying"
-        )
+        note = f"instance {p.instance} still exists {int(p.phase_age())}s after delete; still trying"
+        if not p.s.get("teardownMessage", "").startswith(f"instance {p.instance} still exists"):
+            p.events.append(EventNote("Warning", "InstanceNotReleased", note))
+        p.s["teardownMessage"] = note
         p.requeue = p.tun.backoff_max
     return False
 

@@ -690,6 +690,9 @@ class TaoBrevJobStatus(_StatusModel):
     )
     container_exited_at: AwareDatetime | None = Field(default=None, description="When the container exited.")
     uploaded_at: AwareDatetime | None = Field(default=None, description="When the results upload finished.")
+    teardown_message: str | None = Field(
+        default=None, description="Why teardown is not finished yet (e.g. an instance that will not go away)."
+    )
     cleaned_up_at: AwareDatetime | None = Field(
         default=None, description="When the container and the job's files (secrets) were removed."
     )

@@ -24,7 +24,6 @@ import time
 from collections import Counter, defaultdict
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 
 from controller.brev.sim import container
 from controller.brev.sim.harness import BrevSim
@@ -64,7 +63,11 @@ class ExitWatcher(threading.Thread):
                     docker = container.Docker(self.sim.store, str(inst["id"]))
                     for cid in docker.ids():
                         obj = container.inspect_object(docker, cid)
-                        if obj and obj["State"].get("FinishedAt") and obj["Name"].strip("/") not in self.finished:
+                        if (
+                            obj
+                            and obj["State"].get("FinishedAt")
+                            and obj["Name"].strip("/") not in self.finished
+                        ):
                             fin = obj["State"]["FinishedAt"]
                             if not fin.startswith("0001"):
                                 self.finished[obj["Name"].strip("/")] = _ts(fin)
@@ -83,7 +86,7 @@ def _watch_versions(cp: ControlPlane, namespace: str, counts: Counter[str], stop
     decoder = json.JSONDecoder()
     buf = ""
     seen: dict[str, set[str]] = defaultdict(set)
-    for chunk in iter(lambda: proc.stdout.readline(), ""):  # type: ignore[union-attr]
+    for chunk in iter(proc.stdout.readline, ""):
         buf += chunk
         while buf.strip():
             try:
@@ -175,7 +178,8 @@ def main() -> int:
         )
         print(
             f"exit -> brev delete sent: p50 {_pct(to_delete, 0.5):.2f} s, p99 {_pct(to_delete, 0.99):.2f} s; "
-            f"exit -> job finished (instance gone, 1 s status resolution): p50 {statistics.median(to_finish):.1f} s"
+            "exit -> job finished (instance gone, 1 s status resolution): "
+            f"p50 {statistics.median(to_finish):.1f} s"
             if to_finish
             else "no exit samples"
         )

@@ -18,6 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import yaml
+
 from controller.brev.sim.harness import BrevSim
 from controller.devenv.controlplane import ControlPlane, free_port
 
@@ -34,6 +36,12 @@ FAST_SETTINGS: Mapping[str, str] = {
     "TAOBREV_BACKOFF_MAX": "5",
     "TAOBREV_WAIT_TIMEOUT": "30",
 }
+
+
+def deployment_settings() -> dict[str, str]:
+    """The env the Deployment gets from its ConfigMap (envFrom), so local runs match the cluster."""
+    doc = yaml.safe_load((REPO / "deploy" / "base" / "config.yaml").read_text())
+    return {str(k): str(v) for k, v in (doc.get("data") or {}).items()}
 
 
 def install_operator_identity(cp: ControlPlane, sim: BrevSim) -> None:
@@ -79,6 +87,8 @@ class OperatorProcess:
     def env(self) -> dict[str, str]:
         base = {k: v for k, v in os.environ.items() if not k.startswith(("TAOBREV_", "KUBECONFIG"))}
         env = self.sim.env(base)
+        # The Deployment's own settings first (deploy/base/config.yaml), then the local overrides.
+        env.update(deployment_settings())
         env.update(FAST_SETTINGS)
         env.update(
             {

@@ -96,10 +96,14 @@ def test_sigkill_in_each_phase_then_restart_finishes_with_exactly_one_instance(
     assert stack.operator.starts == 2
 
 
-def test_seed_only_placement_field_is_refused_with_a_clear_reason_and_nothing_is_created(stack: Stack) -> None:
+def test_seed_only_placement_field_is_refused_with_a_clear_reason_and_nothing_is_created(
+    stack: Stack,
+) -> None:
     """The skill documents' --cloud-cred-id does not exist in the pinned brev CLI: the job fails
     naming the spec field instead of passing a flag brev would reject."""
-    job = stack.job_manifest("placement", instance={"ephemeral": {"gpuName": "L40S", "cloudCredId": "cc-123"}})
+    job = stack.job_manifest(
+        "placement", instance={"ephemeral": {"gpuName": "L40S", "cloudCredId": "cc-123"}}
+    )
     stack.apply(job)
     status = stack.wait_finished("placement")
     assert status["outcome"] == "Failed" and status["reason"] == "InvalidSpec"

@@ -414,7 +414,7 @@ def test_api_field_names_match_the_contract() -> None:
         "phase", "outcome", "reason", "message", "observedGeneration", "jobId", "instanceName",
         "instanceCreated", "backendRef", "gpu", "phaseTimes", "createRequestedAt", "containerStartedAt",
         "containerExitedAt", "uploadedAt", "deleteRequestedAt", "finishedAt", "exitCode", "lastLogLines",
-            "startRequestedAt", "cleanedUpAt",
+            "startRequestedAt", "cleanedUpAt", "teardownMessage",
         "results", "retries", "conditions",
     }  # fmt: skip
 
