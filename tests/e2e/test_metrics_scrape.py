@@ -3,7 +3,7 @@
 - A Prometheus server (the `prometheus` binary, controller/devenv/prometheus.py) scrapes the
   operator every second while jobs run; PromQL through its HTTP API sees the jobs by phase and
   the brev CLI calls, and deploy/monitoring's alert rules evaluate on the real series.
-- Every metric in deploy/README.md's table (the documentation's source of truth) is on /metrics
+- Every metric in README.md's table (the documentation's source of truth) is on /metrics
   with the documented type and labels, and nothing undocumented is.
 """
 
@@ -23,7 +23,7 @@ from controller.devenv.prometheus import PrometheusServer, Sample, running, writ
 from tests.fixtures.operator import Stack
 
 REPO = Path(__file__).resolve().parents[2]
-README = REPO / "deploy" / "README.md"
+README = REPO / "README.md"
 PROMETHEUS_RULE = REPO / "deploy" / "monitoring" / "prometheusrule.yaml"
 
 
@@ -121,8 +121,8 @@ class Documented:
 
 
 def documented_metrics() -> dict[str, Documented]:
-    """The metric table under `## Metrics` in deploy/README.md: name -> type and label names."""
-    section = README.read_text().split("\n## Metrics\n", 1)[1].split("\n## ", 1)[0]
+    """The metric table under `## Observability` in README.md: name -> type and label names."""
+    section = README.read_text().split("\n## Observability\n", 1)[1].split("\n## ", 1)[0]
     rows = re.findall(r"^\| `(taobrev_[a-z_]+)` \| (\w+) \| ([^|]*) \|", section, re.MULTILINE)
     return {
         name: Documented(mtype, frozenset(x.strip() for x in labels.split(",") if x.strip() not in ("", "—")))
@@ -152,7 +152,7 @@ def exposed_metrics(metrics_text: str) -> dict[str, Exposed]:
 
 
 def test_every_metric_in_the_deploy_readme_is_exposed_after_a_run(stack: Stack) -> None:
-    """deploy/README.md's metric table and /metrics agree both ways: every documented metric is
+    """README.md's metric table and /metrics agree both ways: every documented metric is
     exposed with its documented type, its series (scraped while a job runs and after it ended)
     carry exactly the documented labels, and no taobrev_* metric is undocumented."""
     docs = documented_metrics()
