@@ -114,7 +114,6 @@ class Reconciler:
 
     async def _pass(self, ref: JobRef) -> float | None:
         status: dict[str, Any] = dict(self._written.get(ref.uid) or ref.status)
-        bound = log
         try:
             spec = TaoBrevJobSpec.model_validate(ref.spec)
         except ValidationError as exc:
@@ -130,16 +129,11 @@ class Reconciler:
             except PermanentError as exc:
                 blocker = ActionFailure("ReadSecrets", exc.reason, str(exc), permanent=True)
 
-        job = JobContext(
-            namespace=ref.namespace,
-            name=ref.name,
-            job_id=str(status.get("jobId") or ""),
-            spec=spec,
-            secrets=secrets,
-        )
         obs = await self._observe(status, ref, blocker)
         decision: Decision | None = None
         for _ in range(MAX_STEPS_PER_PASS):
+            # A transient action failure comes back as obs.failure: decide() records it, asks for
+            # a backoff and returns no actions, which ends the pass.
             decision = machine.decide(
                 spec,
                 status,
@@ -150,7 +144,7 @@ class Reconciler:
                 generation=ref.generation,
                 tunables=self._tunables,
             )
-            await self._write(ref, status, decision, bound, spec)
+            await self._write(ref, status, decision, spec)
             status = decision.status
             structlog.contextvars.bind_contextvars(
                 phase=status.get("phase"), instance=status.get("instanceName") or "-"
@@ -158,13 +152,11 @@ class Reconciler:
             if not decision.actions:
                 break
             job = JobContext(ref.namespace, ref.name, str(status.get("jobId")), spec, secrets)
-            bound.debug(
-                "acting", phase=status.get("phase"), actions=[type(a).__name__ for a in decision.actions]
-            )
+            log.debug("acting", actions=[type(a).__name__ for a in decision.actions])
             after = await self._runner.run(decision.actions, job, obs.with_(failure=None))
             if after.failure is not None:
                 self._recorder.reconcile_error(after.failure.reason)
-                bound.warning(
+                log.warning(
                     "action failed",
                     action=after.failure.action,
                     reason=after.failure.reason,
@@ -172,20 +164,6 @@ class Reconciler:
                     permanent=after.failure.permanent,
                 )
             obs = await self._observe(status, ref, blocker, base=after)
-            if after.failure is not None and not after.failure.permanent:
-                decision = machine.decide(
-                    spec,
-                    status,
-                    obs,
-                    namespace=ref.namespace,
-                    name=ref.name,
-                    uid=ref.uid,
-                    generation=ref.generation,
-                    tunables=self._tunables,
-                )
-                await self._write(ref, status, decision, bound, spec)
-                status = decision.status
-                break
         assert decision is not None
         return decision.requeue_after
 
@@ -253,7 +231,7 @@ class Reconciler:
             status, status.get("conditions") or [], ref.generation, obs.now
         )
         decision = Decision(status=status, events=(EventNote("Warning", err.reason, str(err)),))
-        await self._write(ref, dict(ref.status), decision, log)
+        await self._write(ref, dict(ref.status), decision)
         return None
 
     async def _write(
@@ -261,7 +239,6 @@ class Reconciler:
         ref: JobRef,
         old: Mapping[str, Any],
         decision: Decision,
-        bound: Any,
         spec: TaoBrevJobSpec | None = None,
     ) -> None:
         new = decision.status
@@ -270,7 +247,7 @@ class Reconciler:
         if _comparable(new) != _comparable(old):
             await self._kube.patch_status(ref.namespace, ref.name, new)
             self._written[ref.uid] = dict(new)
-        self._account(ref, old, new, bound)
+        self._account(ref, old, new)
         if new.get("phase"):
             self._gauges(ref, new, spec)
 
@@ -291,14 +268,14 @@ class Reconciler:
             ended_at=finished.timestamp() if finished else None,
         )
 
-    def _account(self, ref: JobRef, old: Mapping[str, Any], new: Mapping[str, Any], bound: Any) -> None:
+    def _account(self, ref: JobRef, old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
         old_phase, new_phase = old.get("phase"), new.get("phase")
         now = self._clock()
         if new_phase and old_phase != new_phase:
             entered = _parse((old.get("phaseTimes") or {}).get(str(old_phase))) if old_phase else None
             spent = (now - entered).total_seconds() if entered else None
             self._recorder.phase_changed(ref.namespace, ref.name, old_phase, str(new_phase), spent)
-            bound.info(
+            log.info(
                 "phase changed",
                 phase=new_phase,
                 previous=old_phase,
