@@ -8,6 +8,7 @@
         ├── SpecError                  bad or unsupported spec (e.g. a seed-only brev flag)
         ├── MissingSecretError         a referenced Secret or key does not exist
         ├── EntitlementError           NGC login/manifest check failed: stop before billing on
+        ├── BrevConfigError            the operator's own brev setup is broken (not a job's fault)
         └── BrevPermanentError         the CLI refused the request (validation, FAILURE status)
             └── InstanceNotFound       the named instance does not exist
 
@@ -61,6 +62,12 @@ class MissingSecretError(PermanentError):
 
 class EntitlementError(PermanentError):
     reason = "RegistryEntitlementFailed"
+
+
+class BrevConfigError(PermanentError):
+    """The operator's own environment or configuration keeps brev from working (not a job's fault)."""
+
+    reason = "BrevMisconfigured"
 
 
 class BrevPermanentError(PermanentError):

@@ -10,7 +10,7 @@ import shlex
 
 import pytest
 
-from controller.brev import cli
+from controller.brev import cli, commands, credentials, output
 from controller.brev.client import BrevCredentials, CreateRequest
 from controller.brev.runner import RunResult
 from controller.errors import (
@@ -42,7 +42,7 @@ LS_ONE = """no oauth found for token
 
 
 def test_ls_json_is_read_from_the_first_brace_line_after_stray_lines() -> None:
-    [inst] = cli.parse_instances(LS_ONE)
+    [inst] = output.parse_instances(LS_ONE)
     assert inst.name == "tbj-a"
     assert (inst.status, inst.shell_status, inst.gpu, inst.instance_kind) == (
         "RUNNING",
@@ -53,19 +53,19 @@ def test_ls_json_is_read_from_the_first_brace_line_after_stray_lines() -> None:
 
 
 def test_ls_json_with_null_workspaces_means_no_instances() -> None:
-    assert cli.parse_instances('{\n  "workspaces": null\n}\n') == []
+    assert output.parse_instances('{\n  "workspaces": null\n}\n') == []
 
 
 def test_ls_json_after_the_logged_out_prompt_without_newline_still_parses() -> None:
     # The prompt has no newline, so JSON may not start a line; but it then never follows (EOF).
     # What matters: a JSON line after other stray lines is found.
     text = "WARN: malformed refresh token, logging out\n" + '{"workspaces": null}'
-    assert cli.parse_instances(text) == []
+    assert output.parse_instances(text) == []
 
 
 def test_ls_output_without_json_is_an_error() -> None:
     with pytest.raises(ValueError, match="no JSON"):
-        cli.parse_instances("You have 0 instances in Org x\n")
+        output.parse_instances("You have 0 instances in Org x\n")
 
 
 def test_search_json_array_and_empty_outputs() -> None:
@@ -80,7 +80,7 @@ def test_search_json_array_and_empty_outputs() -> None:
             "cloud": "aws",
         }
     ]
-    [entry] = cli.parse_search(json.dumps(doc, indent=2))
+    [entry] = output.parse_search(json.dumps(doc, indent=2))
     assert (entry.type, entry.gpu_name, entry.gpu_count, entry.vram_per_gpu_gb) == (
         "g6e.xlarge",
         "L40S",
@@ -88,8 +88,8 @@ def test_search_json_array_and_empty_outputs() -> None:
         48.0,
     )
     assert entry.raw["cloud"] == "aws"
-    assert cli.parse_search("[]\n") == []
-    assert cli.parse_search("") == []
+    assert output.parse_search("[]\n") == []
+    assert output.parse_search("") == []
 
 
 @pytest.mark.parametrize(
@@ -105,24 +105,24 @@ def test_search_json_array_and_empty_outputs() -> None:
     ],
 )
 def test_version_line_is_parsed(stdout: str, tag: str) -> None:
-    assert cli.parse_version(stdout) == tag
+    assert output.parse_version(stdout) == tag
 
 
 def test_unparseable_version_output_raises() -> None:
     with pytest.raises(ValueError):
-        cli.parse_version("brev version unknown\n")
+        output.parse_version("brev version unknown\n")
 
 
 def test_version_mismatch_is_a_warning_naming_both_versions() -> None:
-    assert cli.version_warning("v0.6.327", "v0.6.327") is None
-    warning = cli.version_warning("v0.6.335", "v0.6.327")
+    assert output.version_warning("v0.6.327", "v0.6.327") is None
+    warning = output.version_warning("v0.6.335", "v0.6.327")
     assert warning is not None
     assert "v0.6.335" in warning and "v0.6.327" in warning
 
 
 # ---- create argv ---------------------------------------------------------------------------------
 
-CREATE_HELP_FLAGS = cli.help_flags(
+CREATE_HELP_FLAGS = output.help_flags(
     """Flags:
   -n, --name string             Base name
   -t, --type string             Comma-separated list of instance types to try
@@ -152,7 +152,7 @@ def test_create_argv_uses_name_detached_and_long_flags_only() -> None:
         max_boot_time=7,
         timeout_seconds=300,
     )
-    argv = cli.create_argv("brev", request, CREATE_HELP_FLAGS)
+    argv = commands.create_argv("brev", request, CREATE_HELP_FLAGS)
     assert argv[:4] == ["brev", "create", "tbj-ns-job-1234abcd", "--detached"]
     assert argv[argv.index("--type") + 1] == "g6e.xlarge,g5.xlarge"
     assert argv[argv.index("--gpu-name") + 1] == "L40S"
@@ -165,7 +165,7 @@ def test_create_argv_uses_name_detached_and_long_flags_only() -> None:
 
 
 def test_create_argv_formats_fractional_numbers_without_exponents() -> None:
-    argv = cli.create_argv(
+    argv = commands.create_argv(
         "brev", CreateRequest(name="a", min_capability=8.6, min_vram=1_000_000), frozenset()
     )
     assert argv[argv.index("--min-capability") + 1] == "8.6"
@@ -179,13 +179,13 @@ def test_create_argv_formats_fractional_numbers_without_exponents() -> None:
 def test_seed_only_create_fields_are_refused_when_the_cli_lacks_the_flag(field: str, spec_field: str) -> None:
     request = CreateRequest(name="a", **{field: "x"})  # type: ignore[arg-type]
     with pytest.raises(SpecError, match=spec_field):
-        cli.create_argv("brev", request, CREATE_HELP_FLAGS)
+        commands.create_argv("brev", request, CREATE_HELP_FLAGS)
 
 
 def test_seed_only_create_fields_pass_through_when_the_cli_has_the_flag() -> None:
     flags = CREATE_HELP_FLAGS | {"cloud-cred-id", "workspace-group-id", "gpu"}
     request = CreateRequest(name="a", cloud_cred_id="cc-1", workspace_group_id="wg-1", gpu="L40S:1")
-    argv = cli.create_argv("brev", request, flags)
+    argv = commands.create_argv("brev", request, flags)
     assert argv[argv.index("--cloud-cred-id") + 1] == "cc-1"
     assert argv[argv.index("--workspace-group-id") + 1] == "wg-1"
     assert argv[argv.index("--gpu") + 1] == "L40S:1"
@@ -193,13 +193,13 @@ def test_seed_only_create_fields_pass_through_when_the_cli_has_the_flag() -> Non
 
 def test_create_rejects_startup_script_that_would_read_a_local_file() -> None:
     with pytest.raises(SpecError, match="startupScript"):
-        cli.create_argv("brev", CreateRequest(name="a", startup_script="@/etc/passwd"), frozenset())
+        commands.create_argv("brev", CreateRequest(name="a", startup_script="@/etc/passwd"), frozenset())
 
 
 @pytest.mark.parametrize("name", ["", "-a", "a b", "a/b", "x" * 64, "_a"])
 def test_invalid_instance_names_are_rejected_before_calling_brev(name: str) -> None:
     with pytest.raises(SpecError, match="not a valid brev name"):
-        cli.check_name(name)
+        commands.check_name(name)
 
 
 # ---- exec sentinel -------------------------------------------------------------------------------
@@ -239,8 +239,8 @@ def _inner_command(wrapped: str) -> str:
 
 @pytest.mark.parametrize("command", TRICKY_COMMANDS)
 def test_wrapped_command_is_one_line_and_survives_brev_and_shell_quoting(command: str) -> None:
-    marker = cli.new_marker()
-    wrapped = cli.wrap_command(command, marker)
+    marker = commands.new_marker()
+    wrapped = commands.wrap_command(command, marker)
     assert "\n" not in wrapped and "\r" not in wrapped, "multi-line payloads hang brev exec (#429)"
     assert not wrapped.startswith("@")
     # brev quotes it for its local bash; the remote shell receives exactly `wrapped` back.
@@ -252,7 +252,7 @@ def test_wrapped_command_is_one_line_and_survives_brev_and_shell_quoting(command
 def test_commands_starting_with_at_or_empty_are_refused() -> None:
     for bad in ("@script.sh", "", "   ", "a\0b"):
         with pytest.raises(ValueError):
-            cli.wrap_command(bad, "m")
+            commands.wrap_command(bad, "m")
 
 
 @pytest.mark.parametrize(
@@ -270,23 +270,23 @@ def test_commands_starting_with_at_or_empty_are_refused() -> None:
     ],
 )
 def test_unwrap_returns_real_status_and_strips_brev_lines(stdout: str, expected: tuple[int, str]) -> None:
-    assert cli.unwrap_exec(stdout, "MARK", "inst") == expected
+    assert commands.unwrap_exec(stdout, "MARK", "inst") == expected
 
 
 def test_missing_sentinel_means_the_command_did_not_report() -> None:
-    assert cli.unwrap_exec("partial output\n", "MARK", "inst") is None
-    assert cli.unwrap_exec("\nMARK notanumber\n", "MARK", "inst") is None
+    assert commands.unwrap_exec("partial output\n", "MARK", "inst") is None
+    assert commands.unwrap_exec("\nMARK notanumber\n", "MARK", "inst") is None
 
 
 def test_markers_are_random_per_call() -> None:
-    assert cli.new_marker() != cli.new_marker()
+    assert commands.new_marker() != commands.new_marker()
 
 
 # ---- remote paths for put_file -------------------------------------------------------------------
 
 
 def test_put_file_command_expands_home_and_quotes_the_rest() -> None:
-    command = cli.put_file_command("~/taobrev/j 1/secrets/ngc key", 0o600, "abcd")
+    command = commands.put_file_command("~/taobrev/j 1/secrets/ngc key", 0o600, "abcd")
     assert command.startswith("umask 077 && mkdir -p \"$HOME\"/'taobrev/j 1/secrets' && cat > ")
     assert "chmod 600" in command
     assert command.endswith("\"$HOME\"/'taobrev/j 1/secrets/ngc key'")
@@ -295,7 +295,7 @@ def test_put_file_command_expands_home_and_quotes_the_rest() -> None:
 @pytest.mark.parametrize("path", ["relative/file", "~/", "/"])
 def test_put_file_refuses_paths_that_are_not_files(path: str) -> None:
     with pytest.raises(ValueError):
-        cli.put_file_command(path, 0o600, "t")
+        commands.put_file_command(path, 0o600, "t")
 
 
 # ---- error mapping -------------------------------------------------------------------------------
@@ -323,7 +323,7 @@ TRACE = (
     ],
 )
 def test_auth_failures_are_recognised_by_substring(result: RunResult, auth: bool) -> None:
-    assert cli.is_auth_failure(result) is auth
+    assert output.is_auth_failure(result) is auth
 
 
 def test_create_duplicate_name_is_adopted() -> None:
@@ -333,8 +333,8 @@ def test_create_duplicate_name_is_adopted() -> None:
         + TRACE
         + "could only create 0/1 instances",
     )
-    assert cli.create_outcome("tbj-a", result).adopted is True
-    assert cli.create_outcome("tbj-a", _r("tbj-a\n", "", 0)).adopted is False
+    assert output.create_outcome("tbj-a", result).adopted is True
+    assert output.create_outcome("tbj-a", _r("tbj-a\n", "", 0)).adopted is False
 
 
 @pytest.mark.parametrize(
@@ -368,7 +368,7 @@ def test_create_failures_map_onto_the_hierarchy_keeping_the_cli_message(
     stderr: str, error: type[Exception], reason: str
 ) -> None:
     with pytest.raises(error) as info:
-        cli.create_outcome("tbj-a", _r("", stderr))
+        output.create_outcome("tbj-a", _r("", stderr))
     assert info.value.reason == reason  # type: ignore[attr-defined]
     assert stderr.strip()[-40:] in info.value.cli_message  # type: ignore[attr-defined]
 
@@ -376,13 +376,13 @@ def test_create_failures_map_onto_the_hierarchy_keeping_the_cli_message(
 def test_delete_of_missing_instance_is_instance_not_found() -> None:
     stderr = "1 error occurred:\n\t* " + TRACE + "instance with id/name tbj-a not found\n\n"
     with pytest.raises(InstanceNotFound):
-        cli.delete_outcome("tbj-a", _r("", stderr))
-    cli.delete_outcome("tbj-a", _r("tbj-a\n", "", 0))
+        output.delete_outcome("tbj-a", _r("", stderr))
+    output.delete_outcome("tbj-a", _r("tbj-a\n", "", 0))
 
 
 def test_start_of_missing_instance_exits_zero_but_is_instance_not_found() -> None:
     with pytest.raises(InstanceNotFound):
-        cli.start_outcome("tbj-a", _r("tried to start with local path but path not found\ntbj-a\n", "", 0))
+        output.start_outcome("tbj-a", _r("tried to start with local path but path not found\ntbj-a\n", "", 0))
 
 
 @pytest.mark.parametrize(
@@ -397,14 +397,14 @@ def test_start_of_missing_instance_exits_zero_but_is_instance_not_found() -> Non
 def test_start_of_a_not_stopped_instance(status: str, outcome: type[Exception] | None) -> None:
     result = _r("", TRACE + f"Instance is not stopped status={status}")
     if outcome is None:
-        cli.start_outcome("tbj-a", result)
+        output.start_outcome("tbj-a", result)
     else:
         with pytest.raises(outcome):
-            cli.start_outcome("tbj-a", result)
+            output.start_outcome("tbj-a", result)
 
 
 def test_exec_transport_errors_keep_the_cli_message() -> None:
-    err = cli.exec_transport_error(
+    err = output.exec_transport_error(
         "tbj-a",
         _r(
             "", 'Connection failed, checking instance status...\ninstance "tbj-a" is in state "DEPLOYING" — x'
@@ -412,7 +412,7 @@ def test_exec_transport_errors_keep_the_cli_message() -> None:
     )
     assert isinstance(err, BrevTransientError)
     assert "DEPLOYING" in str(err)
-    err = cli.exec_transport_error(
+    err = output.exec_transport_error(
         "tbj-a", _r("", "ssh: connect to host 1.2.3.4 port 22: Connection refused")
     )
     assert "Connection refused" in err.cli_message
@@ -429,25 +429,25 @@ def _jwt(claims: dict[str, object]) -> str:
 
 
 def test_api_key_credentials_have_the_shape_brev_login_api_key_leaves() -> None:
-    doc, org = cli.credentials_documents(BrevCredentials(api_key="bak-abc", org_id="org-1"), now=0)
+    doc, org = credentials.credentials_documents(BrevCredentials(api_key="bak-abc", org_id="org-1"), now=0)
     assert doc == {"access_token": "", "refresh_token": "", "api_key": "bak-abc", "api_key_org_id": "org-1"}
     assert org == {"id": "org-1", "name": "org-1", "userNetworkId": ""}
 
 
 def test_unexpired_jwt_token_is_stored_as_access_token() -> None:
     token = _jwt({"exp": 2000, "iss": "https://login.nvidia.com"})
-    doc, org = cli.credentials_documents(BrevCredentials(token=token), now=1000)
+    doc, org = credentials.credentials_documents(BrevCredentials(token=token), now=1000)
     assert doc == {"access_token": token, "refresh_token": "auto-login"}
     assert org is None
 
 
 def test_expired_jwt_or_opaque_token_is_stored_as_refresh_token() -> None:
     expired = _jwt({"exp": 500})
-    assert cli.credentials_documents(BrevCredentials(token=expired), now=1000)[0] == {
+    assert credentials.credentials_documents(BrevCredentials(token=expired), now=1000)[0] == {
         "access_token": "auto-login",
         "refresh_token": expired,
     }
-    assert cli.credentials_documents(BrevCredentials(token="sess:dev"), now=1000)[0] == {
+    assert credentials.credentials_documents(BrevCredentials(token="sess:dev"), now=1000)[0] == {
         "access_token": "auto-login",
         "refresh_token": "sess:dev",
     }
@@ -466,7 +466,7 @@ def test_bad_credentials_are_a_configuration_error_naming_the_fix(
     creds: BrevCredentials, message: str
 ) -> None:
     with pytest.raises(cli.BrevConfigError, match=message):
-        cli.validate_credentials(creds)
+        credentials.validate_credentials(creds)
 
 
 def test_credentials_repr_never_shows_secret_values() -> None:

@@ -1,0 +1,114 @@
+"""Headless brev login material: validating credentials and writing ~/.brev/credentials.json in
+exactly the shape `brev login --api-key/--token` leaves it (so no secret is ever on argv)."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import contextlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from controller.brev.client import BrevCredentials
+from controller.errors import BrevConfigError
+
+API_KEY_PREFIX = "bak-"
+
+
+def _b64url_json(part: str) -> Any:
+    padded = part + "=" * (-len(part) % 4)
+    return json.loads(base64.urlsafe_b64decode(padded))
+
+
+def jwt_claims(token: str) -> dict[str, Any] | None:
+    """Unverified claims of a JWT, or None if `token` is not one (like jwt.ParseUnverified)."""
+    parts = token.split(".")
+    if len(parts) != 3:
+        return None
+    try:
+        header = _b64url_json(parts[0])
+        claims = _b64url_json(parts[1])
+    except (ValueError, binascii.Error, UnicodeDecodeError):
+        return None
+    if not isinstance(header, dict) or not isinstance(claims, dict):
+        return None
+    return claims
+
+
+def jwt_valid(token: str, now: float) -> bool:
+    """What `LoginWithToken` decides: a JWT whose exp/nbf claims hold now (iat is not enforced)."""
+    claims = jwt_claims(token)
+    if claims is None:
+        return False
+    exp = claims.get("exp")
+    if isinstance(exp, int | float) and now >= exp:
+        return False
+    nbf = claims.get("nbf")
+    return not (isinstance(nbf, int | float) and now < nbf)
+
+
+def validate_credentials(creds: BrevCredentials) -> None:
+    if creds.api_key:
+        if creds.token:
+            raise BrevConfigError(
+                "the Brev credentials Secret sets both an API key and a token; keep only one "
+                "(the API key, which never expires client-side)"
+            )
+        if not creds.api_key.strip().startswith(API_KEY_PREFIX):
+            raise BrevConfigError(f"the Brev API key in the Secret must start with {API_KEY_PREFIX!r}")
+        if not (creds.org_id and creds.org_id.strip()):
+            raise BrevConfigError(
+                "the Brev credentials Secret has an API key but no org id; add the org id key "
+                "(api key auth requires an org id)"
+            )
+    elif not (creds.token and creds.token.strip()):
+        raise BrevConfigError(
+            "the Brev credentials Secret holds neither an API key (with org id) nor a token"
+        )
+
+
+def credentials_documents(creds: BrevCredentials, now: float) -> tuple[dict[str, str], dict[str, str] | None]:
+    """(credentials.json, active_org.json or None) exactly as `brev login` leaves them:
+    `--api-key K --org-id O` stores the key fields and sets the active org {id: O, name: O};
+    `--token T` stores an unexpired JWT as access_token (refresh "auto-login"), anything else as
+    refresh_token (access "auto-login")."""
+    validate_credentials(creds)
+    if creds.api_key:
+        org = (creds.org_id or "").strip()
+        doc = {
+            "access_token": "",
+            "refresh_token": "",
+            "api_key": creds.api_key.strip(),
+            "api_key_org_id": org,
+        }
+        return doc, {"id": org, "name": org, "userNetworkId": ""}
+    token = (creds.token or "").strip()
+    if jwt_valid(token, now):
+        doc = {"access_token": token, "refresh_token": "auto-login"}
+    else:
+        doc = {"access_token": "auto-login", "refresh_token": token}
+    org_doc = None
+    if creds.org_id and creds.org_id.strip():
+        org = creds.org_id.strip()
+        org_doc = {"id": org, "name": org, "userNetworkId": ""}
+    return doc, org_doc
+
+
+def write_private_json(path: Path, doc: object) -> None:
+    """Atomically write `doc` as Go's MarshalIndent(v, "", " ") would, mode 0600."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            json.dump(doc, fh, indent=1)
+            fh.flush()
+            os.fsync(fh.fileno())
+        Path(tmp).replace(path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            Path(tmp).unlink()
+        raise

@@ -1,0 +1,226 @@
+"""Reading brev's output: JSON with stray lines before it, versions, help text, and the mapping
+of its error messages (matched on substrings: they carry trace fragments) onto controller.errors."""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from controller.brev.client import (
+    CreateResult,
+    Instance,
+    SearchResult,
+)
+from controller.brev.runner import RunResult
+from controller.errors import (
+    BrevPermanentError,
+    BrevTransientError,
+    InstanceNotFound,
+)
+
+LOGGED_OUT_PROMPT = "You are currently logged out"
+# Lines the CLI prints on stdout before any real output (brev-cli.md section 1).
+STRAY_PREFIXES = ("no oauth found for token", "WARN: malformed refresh token", LOGGED_OUT_PROMPT)
+
+
+def first_json(text: str) -> Any:
+    """The JSON document starting at the first line that begins with `{` or `[`."""
+    lines = text.splitlines(keepends=True)
+    for i, line in enumerate(lines):
+        if line.lstrip().startswith(("{", "[")):
+            rest = "".join(lines[i:]).lstrip()
+            value, _end = json.JSONDecoder().raw_decode(rest)
+            return value
+    raise ValueError("no JSON document in the output")
+
+
+def parse_instances(stdout: str) -> list[Instance]:
+    """`brev ls --json` -> instances; `{"workspaces": null}` is the empty list."""
+    doc = first_json(stdout)
+    if not isinstance(doc, dict) or "workspaces" not in doc:
+        raise ValueError("expected an object with a 'workspaces' key")
+    items = doc["workspaces"] or []
+    out: list[Instance] = []
+    for item in items:
+        out.append(
+            Instance(
+                name=str(item["name"]),
+                id=str(item.get("id", "")),
+                status=str(item.get("status", "")),
+                build_status=str(item.get("build_status", "")),
+                shell_status=str(item.get("shell_status", "")),
+                health_status=str(item.get("health_status", "")),
+                instance_type=str(item.get("instance_type", "")),
+                instance_kind=str(item.get("instance_kind", "")),
+                gpu=str(item.get("gpu", "-")),
+            )
+        )
+    return out
+
+
+def parse_search(stdout: str) -> list[SearchResult]:
+    """`brev search --json` -> entries; no results is `[]` (or nothing at all)."""
+    if not stdout.strip():
+        return []
+    doc = first_json(stdout)
+    if not isinstance(doc, list):
+        raise ValueError("expected a JSON array")
+    return [
+        SearchResult(
+            type=str(item["type"]),
+            provider=str(item.get("provider", "")),
+            gpu_name=str(item.get("gpu_name", "")),
+            gpu_count=int(item.get("gpu_count", 0)),
+            vram_per_gpu_gb=float(item.get("vram_per_gpu_gb", 0)),
+            price_per_hour=float(item.get("price_per_hour", 0)),
+            raw=dict(item),
+        )
+        for item in doc
+    ]
+
+
+_VERSION_RE = re.compile(r"Current Version:\s*(v?\d+\.\d+\.\d+[^\s]*)", re.IGNORECASE)
+
+
+def parse_version(stdout: str) -> str:
+    """`brev --version --no-check-latest` -> the tag, e.g. ``v0.6.327``."""
+    match = _VERSION_RE.search(stdout)
+    if not match:
+        raise ValueError("no 'Current Version: X.Y.Z' line")
+    tag = match.group(1)
+    return tag if tag.startswith("v") else f"v{tag}"
+
+
+def version_warning(installed: str, expected: str | None) -> str | None:
+    if expected is None or installed == expected:
+        return None
+    return (
+        f"installed brev CLI is {installed} but this operator was written against {expected} "
+        "(versions.yaml brev.cli_version); its argv/output contract may differ"
+    )
+
+
+_FLAG_RE = re.compile(r"(?<![\w-])--([a-z0-9][a-z0-9-]*)")
+
+
+def help_flags(help_text: str) -> frozenset[str]:
+    """Long flag names a `--help` text mentions (`--gpu-name` gives `gpu-name`, never `gpu`)."""
+    return frozenset(_FLAG_RE.findall(help_text))
+
+
+_AUTH_MARKERS = ("malformed refresh token", "unauthorized", "token is expired", "invalid token")
+
+
+def is_auth_failure(result: RunResult) -> bool:
+    """The CLI found no usable login: the logged-out prompt (then `EOF` from /dev/null), a
+    malformed/expired token, or the server's unauthorized answer."""
+    if LOGGED_OUT_PROMPT in result.stdout:
+        return True
+    if result.stderr.rstrip().endswith("EOF"):
+        return True
+    lowered = result.output.lower()
+    return any(marker in lowered for marker in _AUTH_MARKERS)
+
+
+# Messages that can never succeed on retry (brev-cli.md sections 1, 2).
+_PERMANENT_MARKERS = (
+    "unknown flag",
+    "unknown shorthand flag",
+    "unknown command",
+    "name must",
+    "name is required",
+    "invalid mode",
+    "is required for container mode",
+    "is required for compose mode",
+    "--count must be at least",
+    "invalid sort option",
+    "does not support stop",
+)
+
+
+def cli_message(result: RunResult) -> str:
+    """The CLI's own words (stderr, else stdout), trimmed to a size fit for a condition."""
+    return (result.stderr.strip() or result.stdout.strip())[-2000:]
+
+
+def generic_error(verb: str, target: str, result: RunResult) -> BrevTransientError | BrevPermanentError:
+    message = f"brev {verb} {target} failed (exit {result.returncode})".replace("  ", " ")
+    if any(marker in result.output for marker in _PERMANENT_MARKERS):
+        return BrevPermanentError(message, cli_message=cli_message(result))
+    return BrevTransientError(message, cli_message=cli_message(result))
+
+
+def create_outcome(name: str, result: RunResult) -> CreateResult:
+    """Map `brev create --detached` onto adopt / success / the error hierarchy."""
+    out = result.output
+    if "already exists" in out or "duplicate workspace" in out:
+        return CreateResult(name=name, adopted=True)
+    if result.returncode == 0:
+        return CreateResult(name=name, adopted=False)
+    msg = cli_message(result)
+    if "no GPU instances match" in out:
+        raise BrevPermanentError(
+            f"no instance type matches the requested GPU filters for {name}; relax gpuName / "
+            "minVram / types (see `brev search`)",
+            reason="NoMatchingInstanceType",
+            cli_message=msg,
+        )
+    if "no capacity" in out or "please retry" in out or "try again later" in out:
+        raise BrevTransientError(
+            f"no capacity for the requested instance types of {name}; will retry",
+            reason="InsufficientCapacity",
+            cli_message=msg,
+        )
+    if "is not a recognized type" in out:
+        raise BrevPermanentError(
+            f"instance type requested for {name} is not a recognized brev type (see `brev search`)",
+            reason="UnknownInstanceType",
+            cli_message=msg,
+        )
+    raise generic_error("create", name, result)
+
+
+def start_outcome(name: str, result: RunResult) -> None:
+    out = result.output
+    # A missing name exits 0 after trying to start a "local path" (brev-cli.md section 4).
+    if "path not found" in out or ("not found" in out and result.returncode != 0):
+        raise InstanceNotFound(f"instance {name} does not exist", cli_message=cli_message(result))
+    if result.returncode == 0:
+        return
+    match = re.search(r"not stopped status=(\w+)", out)
+    if match:
+        status = match.group(1)
+        if status in ("RUNNING", "STARTING", "DEPLOYING"):
+            return  # already on its way up: starting is idempotent for the caller
+        if status == "STOPPING":
+            raise BrevTransientError(
+                f"instance {name} is still stopping; start it again later", cli_message=cli_message(result)
+            )
+        raise BrevPermanentError(
+            f"instance {name} cannot be started from status {status}", cli_message=cli_message(result)
+        )
+    raise generic_error("start", name, result)
+
+
+def delete_outcome(name: str, result: RunResult) -> None:
+    if "not found" in result.output:
+        raise InstanceNotFound(f"instance {name} does not exist", cli_message=cli_message(result))
+    if result.returncode != 0:
+        raise generic_error("delete", name, result)
+
+
+def exec_transport_error(instance: str, result: RunResult) -> BrevTransientError:
+    """brev exec returned without the sentinel: the command did not (visibly) run to completion."""
+    msg = cli_message(result)
+    match = re.search(r'is in state "([A-Z_]+)"', result.output)
+    if match:
+        return BrevTransientError(
+            f"instance {instance} is {match.group(1)}, not reachable over ssh", cli_message=msg
+        )
+    return BrevTransientError(
+        f"brev exec on {instance} failed before the command reported its status", cli_message=msg
+    )
+
+
+# -- credentials ------------------------------------------------------------------------------
