@@ -110,7 +110,18 @@ def test_non_zero_training_exit_uploads_logs_and_partial_results_deletes_and_fai
 
 def test_deleting_the_job_while_running_cancels_uploads_and_tears_down(stack: Stack) -> None:
     stack.apply(stack.job_manifest("cancel", simulation={"epochs": 50, "epoch_seconds": 200}))
-    stack.wait_for("cancel", lambda o: (o or {}).get("status", {}).get("phase") == "Running", "Running")
+
+    def training(o: dict[str, Any] | None) -> bool:
+        # Running is written just before `docker run`; wait until the container really trains.
+        st = (o or {}).get("status") or {}
+        if st.get("phase") != "Running":
+            return False
+        return any(
+            c.get("State", {}).get("Running") and c.get("Name", "").strip("/") == st["jobId"]
+            for c in stack.sim.containers(st["instanceName"])
+        )
+
+    stack.wait_for("cancel", training, "the training container to run")
     stack.kubectl("delete", "tbj", "cancel", "-n", stack.namespace, "--wait=false")
     # Observed through the status the operator writes while the finalizer holds the object.
     last: dict[str, Any] = {}
@@ -122,6 +133,7 @@ def test_deleting_the_job_while_running_cancels_uploads_and_tears_down(stack: St
 
     stack.wait_for("cancel", remember, "the canceled job to be torn down and released")
     assert last["outcome"] == "Canceled" and last.get("uploadedAt")
+    assert last["exitCode"] == 143, "stopped with SIGTERM (docker stop), not left running"
     keys = s3_keys(stack, "cancel/")
     assert any(k.startswith("cancel/logs/") for k in keys), (keys, last.get("results"))
     assert stack.live_instances() == []
