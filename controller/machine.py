@@ -443,6 +443,13 @@ def _running(p: _Pass) -> None:
 
 
 def _uploading(p: _Pass) -> None:
+    inst = p.obs.instance
+    if p.obs.upload is None and p.obs.instance_known and (inst is None or inst.status in (DELETING, FAILURE)):
+        # Nothing left to upload from: say so (the results are lost), whatever the run's outcome.
+        p.s["outcome"] = str(Outcome.FAILED)
+        p.s["reason"] = R_INSTANCE_LOST if inst is None or inst.status == DELETING else R_INSTANCE_FAILED
+        p.s["message"] = f"instance {p.instance} disappeared before the results were uploaded"
+        p.events.append(EventNote("Warning", p.s["reason"], p.s["message"]))
     lost = p.s.get("reason") in (R_INSTANCE_LOST, R_INSTANCE_FAILED)
     if p.obs.upload is not None:
         p.s["uploadedAt"] = _ts(p.now)

@@ -110,3 +110,66 @@ def test_seed_only_placement_field_is_refused_with_a_clear_reason_and_nothing_is
     assert "cloudCredId" in status["message"]
     assert stack.sim.created_count() == 0
     assert not any("--cloud-cred-id" in c.argv for c in stack.sim.calls())
+
+
+def test_capacity_shortage_is_retried_with_backoff_and_the_job_succeeds_once_capacity_returns(
+    stack: Stack,
+) -> None:
+    stack.sim.set_faults(capacity=["g6e.xlarge"])
+    stack.apply(stack.job_manifest("capacity"))
+    obj = stack.wait_for(
+        "capacity", lambda o: int(((o or {}).get("status") or {}).get("retries") or 0) >= 2, "two retries"
+    )
+    status = (obj or {})["status"]
+    assert status["phase"] == "Provisioning" and not status.get("outcome")
+    assert "capacity" in status["message"] and "will retry" in status["message"]
+    assert stack.sim.created_count() == 0
+    stack.sim.clear_faults()
+    final = stack.wait_finished("capacity")
+    assert final["outcome"] == "Succeeded" and stack.sim.created_count() == 1
+
+
+def test_instance_that_disappears_mid_run_fails_with_a_distinct_reason(stack: Stack) -> None:
+    # Vanishes 400 nominal seconds after RUNNING: while the (long) training runs.
+    stack.sim.set_faults(disappear_after_s=400)
+    stack.apply(stack.job_manifest("vanish", simulation={"epochs": 50, "epoch_seconds": 200}))
+    status = stack.wait_finished("vanish")
+    assert status["outcome"] == "Failed" and status["reason"] == "InstanceLost", status
+    assert "disappeared" in status["message"]
+    assert stack.live_instances() == []
+
+
+def test_upload_that_keeps_failing_ends_as_failed_and_still_deletes_the_instance(stack: Stack) -> None:
+    stack.sim.set_faults(upload_fails="bucket unreachable")
+    stack.apply(stack.job_manifest("noupload", timeouts={"uploadingSeconds": 10}))
+    status = stack.wait_finished("noupload")
+    assert status["outcome"] == "Failed" and status["reason"] == "UploadFailed"
+    assert "uploadingSeconds" in status["message"]
+    assert "uploadedAt" not in status
+    assert stack.live_instances() == [], "billing stops even when results cannot be saved"
+
+
+def test_sigkill_during_a_cancel_teardown_still_uploads_releases_and_deletes(stack: Stack) -> None:
+    stack.sim.set_faults(upload_s=500)
+    stack.apply(stack.job_manifest("cancelkill", simulation={"epochs": 50, "epoch_seconds": 200}))
+
+    def training(o: dict[str, Any] | None) -> bool:
+        st = (o or {}).get("status") or {}
+        return st.get("phase") == "Running" and any(
+            c.get("State", {}).get("Running") for c in stack.sim.containers(st["instanceName"])
+        )
+
+    stack.wait_for("cancelkill", training, "the training container to run")
+    stack.kubectl("delete", "tbj", "cancelkill", "-n", stack.namespace, "--wait=false")
+    stack.wait_for(
+        "cancelkill",
+        lambda o: ((o or {}).get("status") or {}).get("phase") == "Uploading",
+        "the cancel upload",
+    )
+    stack.operator.kill()
+    stack.sim.clear_faults()
+    stack.operator.start()
+    stack.wait_gone("cancelkill")
+    assert stack.live_instances() == [] and stack.sim.created_count() == 1
+    resp = stack.s3.client().list_objects_v2(Bucket=stack.bucket, Prefix="cancelkill/logs/")
+    assert resp.get("KeyCount", 0) >= 1, "the container log was uploaded before teardown"

@@ -411,3 +411,15 @@ def test_status_without_names_past_pending_gets_its_deterministic_names_back() -
     d = machine.decide(spec(), status, obs, namespace="ns", name="job", uid="u", generation=1, tunables=TUN)
     assert d.status["instanceName"].startswith("tbj-ns-job-")
     assert d.status["reason"] == machine.R_INSTANCE_LOST
+
+
+def test_instance_lost_while_uploading_fails_the_job_instead_of_retrying_forever() -> None:
+    history, _ = drive(
+        spec(), World(exit_code=None, run_passes=1000), until=lambda s, w: s.get("phase") == "Running"
+    )
+    status = {**history[-1], "phase": "Uploading", "outcome": "Succeeded", "exitCode": 0}
+    status["phaseTimes"] = {**status["phaseTimes"], "Uploading": "2026-11-29T12:00:00Z"}
+    obs = Observation(now=T0, instance_known=True, instance=None)
+    d = machine.decide(spec(), status, obs, namespace="ns", name="job", uid="u", generation=1, tunables=TUN)
+    assert d.status["reason"] == machine.R_INSTANCE_LOST and d.status["outcome"] == "Failed"
+    assert d.status["phase"] == "Deleted" and not any(isinstance(a, UploadResults) for a in d.actions)
