@@ -73,6 +73,18 @@ class Tunables:
     backoff_max: float = 60.0
 
 
+MAX_MESSAGE = 800
+
+
+def clip(text: str, limit: int = MAX_MESSAGE) -> str:
+    """Keep status readable: brev's errors carry trace fragments; the head says what failed and
+    the tail says why, so keep both."""
+    if len(text) <= limit:
+        return text
+    head = limit // 3
+    return f"{text[:head]} … {text[-(limit - head - 3) :]}"
+
+
 def _ts(now: datetime) -> str:
     return now.strftime("%Y-%m-%dT%H:%M:%SZ")
 
@@ -148,7 +160,7 @@ class _Pass:
             return
         self.s["outcome"] = str(outcome)
         self.s["reason"] = reason
-        self.s["message"] = message
+        self.s["message"] = message = clip(message)
         kind = "Normal" if outcome == Outcome.SUCCEEDED else "Warning"
         self.events.append(EventNote(kind, reason, message))
 
@@ -156,7 +168,7 @@ class _Pass:
         retries = int(self.s.get("retries") or 0) + 1
         self.s["retries"] = retries
         self.s["reason"] = failure.reason
-        self.s["message"] = f"{failure.action}: {failure.message} (attempt {retries}, will retry)"
+        self.s["message"] = clip(f"{failure.action}: {failure.message}") + f" (attempt {retries}, will retry)"
         self.requeue = min(self.tun.backoff_base * 2 ** (retries - 1), self.tun.backoff_max)
         if retries == 1:
             self.events.append(EventNote("Warning", failure.reason, self.s["message"]))

@@ -423,3 +423,10 @@ def test_instance_lost_while_uploading_fails_the_job_instead_of_retrying_forever
     d = machine.decide(spec(), status, obs, namespace="ns", name="job", uid="u", generation=1, tunables=TUN)
     assert d.status["reason"] == machine.R_INSTANCE_LOST and d.status["outcome"] == "Failed"
     assert d.status["phase"] == "Deleted" and not any(isinstance(a, UploadResults) for a in d.actions)
+
+
+def test_long_cli_errors_are_clipped_keeping_what_failed_and_why() -> None:
+    text = "UploadResults: brev exec failed " + "trace " * 500 + "exit status 255"
+    out = machine.clip(text)
+    assert len(out) <= machine.MAX_MESSAGE
+    assert out.startswith("UploadResults: brev exec failed") and out.endswith("exit status 255")
