@@ -16,6 +16,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+from controller.timestamps import format_time
+
 READY = "Ready"
 RECONCILING = "Reconciling"
 STALLED = "Stalled"
@@ -60,7 +62,7 @@ def derive(
             else str(status.get("teardownMessage") or f"teardown not finished ({phase})"),
         ),
     ]
-    stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
+    stamp = format_time(now)
     old = {c.get("type"): c for c in previous}
     for c in new:
         prev = old.get(c["type"])

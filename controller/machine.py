@@ -37,6 +37,7 @@ from controller.steps import (
     UploadResults,
     WaitForExit,
 )
+from controller.timestamps import format_time, parse_time
 
 # Allowed transitions, as data: anything else is a bug in decide() (checked by unit tests).
 TRANSITIONS: Mapping[Phase, frozenset[Phase]] = {
@@ -85,16 +86,6 @@ def clip(text: str, limit: int = MAX_MESSAGE) -> str:
     return f"{text[:head]} … {text[-(limit - head - 3) :]}"
 
 
-def _ts(now: datetime) -> str:
-    return now.strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _parse(ts: object) -> datetime | None:
-    if not isinstance(ts, str) or not ts:
-        return None
-    return datetime.fromisoformat(ts.replace("Z", "+00:00"))
-
-
 def phase_timeout(spec: TaoBrevJobSpec, phase: Phase) -> int | None:
     t = spec.timeouts
     return {
@@ -138,7 +129,7 @@ class _Pass:
         assert phase in TRANSITIONS[old], f"illegal transition {old} -> {phase}"
         self.s["phase"] = str(phase)
         times = dict(self.s.get("phaseTimes") or {})
-        times[str(phase)] = _ts(self.now)
+        times[str(phase)] = format_time(self.now)
         self.s["phaseTimes"] = times
         self.s["retries"] = 0
         if not self.s.get("outcome"):
@@ -147,7 +138,7 @@ class _Pass:
         self.events.append(EventNote("Normal", str(phase), message))
 
     def phase_age(self) -> float:
-        entered = _parse((self.s.get("phaseTimes") or {}).get(str(self.phase)))
+        entered = parse_time((self.s.get("phaseTimes") or {}).get(str(self.phase)))
         return (self.now - entered).total_seconds() if entered else 0.0
 
     def timed_out(self) -> bool:
@@ -216,7 +207,7 @@ def decide(
     if not p.s.get("phase"):
         # A first, visible Pending (with the names every later step relies on), then move on.
         p.s["phase"] = str(Phase.PENDING)
-        p.s["phaseTimes"] = {str(Phase.PENDING): _ts(obs.now)}
+        p.s["phaseTimes"] = {str(Phase.PENDING): format_time(obs.now)}
         p.s["message"] = "accepted"
         p.events.append(EventNote("Normal", str(Phase.PENDING), "accepted"))
         if obs.blocker is None and not obs.deleting:
@@ -341,7 +332,7 @@ def _provisioning(p: _Pass) -> None:
             p.end_run(Outcome.FAILED, R_INSTANCE_FAILED, f"instance {p.instance} went to FAILURE")
             _step_after_end(p)
         elif inst.status == STOPPED and not p.ephemeral and not p.s.get("startRequestedAt"):
-            p.s["startRequestedAt"] = _ts(p.now)
+            p.s["startRequestedAt"] = format_time(p.now)
             p.actions.append(StartInstance(p.instance))
         elif inst.status == DELETING:
             p.end_run(Outcome.FAILED, R_INSTANCE_LOST, f"instance {p.instance} is being deleted")
@@ -357,13 +348,13 @@ def _provisioning(p: _Pass) -> None:
         )
         _step_after_end(p)
         return
-    requested = _parse(p.s.get("createRequestedAt"))
+    requested = parse_time(p.s.get("createRequestedAt"))
     if p.obs.created:
         return  # just created; the listing catches up on the next pass
     if requested is None or (p.now - requested).total_seconds() > p.tun.create_settle:
         # Marker first (the status patch lands before the action runs), then create. A repeat after
         # the settle time reuses the same name, so brev answers "already exists" and we adopt.
-        p.s["createRequestedAt"] = _ts(p.now)
+        p.s["createRequestedAt"] = format_time(p.now)
         p.actions.append(CreateInstance(_create_request(p)))
         p.events.append(EventNote("Normal", R_CREATED, f"brev create {p.instance}"))
 
@@ -408,7 +399,7 @@ def _pulling(p: _Pass) -> None:
         return
     if p.obs.prepared:
         p.enter(Phase.RUNNING, f"starting container {p.s['jobId']} on {p.instance}")
-        p.s["containerStartedAt"] = _ts(p.now)
+        p.s["containerStartedAt"] = format_time(p.now)
         p.actions.append(StartContainer(p.instance))
         p.requeue = 0.0
         return
@@ -421,7 +412,7 @@ def _running(p: _Pass) -> None:
     code = p.obs.exit_code
     if code is not None:
         p.s["exitCode"] = code
-        p.s["containerExitedAt"] = _ts(p.now)
+        p.s["containerExitedAt"] = format_time(p.now)
         if code == 0:
             p.end_run(Outcome.SUCCEEDED, R_SUCCEEDED, "training container exited 0")
         else:
@@ -464,7 +455,7 @@ def _uploading(p: _Pass) -> None:
         p.events.append(EventNote("Warning", p.s["reason"], p.s["message"]))
     lost = p.s.get("reason") in (R_INSTANCE_LOST, R_INSTANCE_FAILED)
     if p.obs.upload is not None:
-        p.s["uploadedAt"] = _ts(p.now)
+        p.s["uploadedAt"] = format_time(p.now)
         p.s["results"] = {
             "uri": p.spec.data.results_uri,
             "objects": p.obs.upload.objects,
@@ -509,7 +500,7 @@ def _teardown(p: _Pass) -> None:
         return
     if name and p.deletes_instance() and not _instance_released(p):
         return
-    p.s["finishedAt"] = _ts(p.now)
+    p.s["finishedAt"] = format_time(p.now)
     released = "deleted" if p.deletes_instance() else "left running (retained)"
     outcome = p.s.get("outcome") or str(Outcome.CANCELED)
     p.s["outcome"] = outcome
@@ -527,7 +518,7 @@ def _cleanup_done(p: _Pass) -> bool:
         return True
     inst = p.obs.instance
     if p.obs.cleaned:
-        p.s["cleanedUpAt"] = _ts(p.now)
+        p.s["cleanedUpAt"] = format_time(p.now)
         return True
     if not p.obs.instance_known:
         return False
@@ -537,7 +528,7 @@ def _cleanup_done(p: _Pass) -> bool:
         p.requeue = 0.0
         return False
     # Unreachable, gone, or never prepared: nothing of ours on it, or it goes with the instance.
-    p.s["cleanedUpAt"] = _ts(p.now)
+    p.s["cleanedUpAt"] = format_time(p.now)
     return True
 
 
@@ -546,12 +537,12 @@ def _instance_released(p: _Pass) -> bool:
     if not p.obs.instance_known:
         return False
     inst = p.obs.instance
-    requested = _parse(p.s.get("deleteRequestedAt"))
+    requested = parse_time(p.s.get("deleteRequestedAt"))
     if inst is None:
         if p.s.get("createRequestedAt") and requested is None and not p.obs.delete_requested:
             # A create was requested but never observed: make sure it is not still on its way
             # before walking away (an ambiguous create must never leak an instance).
-            created = _parse(p.s.get("createRequestedAt"))
+            created = parse_time(p.s.get("createRequestedAt"))
             if created and (p.now - created).total_seconds() <= p.tun.create_settle:
                 # status.message keeps saying why the job ended; the InstanceReleased condition
                 # says teardown is still in progress.
@@ -560,7 +551,7 @@ def _instance_released(p: _Pass) -> bool:
         return True
     stale = requested is None or (p.now - requested).total_seconds() > p.tun.create_settle
     if inst.status != DELETING and not p.obs.delete_requested and stale:
-        p.s["deleteRequestedAt"] = _ts(p.now)
+        p.s["deleteRequestedAt"] = format_time(p.now)
         p.actions.append(DeleteInstance(p.instance))
         p.events.append(EventNote("Normal", "InstanceDeleteRequested", f"brev delete {p.instance}"))
         return False

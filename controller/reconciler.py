@@ -26,6 +26,7 @@ from controller.logs import register_secret
 from controller.metrics import Recorder
 from controller.models import Outcome, Phase, TaoBrevJobSpec
 from controller.steps import ActionFailure, Decision, EventNote, Observation
+from controller.timestamps import format_time, parse_time
 
 log = structlog.get_logger("taobrev.reconciler")
 
@@ -226,7 +227,7 @@ class Reconciler:
         status = {**status, "outcome": str(Outcome.FAILED), "reason": err.reason, "message": str(err)}
         status.setdefault("phase", str(Phase.PENDING))
         status["phase"] = str(Phase.DELETED)
-        status["finishedAt"] = obs.now.strftime("%Y-%m-%dT%H:%M:%SZ")
+        status["finishedAt"] = format_time(obs.now)
         status["conditions"] = conditions.derive(
             status, status.get("conditions") or [], ref.generation, obs.now
         )
@@ -254,8 +255,8 @@ class Reconciler:
     def _gauges(self, ref: JobRef, status: Mapping[str, Any], spec: TaoBrevJobSpec | None) -> None:
         """Per-job gauges follow status on every pass (also right after an operator restart)."""
         phase = Phase(str(status["phase"]))
-        entered = _parse((status.get("phaseTimes") or {}).get(str(phase)))
-        finished = _parse(status.get("finishedAt"))
+        entered = parse_time((status.get("phaseTimes") or {}).get(str(phase)))
+        finished = parse_time(status.get("finishedAt"))
         self._recorder.job_state(
             ref.namespace,
             ref.name,
@@ -272,7 +273,7 @@ class Reconciler:
         old_phase, new_phase = old.get("phase"), new.get("phase")
         now = self._clock()
         if new_phase and old_phase != new_phase:
-            entered = _parse((old.get("phaseTimes") or {}).get(str(old_phase))) if old_phase else None
+            entered = parse_time((old.get("phaseTimes") or {}).get(str(old_phase))) if old_phase else None
             spent = (now - entered).total_seconds() if entered else None
             self._recorder.phase_changed(ref.namespace, ref.name, old_phase, str(new_phase), spent)
             log.info(
@@ -284,13 +285,13 @@ class Reconciler:
             )
         if new.get("outcome") and not old.get("finishedAt") and new.get("finishedAt"):
             self._recorder.outcome(str(new["outcome"]), str(new.get("reason") or ""))
-            exited = _parse(new.get("containerExitedAt"))
+            exited = parse_time(new.get("containerExitedAt"))
             if exited is not None:
                 self._recorder.exit_to_teardown((now - exited).total_seconds())
             if new.get("instanceName"):
                 self._recorder.instance_released(ref.namespace, ref.name, str(new["instanceName"]))
         elif new.get("instanceCreated") and new.get("createRequestedAt") and not new.get("finishedAt"):
-            created = _parse(new.get("createRequestedAt"))
+            created = parse_time(new.get("createRequestedAt"))
             if created is not None:
                 self._recorder.instance_uptime(
                     ref.namespace, ref.name, str(new["instanceName"]), (now - created).total_seconds()
@@ -306,9 +307,3 @@ def _comparable(status: Mapping[str, Any]) -> dict[str, Any]:
         for c in status.get("conditions") or []
     ]
     return out
-
-
-def _parse(ts: object) -> datetime | None:
-    if not isinstance(ts, str) or not ts:
-        return None
-    return datetime.fromisoformat(ts.replace("Z", "+00:00"))

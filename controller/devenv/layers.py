@@ -26,6 +26,7 @@ PURE_MODULES = frozenset(
         "controller/naming.py",
         "controller/models.py",
         "controller/steps.py",
+        "controller/timestamps.py",
         # The Brev value types and protocol: data only, so the state machine may use them.
         "controller/brev/client.py",
     }
