@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-
 import kopf
 
 from controller import handlers  # noqa: F401 - registers the handlers
@@ -14,12 +12,11 @@ from controller.settings import Settings
 def main() -> None:
     settings = Settings.from_env()
     configure_logging(json=settings.log_json, level=settings.log_level)
-    liveness = os.environ.get("TAOBREV_LIVENESS_ENDPOINT", "http://0.0.0.0:8080/healthz")
     kopf.run(
         standalone=True,
         clusterwide=not settings.namespaces,
         namespaces=settings.namespaces,
-        liveness_endpoint=liveness or None,
+        liveness_endpoint=settings.liveness_endpoint or None,
     )
 
 

@@ -54,7 +54,13 @@ class Settings(BaseModel):
     metrics_host: str = Field("0.0.0.0", description="metrics bind address")  # noqa: S104 - in-pod
     metrics_port: int = Field(8000, ge=0, le=65535, description="metrics port; 0 disables")
     log_json: bool | None = Field(None, description="JSON logs (default: when stderr is not a TTY)")
-    log_level: str = Field("INFO", pattern="^(DEBUG|INFO|WARNING|ERROR)$")
+    log_level: str = Field(
+        "INFO", pattern="^(DEBUG|INFO|WARNING|ERROR)$", description="DEBUG, INFO, WARNING or ERROR"
+    )
+    liveness_endpoint: str = Field(
+        "http://0.0.0.0:8080/healthz",
+        description="kopf's health endpoint (probes); empty disables",
+    )
     namespaces: tuple[str, ...] = Field((), description="namespaces to watch (comma list); empty = all")
 
     def tunables(self) -> Tunables:

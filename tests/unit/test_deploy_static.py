@@ -404,3 +404,21 @@ def test_test_crds_cover_the_monitoring_kinds() -> None:
         for d in load_all(f)
     }
     assert used <= kinds
+
+
+def test_every_operator_setting_is_documented_in_the_readme() -> None:
+    """A setting nobody can find is a setting nobody can use: README.md lists each TAOBREV_ one."""
+    from controller.settings import PREFIX, Settings
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    missing = [f"{PREFIX}{n.upper()}" for n in Settings.model_fields if f"`{PREFIX}{n.upper()}`" not in readme]
+    assert not missing, missing
+
+
+def test_bad_setting_names_the_variable_and_the_expectation() -> None:
+    from controller.settings import Settings
+
+    with pytest.raises(SystemExit) as exc:
+        Settings.from_env({"TAOBREV_POLL_INTERVAL": "-1", "TAOBREV_LOG_LEVEL": "LOUD"})
+    text = str(exc.value)
+    assert "TAOBREV_POLL_INTERVAL" in text and "TAOBREV_LOG_LEVEL" in text
