@@ -137,3 +137,14 @@ def test_deleting_the_job_while_running_cancels_uploads_and_tears_down(stack: St
     keys = s3_keys(stack, "cancel/")
     assert any(k.startswith("cancel/logs/") for k in keys), (keys, last.get("results"))
     assert stack.live_instances() == []
+
+
+def test_a_stopped_reused_instance_is_started_once_used_and_left_running(stack: Stack) -> None:
+    stack.sim.add_instance("parked-a100", status="STOPPED", gpu="A100")
+    stack.apply(stack.job_manifest("parked", instance={"reuse": {"name": "parked-a100"}}))
+    status = stack.wait_finished("parked")
+    assert status["outcome"] == "Succeeded" and status.get("startRequestedAt")
+    starts = [c for c in stack.sim.calls() if c.program == "brev" and c.argv[:1] == ["start"]]
+    assert len(starts) == 1 and "--detached" in starts[0].argv
+    assert [(i["name"], i["status"]) for i in stack.live_instances()] == [("parked-a100", "RUNNING")]
+    assert stack.sim.created_count() == 0
