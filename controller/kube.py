@@ -100,7 +100,6 @@ class KubeAccess:
     def __init__(self, api: k8s.ApiClient) -> None:
         self._core = k8s.CoreV1Api(api)
         self._custom = k8s.CustomObjectsApi(api)
-        self.status_patches = 0
 
     async def read_secret(self, namespace: str, name: str) -> Mapping[str, bytes] | None:
         """The Secret's decoded data, or None if it does not exist."""
@@ -131,5 +130,4 @@ class KubeAccess:
                 raise
             return True
 
-        self.status_patches += 1
         return await asyncio.to_thread(_patch)
