@@ -33,7 +33,16 @@ def cond(status: dict[str, Any], ctype: str) -> str:
 
 def test_happy_path_ephemeral_instance_walks_every_phase_uploads_and_deletes(stack: Stack) -> None:
     stack.apply(stack.job_manifest("happy"))
-    status = stack.wait_finished("happy")
+    # The way a user or a CI script waits: kubectl wait on the run's condition, then on Ready
+    # (teardown finished too).
+    for condition in ("Succeeded", "Ready"):
+        stack.kubectl(
+            "wait", "tbj/happy", "-n", stack.namespace, f"--for=condition={condition}", "--timeout=180s"
+        )
+    status = stack.status("happy")
+    described = stack.kubectl("describe", "tbj", "happy", "-n", stack.namespace).stdout
+    for text in ("Phase:", "Deleted", "Succeeded", "InstanceReleased", "Uploading", "Finished"):
+        assert text in described, text
 
     assert phase_order(status) == PHASES
     assert status["outcome"] == "Succeeded" and status["exitCode"] == 0
