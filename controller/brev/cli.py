@@ -98,8 +98,6 @@ class BrevTimeouts:
     start: float = 120
     refresh: float = 180  # may download cloudflared on first use
     put_file: float = 120
-    first_exec: float = 600
-    exec: float = 120
 
 
 @dataclass(frozen=True)
