@@ -382,6 +382,7 @@ def test_an_instance_that_vanishes_mid_run_disappears_from_the_listing(
     brev_sim: BrevSim, make_client: MakeClient
 ) -> None:
     client = make_client()
+    brev_sim.set_speed(1.0)  # the RUNNING window is then 300 s of clock, moved only by advance()
     brev_sim.set_faults(disappear_after_s=300)
     asyncio.run(client.create_instance(CreateRequest(name="tbj-flaky", types=("g6e.xlarge",))))
     brev_sim.advance(120 + 60)

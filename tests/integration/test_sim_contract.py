@@ -334,7 +334,16 @@ def test_create_failure_status_and_wait_timeout_still_exit_0(brev_sim: BrevSim) 
     assert slow.returncode == 0 and "  slow: Timeout waiting for ready state" in slow.stderr
 
 
+def real_seconds_per_nominal_second(sim: BrevSim) -> None:
+    """For tests that assert a state INSIDE a lifecycle window: at the fixture's speed 0.01 a
+    15 s nominal window is 0.15 s of wall time, which a loaded CI machine can overrun between
+    `advance()` and the next `ls`. At speed 1 the window is the nominal length and `advance()`
+    alone moves the clock (these tests sleep nowhere)."""
+    sim.set_speed(1.0)
+
+
 def test_instance_goes_deploying_then_running_building_then_completed(brev_sim: BrevSim) -> None:
+    real_seconds_per_nominal_second(brev_sim)
     brev_sim.login_api_key()
     assert brev(brev_sim, "create", "life", "-t", "g6e.xlarge", "-d").returncode == 0
     fields = ("status", "build_status", "shell_status", "health_status")
@@ -349,6 +358,7 @@ def test_instance_goes_deploying_then_running_building_then_completed(brev_sim: 
 
 
 def test_ssh_is_refused_for_a_while_after_running_and_ready(brev_sim: BrevSim) -> None:
+    real_seconds_per_nominal_second(brev_sim)
     brev_sim.login_api_key()
     assert brev(brev_sim, "create", "boot", "-t", "g6e.xlarge", "-d").returncode == 0
     brev_sim.advance(120 + 15)
@@ -400,6 +410,7 @@ def test_delete_has_no_yes_flag(brev_sim: BrevSim) -> None:
 
 
 def test_delete_shows_deleting_then_gone_and_is_not_idempotent(brev_sim: BrevSim) -> None:
+    real_seconds_per_nominal_second(brev_sim)
     brev_sim.login_api_key()
     brev_sim.add_instance("d")
     res = brev(brev_sim, "delete", "d")
@@ -439,6 +450,7 @@ def test_start_of_a_running_instance_is_an_error(brev_sim: BrevSim) -> None:
 
 
 def test_stop_then_start_detached(brev_sim: BrevSim) -> None:
+    real_seconds_per_nominal_second(brev_sim)
     brev_sim.login_api_key()
     brev_sim.add_instance("s")
     assert brev(brev_sim, "stop", "s").stdout == "s\n"
@@ -597,6 +609,7 @@ def test_deleting_an_instance_kills_its_containers(brev_sim: BrevSim) -> None:
 
 
 def test_an_instance_that_vanishes_mid_run_disappears_from_ls(brev_sim: BrevSim) -> None:
+    real_seconds_per_nominal_second(brev_sim)
     brev_sim.login_api_key()
     brev_sim.set_faults(disappear_after_s=300)
     assert brev(brev_sim, "create", "flaky", "-t", "g6e.xlarge", "-d").returncode == 0
