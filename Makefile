@@ -11,7 +11,7 @@ export GOTOOLCHAIN ?= local
 ##@ Newcomer path
 .PHONY: demo
 demo: $(STAMP) ## Run a sample TaoBrevJob end to end on the local stack (control plane + Brev simulator + S3)
-	$(PY) -m controller.devenv demo
+	$(PY) -m tests.devenv demo
 
 .PHONY: test
 test: $(STAMP) system-deps ## Run the whole test suite (builds/reuses kube-apiserver + etcd, starts all servers)
@@ -56,8 +56,8 @@ test-e2e: $(STAMP) system-deps ## End-to-end against the real control plane and 
 lint: $(STAMP) ## ruff check + format check + import layers + CRD drift check
 	$(VENV)/bin/ruff check controller tests
 	$(VENV)/bin/ruff format --check controller tests
-	$(PY) -m controller.devenv.layers
-	$(PY) -m controller.crdgen --check
+	$(PY) -m tests.devenv.layers
+	$(PY) -m tests.devenv.crdgen --check
 
 .PHONY: typecheck
 typecheck: $(STAMP) ## mypy --strict over the package
@@ -65,7 +65,7 @@ typecheck: $(STAMP) ## mypy --strict over the package
 
 .PHONY: crds
 crds: $(STAMP) ## Regenerate crds/ from controller/models.py
-	$(PY) -m controller.crdgen --write
+	$(PY) -m tests.devenv.crdgen --write
 
 .PHONY: bench
 bench: $(STAMP) ## Benchmarks: per-job brev calls, API writes, exit-to-teardown delay, throughput
@@ -73,19 +73,19 @@ bench: $(STAMP) ## Benchmarks: per-job brev calls, API writes, exit-to-teardown 
 
 .PHONY: kube-build
 kube-build: $(STAMP) ## Build (or reuse the cached) kube-apiserver and etcd
-	$(PY) -m controller.devenv.kubebuild
+	$(PY) -m tests.devenv.kubebuild
 
 .PHONY: up
 up: $(STAMP) ## Start the local control plane (CRD installed) and print the kubeconfig path
-	$(PY) -m controller.devenv up
+	$(PY) -m tests.devenv up
 
 .PHONY: down
 down: $(STAMP) ## Stop the local stack
-	$(PY) -m controller.devenv down
+	$(PY) -m tests.devenv down
 
 .PHONY: status
 status: $(STAMP) ## Show the local stack
-	$(PY) -m controller.devenv status
+	$(PY) -m tests.devenv status
 
 .PHONY: lock
 lock: ## Re-resolve requirements/constraints.txt from pyproject.toml (needs network to PyPI)

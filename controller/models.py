@@ -1,6 +1,6 @@
 """Pydantic models of the TaoBrevJob custom resource (taobrev.io/v1alpha1): spec and status.
 
-These models are the single source of the API: `controller.crdgen` turns their JSON schema (by
+These models are the single source of the API: `tests.devenv.crdgen` turns their JSON schema (by
 alias) into the CRD, so field names, bounds, patterns, defaults and descriptions live only here.
 Rules the API server checks with CEL are declared next to the fields they guard
 (`x-kubernetes-validations`) and re-checked by pydantic validators, so a spec that passed the API
@@ -9,7 +9,7 @@ server parses, and a spec built in Python fails with the same message the server
 Attributes are snake_case with camelCase aliases. Serialize for Kubernetes with
 ``model_dump(by_alias=True, exclude_none=True, mode="json")``.
 
-Pure module: no kopf, kubernetes, os or subprocess imports (checked by `controller.devenv.layers`).
+Pure module: no kopf, kubernetes, os or subprocess imports (checked by `tests.devenv.layers`).
 """
 
 from __future__ import annotations

@@ -25,11 +25,11 @@ from collections import Counter, defaultdict
 from datetime import datetime
 from pathlib import Path
 
-from controller.brev.sim import container
-from controller.brev.sim.harness import BrevSim
-from controller.devenv.controlplane import ControlPlane, kubectl_path
-from controller.devenv.operator import OperatorProcess, install_operator_identity
-from controller.devenv.s3 import S3Server
+from tests.brevsim import container
+from tests.brevsim.harness import BrevSim
+from tests.devenv.controlplane import ControlPlane, kubectl_path
+from tests.devenv.operator import OperatorProcess, install_operator_identity
+from tests.devenv.s3 import S3Server
 from tests.fixtures.operator import Stack
 
 REPO = Path(__file__).resolve().parents[1]

@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from controller.devenv.controlplane import kubectl_path
+from tests.devenv.controlplane import kubectl_path
 from tests.fixtures.operator import Stack
 from tests.unit.test_argocd_health import run_health
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from controller.devenv import kubebuild
-from controller.devenv.controlplane import ControlPlane, kubectl_path
 from controller.versions import load_versions
+from tests.devenv import kubebuild
+from tests.devenv.controlplane import ControlPlane, kubectl_path
 from tests.fixtures.cluster import Kubectl, namespace_name
 
 pytestmark = pytest.mark.e2e
@@ -85,7 +85,7 @@ def test_namespace_names_are_dns1123_labels(test_name: str) -> None:
 def _devenv(command: str, devenv_dir: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "TAOBREV_DEVENV_DIR": str(devenv_dir)}
     return subprocess.run(
-        [sys.executable, "-m", "controller.devenv", command],
+        [sys.executable, "-m", "tests.devenv", command],
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,

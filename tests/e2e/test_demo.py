@@ -1,4 +1,4 @@
-"""`python -m controller.devenv demo` (what `make demo` runs) works on its own, as a newcomer runs it.
+"""`python -m tests.devenv demo` (what `make demo` runs) works on its own, as a newcomer runs it.
 
 Each test runs the command as a subprocess (its own control plane, S3, simulator and operator) at
 a fast simulator speed, and reads only what it prints and the processes it names.
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from controller.devenv import kubebuild
+from tests.devenv import kubebuild
 
 pytestmark = pytest.mark.e2e
 
@@ -35,7 +35,7 @@ def _devenv(*args: str, devenv_dir: Path, timeout: float = TIMEOUT_S) -> subproc
     # TAOBREV_DEVENV_DIR keeps `down`/`status` away from a developer's own ~/.cache state.
     env = {**os.environ, "TAOBREV_DEVENV_DIR": str(devenv_dir)}
     return subprocess.run(
-        [sys.executable, "-m", "controller.devenv", *args],
+        [sys.executable, "-m", "tests.devenv", *args],
         cwd=REPO_ROOT,
         env=env,
         stdin=subprocess.DEVNULL,
@@ -117,13 +117,13 @@ def test_demo_runs_the_sample_job_through_every_phase_then_tears_everything_down
 
 def test_demo_keep_leaves_the_stack_running_until_devenv_down(tmp_path: Path) -> None:
     """With --keep the stack outlives the demo, `status` reports it healthy, and the printed
-    `python -m controller.devenv down` stops every process."""
+    `python -m tests.devenv down` stops every process."""
     kubebuild.build()
     run = _devenv("demo", "--keep", "--speed", SPEED, devenv_dir=tmp_path)  # default dir: <devenv>/demo
     try:
         out = run.stdout
         assert run.returncode == 0, out + run.stderr
-        assert "Stop it with:\n  python -m controller.devenv down\n" in out, out
+        assert "Stop it with:\n  python -m tests.devenv down\n" in out, out
         pids = _pids(out)
         assert [name for name, pid in pids.items() if not _running(pid)] == [], out
 

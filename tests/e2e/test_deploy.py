@@ -21,16 +21,16 @@ from typing import Any
 import pytest
 import yaml
 
-from controller.brev.sim.harness import BrevSim
-from controller.devenv.controlplane import ControlPlane, kubectl_path
-from controller.devenv.operator import (
+from tests.brevsim.harness import BrevSim
+from tests.devenv.controlplane import ControlPlane, kubectl_path
+from tests.devenv.operator import (
     OPERATOR_NAMESPACE,
     SERVICE_ACCOUNT,
     OperatorProcess,
     install_operator_identity,
 )
-from controller.devenv.prometheus import PrometheusError, find_binary, rule_groups
-from controller.devenv.s3 import S3Server
+from tests.devenv.prometheus import PrometheusError, find_binary, rule_groups
+from tests.devenv.s3 import S3Server
 from tests.fixtures.operator import Stack
 
 REPO = Path(__file__).resolve().parents[2]

@@ -1,6 +1,6 @@
 """The operator's /metrics during real runs: scraped by a real Prometheus, and as documented.
 
-- A Prometheus server (the `prometheus` binary, controller/devenv/prometheus.py) scrapes the
+- A Prometheus server (the `prometheus` binary, tests/devenv/prometheus.py) scrapes the
   operator every second while jobs run; PromQL through its HTTP API sees the jobs by phase and
   the brev CLI calls, and deploy/monitoring's alert rules evaluate on the real series.
 - Every metric in README.md's table (the documentation's source of truth) is on /metrics
@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from controller.devenv.prometheus import PrometheusServer, Sample, running, write_rule_file
+from tests.devenv.prometheus import PrometheusServer, Sample, running, write_rule_file
 from tests.fixtures.operator import Stack
 
 REPO = Path(__file__).resolve().parents[2]

@@ -22,9 +22,7 @@ import structlog
 
 from controller.brev.cli import BrevCLI, BrevCLISettings, BrevConfigError
 from controller.brev.client import BrevCredentials, CreateRequest, Instance
-from controller.brev.sim.harness import BrevSim
 from controller.brev.workload import StageInput, Workload, WorkloadSettings, env_file, s3_env_file
-from controller.devenv.s3 import S3Server
 from controller.errors import (
     BrevAuthError,
     BrevPermanentError,
@@ -35,6 +33,8 @@ from controller.errors import (
     TransientError,
 )
 from controller.versions import load_versions
+from tests.brevsim.harness import BrevSim
+from tests.devenv.s3 import S3Server
 
 pytestmark = pytest.mark.integration
 

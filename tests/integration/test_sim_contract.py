@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from controller.brev.sim.harness import BrevSim
-from controller.devenv.s3 import S3Server
+from tests.brevsim.harness import BrevSim
+from tests.devenv.s3 import S3Server
 
 pytestmark = pytest.mark.integration
 

@@ -16,8 +16,8 @@ CHECKS = {
     "ruff check": [str(BIN / "ruff"), "check", "controller", "tests"],
     "ruff format": [str(BIN / "ruff"), "format", "--check", "controller", "tests"],
     "mypy": [str(BIN / "mypy")],
-    "import layers": [sys.executable, "-m", "controller.devenv.layers"],
-    "crd drift": [sys.executable, "-m", "controller.crdgen", "--check"],
+    "import layers": [sys.executable, "-m", "tests.devenv.layers"],
+    "crd drift": [sys.executable, "-m", "tests.devenv.crdgen", "--check"],
 }
 
 

@@ -1,4 +1,4 @@
-"""The TaoBrevJob models (controller.models) and the CRD generated from them (controller.crdgen).
+"""The TaoBrevJob models (controller.models) and the CRD generated from them (tests.devenv.crdgen).
 
 `INVALID_SPECS` is shared with tests/e2e/test_crd.py: every bad spec in it must be refused by the
 pydantic model here AND by the real API server there, each time naming the offending field.
@@ -17,7 +17,6 @@ from typing import Any
 import pytest
 import yaml
 
-from controller import crdgen
 from controller.errors import SpecError
 from controller.models import (
     DEFAULT_IMAGE,
@@ -29,6 +28,7 @@ from controller.models import (
     default_input_path,
 )
 from controller.versions import load_versions
+from tests.devenv import crdgen
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES_DIR = REPO_ROOT / "crds" / "examples"
@@ -628,7 +628,7 @@ def test_render_is_deterministic() -> None:
 
 
 def test_committed_crd_is_up_to_date() -> None:
-    """`python -m controller.crdgen --check` passes on crds/taobrevjob.yaml."""
+    """`python -m tests.devenv.crdgen --check` passes on crds/taobrevjob.yaml."""
     assert crdgen.main(["--check"]) == 0
 
 

@@ -19,10 +19,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from controller.brev.sim.container import host_path
-from controller.brev.sim.model import NOMINAL
-from controller.brev.sim.record import record_call
-from controller.brev.sim.store import Store, read_json
+from tests.brevsim.container import host_path
+from tests.brevsim.model import NOMINAL
+from tests.brevsim.record import record_call
+from tests.brevsim.store import Store, read_json
 
 USAGE = "usage: {net} [-h] {{train,evaluate,export,inference,dataset_convert}} ...\n"
 ACTIONS = {
@@ -92,7 +92,7 @@ def main(state: str, instance_id: str, mounts: list[dict[str, Any]], rootfs: str
         return 2
     spec_file = Path(host_path(mounts, rootfs, spec_path))
     try:
-        import yaml  # noqa: PLC0415 - only the TAO stand-in needs site-packages
+        import yaml
 
         spec = yaml.safe_load(spec_file.read_text()) or {}
     except FileNotFoundError:

@@ -1,4 +1,4 @@
-"""`python -m controller.brev.sim ROOT [--speed S] [--s3-endpoint URL]`: set up a simulator for a demo.
+"""`python -m tests.brevsim ROOT [--speed S] [--s3-endpoint URL]`: set up a simulator for a demo.
 
 Prints the `export` lines that put its `brev`/`ssh` first on PATH.
 """
@@ -8,11 +8,11 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from controller.brev.sim.harness import BrevSim
+from tests.brevsim.harness import BrevSim
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m controller.brev.sim")
+    parser = argparse.ArgumentParser(prog="python -m tests.brevsim")
     parser.add_argument("root", type=Path, help="directory for the simulator (bin/, state/, home/)")
     parser.add_argument(
         "--speed", type=float, default=1.0, help="delay factor: 1.0 looks real, 0.01 for tests"

@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from controller.brev.sim.container import host_path
-from controller.brev.sim.record import record_call
-from controller.brev.sim.store import Store, read_json
+from tests.brevsim.container import host_path
+from tests.brevsim.record import record_call
+from tests.brevsim.store import Store, read_json
 
 
 def _is_upload(args: list[str]) -> bool:

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from controller.brev.sim.store import Store, flocked, read_json, write_json
+from tests.brevsim.store import Store, flocked, read_json, write_json
 
 ZERO_TIME = "0001-01-01T00:00:00Z"
 
@@ -150,7 +150,7 @@ def image_kind(image: str) -> str | None:
 
 def bootstrap(python: str, module: str, *baked: object, site: bool = False, func: str = "main") -> list[str]:
     """`python -c` argv running `module.func(*baked, argv)`; -S unless site-packages are needed."""
-    repo = str(Path(__file__).resolve().parents[3])
+    repo = str(Path(__file__).resolve().parents[2])
     args = ", ".join(repr(a) for a in baked)
     code = (
         f"import sys; sys.path.insert(0, {repo!r}); from {module} import {func}; "
@@ -166,13 +166,11 @@ def program(store: Store, instance_id: str, cfg: dict[str, Any]) -> list[str]:
     rootfs = str(store.instance_dir(instance_id) / "docker" / "containers" / cfg["Id"] / "rootfs")
     if kind == "tao":
         return [
-            *bootstrap(
-                python, "controller.brev.sim.tao", str(store.root), instance_id, mounts, rootfs, site=True
-            ),
+            *bootstrap(python, "tests.brevsim.tao", str(store.root), instance_id, mounts, rootfs, site=True),
             *cfg["Args"],
         ]
     return [
-        *bootstrap(python, "controller.brev.sim.awsbridge", str(store.root), instance_id, mounts, rootfs),
+        *bootstrap(python, "tests.brevsim.awsbridge", str(store.root), instance_id, mounts, rootfs),
         *cfg["Args"],
     ]
 

@@ -1,4 +1,4 @@
-"""Import-layer check (``python -m controller.devenv.layers [ROOT]``), run by ``make lint``.
+"""Import-layer check (``python -m tests.devenv.layers [ROOT]``), run by ``make lint``.
 
 The rules keep the operator's shape honest:
 
@@ -42,7 +42,7 @@ PURE_FORBIDDEN = (
     "socket",
     "boto3",
     "controller.brev",
-    "controller.devenv",
+    "tests.devenv",
     "controller.actions",
     "controller.reconciler",
     "controller.kube",
@@ -99,10 +99,10 @@ def _rules_for(rel: str) -> list[tuple[str, str]]:
         rules += [(m, f"pure module must not import {m}") for m in PURE_FORBIDDEN]
     if rel not in KOPF_ALLOWED:
         rules.append(("kopf", "only controller/handlers.py and controller/__main__.py may import kopf"))
-    if not rel.startswith("controller/devenv/"):
-        rules.append(("controller.devenv", "the operator must never import the dev environment"))
-    if rel.startswith("controller/brev/") and not rel.startswith("controller/brev/sim/"):
-        rules.append(("controller.brev.sim", "the real Brev client must not import its simulator"))
+    if not rel.startswith("tests/devenv/"):
+        rules.append(("tests.devenv", "the operator must never import the dev environment"))
+    if rel.startswith("controller/"):
+        rules.append(("tests.brevsim", "the operator must never import the Brev simulator"))
     return rules
 
 

@@ -1,4 +1,4 @@
-"""``python -m controller.devenv demo`` (``make demo``): one TAO job end to end, on this machine.
+"""``python -m tests.devenv demo`` (``make demo``): one TAO job end to end, on this machine.
 
 It starts everything the job needs, in order, and fails loudly naming the component that could not
 start: kube-apiserver + etcd (built once, then cached) with the CRD, a loopback S3 (moto) holding a
@@ -7,7 +7,7 @@ ServiceAccount. Then it applies crds/examples/ephemeral-inline-spec.yaml (pointe
 S3, with a ``simulation:`` block) and prints each phase as the operator moves the job along.
 
 Afterwards it tears everything down (exit 0 if the job Succeeded), or with ``--keep`` leaves it
-running and records the processes in ``<dir>/demo.json`` so ``python -m controller.devenv down``
+running and records the processes in ``<dir>/demo.json`` so ``python -m tests.devenv down``
 stops them.
 """
 
@@ -30,19 +30,19 @@ from typing import Any
 
 import yaml
 
-from controller.brev.sim.harness import BrevSim
-from controller.brev.sim.model import NOMINAL
-from controller.devenv import kubebuild
-from controller.devenv.controlplane import ControlPlane, ControlPlaneError, kubectl_path
-from controller.devenv.operator import (
+from controller.versions import load_versions
+from tests.brevsim.harness import BrevSim
+from tests.brevsim.model import NOMINAL
+from tests.devenv import kubebuild
+from tests.devenv.controlplane import ControlPlane, ControlPlaneError, kubectl_path
+from tests.devenv.operator import (
     FAST_SETTINGS,
     OPERATOR_NAMESPACE,
     SERVICE_ACCOUNT,
     OperatorProcess,
     install_operator_identity,
 )
-from controller.devenv.s3 import REGION, S3Server
-from controller.versions import load_versions
+from tests.devenv.s3 import REGION, S3Server
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "crds" / "examples"
@@ -75,7 +75,7 @@ class Interrupted(BaseException):
 
 
 def default_demo_dir() -> Path:
-    # Inside the state directory of `python -m controller.devenv`, so its `down` finds a kept demo.
+    # Inside the state directory of `python -m tests.devenv`, so its `down` finds a kept demo.
     base = os.environ.get("TAOBREV_DEVENV_DIR")
     root = Path(base) if base else Path.home() / ".cache" / "taobrev-operator" / "devenv"
     return root / "demo"
@@ -145,7 +145,7 @@ def _kept_control_plane(demo_dir: Path) -> ControlPlane | None:
 
 
 def kept_status(demo_dir: Path) -> tuple[bool, str]:
-    """For ``python -m controller.devenv status``: is the kept demo stack in ``demo_dir`` whole?"""
+    """For ``python -m tests.devenv status``: is the kept demo stack in ``demo_dir`` whole?"""
     state = _read_state(demo_dir)
     if state is None:
         return False, f"no demo state in {demo_dir}"
@@ -165,7 +165,7 @@ def kept_status(demo_dir: Path) -> tuple[bool, str]:
 
 
 def stop_kept(demo_dir: Path) -> None:
-    """For ``python -m controller.devenv down``: stop what ``demo --keep`` left in ``demo_dir``."""
+    """For ``python -m tests.devenv down``: stop what ``demo --keep`` left in ``demo_dir``."""
     state = _read_state(demo_dir)
     if state is None:
         return
@@ -182,8 +182,8 @@ def stop_kept(demo_dir: Path) -> None:
 
 def _down_command(demo_dir: Path) -> str:
     if demo_dir.resolve() == default_demo_dir().resolve():
-        return "python -m controller.devenv down"
-    return f"python -m controller.devenv down --dir {demo_dir}"
+        return "python -m tests.devenv down"
+    return f"python -m tests.devenv down --dir {demo_dir}"
 
 
 # ------------------------------------------------------------------------------------- output
@@ -229,7 +229,7 @@ class Options:
 
 def parse_args(argv: list[str]) -> Options:
     parser = argparse.ArgumentParser(
-        prog="python -m controller.devenv demo",
+        prog="python -m tests.devenv demo",
         description=(
             "Run a sample TaoBrevJob end to end on this machine: a real kube-apiserver + etcd, the "
             "operator as its ServiceAccount, the Brev CLI simulator and a loopback S3."
@@ -248,7 +248,7 @@ def parse_args(argv: list[str]) -> Options:
     parser.add_argument(
         "--keep",
         action="store_true",
-        help="leave the stack running afterwards (stop it with `python -m controller.devenv down`)",
+        help="leave the stack running afterwards (stop it with `python -m tests.devenv down`)",
     )
     parser.add_argument(
         "--timeout",
@@ -379,7 +379,7 @@ class Demo:
         return op
 
     def record_state(self) -> None:
-        """What `python -m controller.devenv status/down` need to find this stack again."""
+        """What `python -m tests.devenv status/down` need to find this stack again."""
         assert self.cp is not None and self.s3 is not None and self.operator is not None
         assert self.operator.proc is not None
         procs = [

@@ -1,4 +1,4 @@
-"""The local dev environment: ``python -m controller.devenv {up,down,status,demo}``.
+"""The local dev environment: ``python -m tests.devenv {up,down,status,demo}``.
 
 ``up`` starts each component in the background (they outlive this command) under
 ``$TAOBREV_DEVENV_DIR`` (default ``~/.cache/taobrev-operator/devenv``); ``status`` and ``down``
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from controller.devenv.controlplane import ControlPlane, ControlPlaneError, proc_memory_kib
+from tests.devenv.controlplane import ControlPlane, ControlPlaneError, proc_memory_kib
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -116,13 +116,13 @@ class KeptDemoComponent:
         return [d for d in (devenv_dir, devenv_dir / "demo") if (d / "demo.json").is_file()]
 
     def up(self, devenv_dir: Path) -> list[str]:
-        return []  # `python -m controller.devenv demo --keep` starts it, with a job to run
+        return []  # `python -m tests.devenv demo --keep` starts it, with a job to run
 
     def status(self, devenv_dir: Path) -> Status:
         dirs = self._dirs(devenv_dir)
         if not dirs:
             # Nothing kept is the normal case, not a failure of the environment.
-            return Status(True, "none kept (`python -m controller.devenv demo --keep` keeps one)")
+            return Status(True, "none kept (`python -m tests.devenv demo --keep` keeps one)")
         demo = _demo_module()
         results = [demo.kept_status(d) for d in dirs]
         return Status(
@@ -144,7 +144,7 @@ def _up(devenv_dir: Path) -> int:
     for comp in COMPONENTS:
         for line in comp.up(devenv_dir):
             print(f"{comp.name}: {line}" if not line.startswith("export ") else line)
-    print(f"stop everything with: python -m controller.devenv down   (state in {devenv_dir})")
+    print(f"stop everything with: python -m tests.devenv down   (state in {devenv_dir})")
     return 0
 
 
@@ -166,7 +166,7 @@ def _down(devenv_dir: Path) -> int:
 
 def _demo_module() -> Any:
     # The demo pulls in the simulator, the operator launcher and boto3: import it only when needed.
-    return importlib.import_module("controller.devenv.demo")
+    return importlib.import_module("tests.devenv.demo")
 
 
 def _demo(argv: list[str]) -> int:
@@ -178,7 +178,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args[:1] == ["demo"]:
         return _demo(args[1:])
     parser = argparse.ArgumentParser(
-        prog="python -m controller.devenv",
+        prog="python -m tests.devenv",
         description="Local dev environment: a real kube-apiserver + etcd (and demo services) on loopback.",
     )
     parser.add_argument(

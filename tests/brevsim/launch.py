@@ -9,9 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from controller.brev.sim.store import Store, write_json
+from tests.brevsim.store import Store, write_json
 
-REPO = str(Path(__file__).resolve().parents[3])
+REPO = str(Path(__file__).resolve().parents[2])
 
 
 def script(python: str, module: str, func: str, *baked: str) -> str:
@@ -40,9 +40,9 @@ def write_local_bin(store: Store, bin_dir: Path) -> None:
     py = python_of(store)
     state = str(store.root)
     bin_dir.mkdir(parents=True, exist_ok=True)
-    write_exe(bin_dir / "brev", script(py, "controller.brev.sim.cli", "main", state, str(bin_dir)))
-    write_exe(bin_dir / "ssh", script(py, "controller.brev.sim.ssh", "main", state))
-    write_exe(bin_dir / "ssh-agent", script(py, "controller.brev.sim.ssh", "agent_main", state))
+    write_exe(bin_dir / "brev", script(py, "tests.brevsim.cli", "main", state, str(bin_dir)))
+    write_exe(bin_dir / "ssh", script(py, "tests.brevsim.ssh", "main", state))
+    write_exe(bin_dir / "ssh-agent", script(py, "tests.brevsim.ssh", "agent_main", state))
 
 
 def make_sandbox(store: Store, inst: dict[str, Any]) -> Path:
@@ -54,8 +54,8 @@ def make_sandbox(store: Store, inst: dict[str, Any]) -> Path:
     py = python_of(store)
     state = str(store.root)
     iid = str(inst["id"])
-    write_exe(d / "bin" / "docker", script(py, "controller.brev.sim.docker", "main", state, iid))
-    write_exe(d / "bin" / "nvidia-smi", script(py, "controller.brev.sim.gpu", "main", state, iid))
+    write_exe(d / "bin" / "docker", script(py, "tests.brevsim.docker", "main", state, iid))
+    write_exe(d / "bin" / "nvidia-smi", script(py, "tests.brevsim.gpu", "main", state, iid))
     write_json(
         d / "meta.json",
         {

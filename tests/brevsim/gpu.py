@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import sys
 
-from controller.brev.sim.record import record_call
-from controller.brev.sim.store import Store, read_json
+from tests.brevsim.record import record_call
+from tests.brevsim.store import Store, read_json
 
 MEMORY_MIB = {"L40S": 46068, "A100": 81920, "H100": 81559, "A10G": 23028, "T4": 15360}
 

@@ -18,12 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from controller.brev.sim.goerr import CLIError, trace
-from controller.brev.sim.store import Store, read_json, write_json
+from tests.brevsim.goerr import CLIError, trace
+from tests.brevsim.store import Store, read_json, write_json
 
 KAS_ISSUER = "https://login.nvidia.com"
 AUTH0_ISSUER = "https://brevdev.us.auth0.com/"
-SA_TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount/token"  # noqa: S105 - a path
+SA_TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 PROMPT = "You are currently logged out, would you like to log in? [Y/n]: "
 DEFAULT_TOKEN_TTL_S = 3600.0
 

@@ -22,10 +22,10 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from controller.brev.sim.model import NOMINAL, observe
-from controller.brev.sim.record import record_call, record_stdin
-from controller.brev.sim.sshconfig import lookup
-from controller.brev.sim.store import Store
+from tests.brevsim.model import NOMINAL, observe
+from tests.brevsim.record import record_call, record_stdin
+from tests.brevsim.sshconfig import lookup
+from tests.brevsim.store import Store
 
 OPTS_WITH_ARG = set("BbcDEeFIiJLlmOoPpQRSWw")
 OPTS_FLAGS = set("46AaCfGgKkMNnqsTtVvXxYy")

@@ -20,13 +20,13 @@ from pathlib import Path
 
 import yaml
 
-from controller.brev.sim.harness import BrevSim
-from controller.devenv.controlplane import ControlPlane, free_port
+from tests.brevsim.harness import BrevSim
+from tests.devenv.controlplane import ControlPlane, free_port
 
 REPO = Path(__file__).resolve().parents[2]
 OPERATOR_NAMESPACE = "taobrev-system"
 SERVICE_ACCOUNT = "taobrev-operator"
-BREV_SECRET = "taobrev-brev-credentials"  # noqa: S105 - a Secret's name, not a value
+BREV_SECRET = "taobrev-brev-credentials"
 
 # Fast but realistic timing for a simulator running at a high speed factor.
 FAST_SETTINGS: Mapping[str, str] = {

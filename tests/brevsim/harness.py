@@ -19,10 +19,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from controller.brev.sim import container, launch
-from controller.brev.sim.auth import mint_jwt
-from controller.brev.sim.model import NOMINAL, observe
-from controller.brev.sim.store import Store, flocked, read_json, write_json
+from tests.brevsim import container, launch
+from tests.brevsim.auth import mint_jwt
+from tests.brevsim.model import NOMINAL, observe
+from tests.brevsim.store import Store, flocked, read_json, write_json
 
 
 @dataclass(frozen=True)

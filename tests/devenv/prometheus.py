@@ -7,7 +7,7 @@
 
 or from a shell (runs until Ctrl-C):
 
-    python -m controller.devenv.prometheus --target http://127.0.0.1:8000/metrics \
+    python -m tests.devenv.prometheus --target http://127.0.0.1:8000/metrics \
         --rules deploy/monitoring/prometheusrule.yaml
 
 It runs the `prometheus` binary from PATH (Debian's `prometheus` package; `make system-deps`)
@@ -37,7 +37,7 @@ from typing import Any
 
 import yaml
 
-from controller.devenv.controlplane import _die_with_parent, free_port
+from tests.devenv.controlplane import _die_with_parent, free_port
 
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 15.0
@@ -318,7 +318,7 @@ def running(workdir: Path, targets: Mapping[str, str], **kwargs: Any) -> Iterato
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m controller.devenv.prometheus", description=__doc__.split("\n")[0]
+        prog="python -m tests.devenv.prometheus", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--target", action="append", required=True, help="metrics URL to scrape (repeatable)")
     parser.add_argument(

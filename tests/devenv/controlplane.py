@@ -8,7 +8,7 @@ Two users authenticate by static token: ``taobrev-dev-admin`` (system:masters) a
 and prove it is sufficient. Tokens live only in 0600 files (token file, kubeconfig), never in argv.
 
 A running instance is described by ``<workdir>/state.json`` so another process can ``load`` it
-(``python -m controller.devenv status`` / ``down``).
+(``python -m tests.devenv status`` / ``down``).
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ from typing import Any
 
 import yaml
 
-from controller.devenv import kubebuild
-from controller.devenv.pki import create_pki
+from tests.devenv import kubebuild
+from tests.devenv.pki import create_pki
 
 ADMIN_USER = "taobrev-dev-admin"
 OPERATOR_USER = "taobrev-dev-operator"
@@ -165,7 +165,7 @@ class ControlPlane:
 
         ``detach=False`` ties the servers' lifetime to the calling thread (they get SIGKILL if it
         dies), which is what tests want. ``detach=True`` starts them in their own session so they
-        outlive this process (``python -m controller.devenv up``).
+        outlive this process (``python -m tests.devenv up``).
         """
         bins = kubebuild.build()
         workdir = workdir.resolve()
@@ -176,7 +176,7 @@ class ControlPlane:
         ):
             raise ControlPlaneError(
                 f"a control plane is already running from {workdir} (pid {existing.apiserver_pid}); "
-                "stop it first (`python -m controller.devenv down`)"
+                "stop it first (`python -m tests.devenv down`)"
             )
         for stale in ("etcd-data", "pki", "logs", "kube-cache", STATE_FILE, "kubeconfig", "tokens.csv"):
             path = workdir / stale

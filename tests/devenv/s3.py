@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 DUMMY_ACCESS_KEY = "AKIASIMULATEDS3KEY00"
-DUMMY_SECRET_KEY = "simulated-s3-secret-key-not-real-0000000"  # noqa: S105 - moto accepts any credentials
+DUMMY_SECRET_KEY = "simulated-s3-secret-key-not-real-0000000"
 REGION = "us-east-1"
 
 
@@ -101,7 +101,7 @@ class S3Server:
 
     def client(self) -> Any:
         """A boto3 S3 client for this endpoint with dummy credentials."""
-        import boto3  # noqa: PLC0415 - boto3 is a dev dependency, imported only when a client is wanted
+        import boto3
 
         return boto3.client(
             "s3",

@@ -17,14 +17,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from controller.brev.sim import catalog, cobra, goerr, launch
-from controller.brev.sim.auth import Auth, Session, jwt_valid_client_side
-from controller.brev.sim.cobra import Flag
-from controller.brev.sim.goerr import CLIError, trace
-from controller.brev.sim.model import GONE, NOMINAL, Observation, can, observe
-from controller.brev.sim.record import record_call, record_stdin
-from controller.brev.sim.sshconfig import write_brev_ssh_files
-from controller.brev.sim.store import Store, write_json
+from tests.brevsim import catalog, cobra, goerr, launch
+from tests.brevsim.auth import Auth, Session, jwt_valid_client_side
+from tests.brevsim.cobra import Flag
+from tests.brevsim.goerr import CLIError, trace
+from tests.brevsim.model import GONE, NOMINAL, Observation, can, observe
+from tests.brevsim.record import record_call, record_stdin
+from tests.brevsim.sshconfig import write_brev_ssh_files
+from tests.brevsim.store import Store, write_json
 
 CONSOLE_URL = "https://brev.nvidia.com"
 NAME_RE_CHARS = set(string.ascii_letters + string.digits + "._-")
@@ -665,7 +665,7 @@ def _server_stop(ctx: Ctx, inst: dict[str, Any]) -> None:
 
 def _kill_containers(ctx: Ctx, inst_id: str) -> None:
     # A stopped VM loses its processes; reuse the marker, then clear it for the next start.
-    from controller.brev.sim import container  # noqa: PLC0415 - keeps `brev ls` imports minimal
+    from tests.brevsim import container
 
     container.kill_all(ctx.store, inst_id)
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from controller.brev.sim.goerr import CLIError
+from tests.brevsim.goerr import CLIError
 
 
 @dataclass(frozen=True)

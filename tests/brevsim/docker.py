@@ -16,11 +16,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from controller.brev.sim import container as ct
-from controller.brev.sim.gotemplate import TemplateError, render, strip_table
-from controller.brev.sim.model import NOMINAL
-from controller.brev.sim.record import record_call, record_stdin
-from controller.brev.sim.store import Store, read_json, write_json
+from tests.brevsim import container as ct
+from tests.brevsim.gotemplate import TemplateError, render, strip_table
+from tests.brevsim.model import NOMINAL
+from tests.brevsim.record import record_call, record_stdin
+from tests.brevsim.store import Store, read_json, write_json
 
 
 class DockerError(Exception):
@@ -431,7 +431,7 @@ def cmd_run(store: Store, docker: ct.Docker, argv: list[str], counter: list[int]
     if opts.get("detach"):
         shim = ct.bootstrap(
             python,
-            "controller.brev.sim.container",
+            "tests.brevsim.container",
             str(store.root),
             docker.instance_id,
             cid,
