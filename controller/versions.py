@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import os
+import re
 from functools import lru_cache
 from pathlib import Path
 
 import yaml
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 class _Frozen(BaseModel):
@@ -18,9 +19,47 @@ class TaoImages(_Frozen):
     pyt: str
 
 
+# What versions.yaml holds for a digest not resolved yet (`make resolve-digests` replaces it).
+UNRESOLVED_DIGEST = "REPLACE_AT_RELEASE"
+_DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+class PinnedImage(_Frozen):
+    """An image tag plus the manifest digest it resolved to at release."""
+
+    image: str
+    digest: str
+
+    @field_validator("digest")
+    @classmethod
+    def _digest_or_placeholder(cls, value: str) -> str:
+        if value != UNRESOLVED_DIGEST and not _DIGEST.fullmatch(value):
+            raise ValueError(
+                f"digest {value!r} is neither sha256:<64 hex> nor {UNRESOLVED_DIGEST}: "
+                "run `make resolve-digests` instead of editing it by hand"
+            )
+        return value
+
+    @property
+    def resolved(self) -> bool:
+        return self.digest != UNRESOLVED_DIGEST
+
+    @property
+    def reference(self) -> str:
+        """`image@digest` once resolved (the registry serves exactly that content), else the tag."""
+        return f"{self.image}@{self.digest}" if self.resolved else self.image
+
+
 class Images(_Frozen):
     tao_toolkit: TaoImages
-    aws_cli: str
+    aws_cli_pin: PinnedImage = Field(alias="aws_cli")
+    python_base: PinnedImage
+    operator: PinnedImage
+
+    @property
+    def aws_cli(self) -> str:
+        """The aws-cli image reference run on instances (pinned by digest once resolved)."""
+        return self.aws_cli_pin.reference
 
 
 class BrevPins(_Frozen):
