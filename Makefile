@@ -87,6 +87,17 @@ down: $(STAMP) ## Stop the local stack
 status: $(STAMP) ## Show the local stack
 	$(PY) -m tests.devenv status
 
+.PHONY: resolve-digests
+resolve-digests: $(STAMP) ## Release: pin versions.yaml's images (and deploy/base's) to their registry digests (needs registry network access)
+	$(PY) deploy/tools/resolve_digests.py
+
+CHECKOV_VENV ?= $(HOME)/.cache/taobrev-operator/checkov-venv
+.PHONY: policy
+policy: $(STAMP) ## checkov on the rendered deploy/ kustomizations (checkov in its own cached venv; accepted skips in .checkov.yaml)
+	@test -x $(CHECKOV_VENV)/bin/checkov || { rm -rf $(CHECKOV_VENV) && $(PYTHON) -m venv $(CHECKOV_VENV) && \
+	  $(CHECKOV_VENV)/bin/pip install --quiet "checkov==3.3.30"; } || { echo "could not install checkov==3.3.30 into $(CHECKOV_VENV)"; exit 1; }
+	$(PY) deploy/tools/policy_check.py --checkov $(CHECKOV_VENV)/bin/checkov
+
 .PHONY: lock
 lock: ## Re-resolve requirements/constraints.txt from pyproject.toml (needs network to PyPI)
 	rm -rf /tmp/taobrev-lock && $(PYTHON) -m venv /tmp/taobrev-lock && /tmp/taobrev-lock/bin/pip install -q ".[dev]" && \

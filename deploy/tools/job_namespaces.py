@@ -73,7 +73,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         sys.stdout.write(
-            render(args.namespaces, operator_namespace=args.operator_namespace, service_account=args.service_account)
+            render(
+                args.namespaces,
+                operator_namespace=args.operator_namespace,
+                service_account=args.service_account,
+            )
         )
     except ValueError as e:
         print(f"job_namespaces.py: {e}", file=sys.stderr)

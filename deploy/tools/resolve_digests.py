@@ -20,6 +20,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -58,6 +59,15 @@ def split_reference(ref: str) -> tuple[str, str, str]:
     return f"{scheme}://{host}", repo, tag
 
 
+def _open(url: str, headers: dict[str, str] | None = None, method: str = "GET") -> Any:
+    # Registry and token URLs come from versions.yaml and the registry's auth challenge: only
+    # http(s) is ever opened (no file:, no custom schemes).
+    if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
+        raise ResolveError(f"refusing to open {url!r}: only http(s) registry URLs")
+    request = urllib.request.Request(url, headers=headers or {}, method=method)  # noqa: S310 - checked
+    return urllib.request.urlopen(request, timeout=TIMEOUT)  # noqa: S310 - scheme checked above
+
+
 def _bearer_token(challenge: str, repo: str) -> str:
     params = dict(re.findall(r'(\w+)="([^"]*)"', challenge))
     if not challenge.lower().startswith("bearer") or "realm" not in params:
@@ -66,7 +76,7 @@ def _bearer_token(challenge: str, repo: str) -> str:
     if "service" in params:
         query["service"] = params["service"]
     url = f"{params['realm']}?{urllib.parse.urlencode(query)}"
-    with urllib.request.urlopen(url, timeout=TIMEOUT) as resp:
+    with _open(url) as resp:
         body = json.load(resp)
     token = body.get("token") or body.get("access_token")
     if not isinstance(token, str):
@@ -81,14 +91,15 @@ def resolve(ref: str) -> str:
     headers = {"Accept": ACCEPT}
     try:
         for attempt in range(2):
-            request = urllib.request.Request(url, headers=headers, method="HEAD")
             try:
-                with urllib.request.urlopen(request, timeout=TIMEOUT) as resp:
-                    digest = resp.headers.get("Docker-Content-Digest", "")
+                with _open(url, headers, method="HEAD") as resp:
+                    digest = str(resp.headers.get("Docker-Content-Digest", ""))
                 break
             except urllib.error.HTTPError as e:
                 if e.code == 401 and attempt == 0:
-                    headers["Authorization"] = f"Bearer {_bearer_token(e.headers.get('WWW-Authenticate', ''), repo)}"
+                    headers["Authorization"] = (
+                        f"Bearer {_bearer_token(e.headers.get('WWW-Authenticate', ''), repo)}"
+                    )
                     continue
                 raise ResolveError(f"{ref}: {url} answered HTTP {e.code} {e.reason}") from None
     except urllib.error.URLError as e:
@@ -97,9 +108,13 @@ def resolve(ref: str) -> str:
             "image registries: run it at release time on a machine that can pull these images"
         ) from None
     except OSError as e:
-        raise ResolveError(f"{ref}: cannot reach {base} ({e}); resolve-digests needs registry network access") from None
+        raise ResolveError(
+            f"{ref}: cannot reach {base} ({e}); resolve-digests needs registry network access"
+        ) from None
     if not DIGEST.fullmatch(digest):
-        raise ResolveError(f"{ref}: the registry sent no sha256 Docker-Content-Digest header (got {digest!r})")
+        raise ResolveError(
+            f"{ref}: the registry sent no sha256 Docker-Content-Digest header (got {digest!r})"
+        )
     return digest
 
 
@@ -132,7 +147,10 @@ def main(argv: list[str] | None = None) -> int:
     pinned = {k: v for k, v in images.items() if isinstance(v, dict) and {"image", "digest"} <= set(v)}
     unknown = set(args.only) - set(pinned)
     if unknown:
-        print(f"resolve-digests: no pinned images.{sorted(unknown)} in {args.versions}; have {sorted(pinned)}", file=sys.stderr)
+        print(
+            f"resolve-digests: no pinned images.{sorted(unknown)} in {args.versions}; have {sorted(pinned)}",
+            file=sys.stderr,
+        )
         return 2
     wanted = {k: v for k, v in pinned.items() if not args.only or k in args.only}
     try:
@@ -142,7 +160,9 @@ def main(argv: list[str] | None = None) -> int:
         for name, digest in digests.items():
             versions_text = set_digest(versions_text, wanted[name]["image"], digest)
             if name == "operator":
-                kustomization_text = set_digest(kustomization_text, kustomize_image(wanted[name]["image"]), digest)
+                kustomization_text = set_digest(
+                    kustomization_text, kustomize_image(wanted[name]["image"]), digest
+                )
     except ResolveError as e:
         print(f"resolve-digests: {e}\nnothing was changed.", file=sys.stderr)
         return 1
