@@ -20,7 +20,6 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
-CONFIG = DEPLOY / ".checkov.yaml"
 COMPONENTS = ("cluster-wide-secrets", "namespaced-mode")
 
 
@@ -42,18 +41,18 @@ def render(target: Path) -> str:
     return result.stdout
 
 
-def render_all(out: Path) -> list[Path]:
-    """One multi-document file per install variant."""
+def render_all(deploy: Path, out: Path) -> list[Path]:
+    """One multi-document file per install variant of the `deploy` tree."""
     files = []
-    variants: dict[str, Path] = {"deploy": DEPLOY, "base": DEPLOY / "base"}
+    variants: dict[str, Path] = {"deploy": deploy, "base": deploy / "base"}
     for component in COMPONENTS:
         overlay = out / "overlays" / component
         overlay.mkdir(parents=True)
         (overlay / "kustomization.yaml").write_text(
             "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n"
             # kustomize refuses absolute paths; relative ones may climb out of the overlay.
-            f"resources:\n  - {os.path.relpath(DEPLOY / 'base', overlay)}\n"
-            f"components:\n  - {os.path.relpath(DEPLOY / 'components' / component, overlay)}\n"
+            f"resources:\n  - {os.path.relpath(deploy / 'base', overlay)}\n"
+            f"components:\n  - {os.path.relpath(deploy / 'components' / component, overlay)}\n"
         )
         variants[f"base+{component}"] = overlay
     for name, target in variants.items():
@@ -67,13 +66,15 @@ def render_all(out: Path) -> list[Path]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--checkov", required=True, help="path of the checkov executable")
+    parser.add_argument("--deploy", type=Path, default=DEPLOY, help="the deploy/ tree to check")
     args = parser.parse_args(argv)
+    deploy = args.deploy.resolve()
     with tempfile.TemporaryDirectory(prefix="taobrev-policy-") as tmp:
-        render_all(Path(tmp))
-        shutil.copy(DEPLOY / "image" / "Dockerfile", Path(tmp) / "rendered" / "Dockerfile")
+        render_all(deploy, Path(tmp))
+        shutil.copy(deploy / "image" / "Dockerfile", Path(tmp) / "rendered" / "Dockerfile")
         cmd = [
             args.checkov,
-            "--config-file", str(CONFIG),
+            "--config-file", str(deploy / ".checkov.yaml"),
             "--directory", str(Path(tmp) / "rendered"),
             "--compact", "--quiet",
         ]  # fmt: skip
