@@ -510,18 +510,24 @@ def test_example_secrets_are_clearly_fake() -> None:
     assert set(s3_pairs) == {AWS_EXAMPLE_KEY}
 
 
-def test_no_credential_shaped_text_in_deploy_outside_the_examples() -> None:
-    """Manifests, tools and the dashboard under deploy/ hold no credential-shaped string (the
-    redactor's patterns), so nothing realistic-looking ships outside the marked examples. (Docs are
-    left out: `--from-file=api-key=./file` is shaped like a `key=value` credential pair.)"""
-    for path in DEPLOY.rglob("*"):
-        if (
-            path.is_file()
-            and "examples" not in path.parts
-            and path.suffix in (".yaml", ".py", ".lua", ".json")
-        ):
-            text = path.read_text()
-            assert redact_text(text) == text, path
+# Key shapes of the credentials this project handles: AWS access key ids, NGC keys, Brev API keys,
+# Hugging Face tokens, JWTs (Brev access tokens, ServiceAccount tokens).
+CREDENTIAL_SHAPES = re.compile(
+    r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b|nvapi-[A-Za-z0-9_-]{20,}|\bbak-[A-Za-z0-9]{20,}|\bhf_[A-Za-z0-9]{20,}"
+    r"|eyJ[A-Za-z0-9_-]{10,}\.[A-Za-z0-9_-]{10,}"
+)
+
+
+def test_no_credential_shaped_text_outside_the_examples() -> None:
+    """deploy/ and crds/ hold no credential-shaped string except AWS's documented example key
+    in the example Secrets: nothing realistic-looking ships."""
+    for path in [*DEPLOY.rglob("*"), *(REPO / "crds").rglob("*")]:
+        if path.is_file() and path.suffix in (".yaml", ".md", ".py", ".lua", ".json", ""):
+            found = set(CREDENTIAL_SHAPES.findall(path.read_text()))
+            if "examples" in path.parts:
+                found -= {AWS_EXAMPLE_KEY[0]}
+            assert not found, (path, found)
+    assert CREDENTIAL_SHAPES.findall("AKIA" + "Z" * 16 + " nvapi-" + "x" * 30) != []
 
 
 # -- alerts and dashboard reference real metrics ---------------------------------------------------
