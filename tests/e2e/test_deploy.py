@@ -2,9 +2,11 @@
 
 - the kustomization passes a server-side dry run (and a misspelled field does not);
 - the operator Pod template is admitted under the `restricted` Pod Security Standard;
+- the default install lets the operator read Secrets in no namespace (kube-system included) until
+  a namespace is enabled with deploy/tools/job_namespaces.py, and then only there;
 - the operator authenticates with a TokenRequest token of deploy/'s ServiceAccount, read from a
-  non-default path, and completes a job with exactly deploy/'s RBAC; without the ClusterRoleBinding
-  it cannot act on jobs at all;
+  non-default path, and completes a job with exactly deploy/'s RBAC plus its job namespace's
+  RoleBinding; without the ClusterRoleBinding it cannot act on jobs at all;
 - the PrometheusRule's alerts pass `promtool test rules` (tests/data/alerts/).
 """
 
@@ -14,6 +16,7 @@ import json
 import secrets
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -40,6 +43,38 @@ ALERT_TESTS = REPO / "tests" / "data" / "alerts" / "taobrev-alerts.test.yaml"
 # Where kubelet mounts a ServiceAccount token by default; the brev CLI would read it as its own token.
 DEFAULT_TOKEN_PATH = "/var/run/secrets/kubernetes.io/serviceaccount/token"
 RBAC_KINDS = ("ClusterRole", "Role", "ClusterRoleBinding", "RoleBinding")
+JOB_NAMESPACES_TOOL = DEPLOY / "tools" / "job_namespaces.py"
+OPERATOR_USER = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{SERVICE_ACCOUNT}"
+
+
+def job_namespace_bindings(*namespaces: str) -> str:
+    """What deploy/README.md tells users to apply: the generator's RoleBindings."""
+    return subprocess.run(
+        [sys.executable, str(JOB_NAMESPACES_TOOL), *namespaces],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+
+
+def operator_can(cp: ControlPlane, verb: str, resource: str, namespace: str) -> bool:
+    """`kubectl auth can-i` as the operator's ServiceAccount (impersonated by the admin)."""
+    answer = cp.kubectl(
+        "auth", "can-i", verb, resource, "-n", namespace, f"--as={OPERATOR_USER}", check=False
+    )
+    assert answer.stdout.strip() in ("yes", "no"), answer.stderr
+    return answer.stdout.strip() == "yes"
+
+
+@pytest.fixture
+def enabled_job_namespace(control_plane: ControlPlane, namespace: str) -> str:
+    """The test namespace enabled for jobs the documented way, before the operator starts: its
+    RoleBinding from deploy/tools/job_namespaces.py, plus deploy/components/namespaced-mode's
+    grant, since the e2e operator runs with TAOBREV_NAMESPACES=<namespace>."""
+    control_plane.kubectl("apply", "-f", str(DEPLOY / "components" / "namespaced-mode" / "rbac.yaml"))
+    control_plane.kubectl("apply", "-f", "-", input=job_namespace_bindings(namespace))
+    return namespace
 
 
 @pytest.fixture(scope="module")
@@ -130,6 +165,33 @@ def test_operator_pod_is_admitted_under_the_restricted_pod_security_standard(
     assert "violates PodSecurity" in weak.stderr, weak.stderr
 
 
+def test_default_install_reads_secrets_only_in_enabled_job_namespaces(
+    control_plane: ControlPlane, namespace: str
+) -> None:
+    """With deploy/base applied (the default install), the API server answers `no` to
+    `kubectl auth can-i get secrets` as the operator in kube-system and in a fresh namespace;
+    after deploy/tools/job_namespaces.py's RoleBinding for that namespace, `yes` there only
+    (and still never list/watch). The operator's own Brev Secret stays readable by name."""
+    cp = control_plane
+    ensure_operator_namespace(cp)
+    cp.kubectl("apply", "-k", str(DEPLOY / "base"))
+    other = f"{namespace[:56]}-other"
+    cp.create_namespace(other)
+
+    assert not operator_can(cp, "get", "secrets", "kube-system")
+    assert not operator_can(cp, "get", "secrets", namespace)
+    assert not operator_can(cp, "get", "secrets", OPERATOR_NAMESPACE)
+    assert operator_can(cp, "get", "secrets/taobrev-brev-credentials", OPERATOR_NAMESPACE)
+
+    cp.kubectl("apply", "-f", "-", input=job_namespace_bindings(namespace))
+
+    assert operator_can(cp, "get", "secrets", namespace)
+    assert not operator_can(cp, "list", "secrets", namespace)
+    assert not operator_can(cp, "watch", "secrets", namespace)
+    assert not operator_can(cp, "get", "secrets", other)
+    assert not operator_can(cp, "get", "secrets", "kube-system")
+
+
 def process_env(pid: int) -> dict[str, str]:
     raw = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     return dict(item.decode(errors="replace").split("=", 1) for item in raw if b"=" in item)
@@ -147,11 +209,12 @@ def kubectl_as(kubeconfig: Path, *args: str) -> subprocess.CompletedProcess[str]
 
 
 def test_operator_authenticates_as_the_deploy_service_account_and_completes_a_job(
-    stack: Stack, tmp_path: Path
+    enabled_job_namespace: str, stack: Stack, tmp_path: Path
 ) -> None:
     """The operator process has no kubeconfig and reads a TokenRequest token from a non-default
-    path; that token is deploy/'s ServiceAccount, bound to exactly deploy/'s RBAC (no more: it
-    cannot list Secrets or create jobs), and with it the operator runs a job to Succeeded."""
+    path; that token is deploy/'s ServiceAccount, bound to exactly deploy/'s RBAC plus the job
+    namespace's RoleBinding (no more: it cannot list Secrets, read kube-system's or create jobs),
+    and with it the operator runs a job to Succeeded."""
     assert stack.operator.proc is not None
     env = process_env(stack.operator.proc.pid)
     assert "KUBECONFIG" not in env
@@ -183,7 +246,9 @@ def test_operator_authenticates_as_the_deploy_service_account_and_completes_a_jo
     assert can_i("patch", "taobrevjobs.taobrev.io", "--subresource=status", "-n", ns)
     assert can_i("watch", "taobrevjobs.taobrev.io", "--all-namespaces")
     assert not can_i("create", "taobrevjobs.taobrev.io", "-n", ns)
+    assert can_i("get", "secrets", "-n", ns)
     assert not can_i("list", "secrets", "-n", ns)
+    assert not can_i("get", "secrets", "-n", "kube-system")
     assert not can_i("create", "pods", "-n", ns)
 
     stack.apply(stack.job_manifest("as-service-account"))
@@ -197,7 +262,7 @@ def test_operator_without_its_cluster_role_binding_cannot_act_on_jobs(
     crds_installed: list[Path],
     brev_sim: BrevSim,
     s3_server: S3Server,
-    namespace: str,
+    enabled_job_namespace: str,
     tmp_path: Path,
 ) -> None:
     """deploy/'s RBAC minus the `taobrev-operator` ClusterRoleBinding: the operator (all
@@ -208,10 +273,12 @@ def test_operator_without_its_cluster_role_binding_cannot_act_on_jobs(
     `taobrev-operator` binding other tests rely on is never touched.
     """
     cp = control_plane
+    namespace = enabled_job_namespace
     install_operator_identity(cp, brev_sim)  # the Brev credentials Secret + Role it reads
     account = f"taobrev-operator-unbound-{secrets.token_hex(3)}"
     bindings = []
-    for doc in rendered(cp, DEPLOY / "base"):
+    job_bindings = [d for d in yaml.safe_load_all(job_namespace_bindings(namespace)) if d]
+    for doc in rendered(cp, DEPLOY / "base") + job_bindings:
         if doc["kind"] not in ("ClusterRoleBinding", "RoleBinding"):
             continue
         if doc["kind"] == "ClusterRoleBinding" and doc["roleRef"]["name"] == "taobrev-operator":
@@ -220,7 +287,7 @@ def test_operator_without_its_cluster_role_binding_cannot_act_on_jobs(
         doc["subjects"] = [{"kind": "ServiceAccount", "name": account, "namespace": OPERATOR_NAMESPACE}]
         bindings.append(doc)
     assert {b["roleRef"]["name"] for b in bindings} == {
-        "taobrev-operator-job-secrets",
+        "taobrev-operator-job-secrets",  # the job namespace's RoleBinding
         "taobrev-operator-brev-credentials",
     }
 
