@@ -1,0 +1,84 @@
+"""`make policy`: checkov 3.3.30 on the rendered deploy/ kustomizations and the Dockerfile.
+
+checkov lives in its own venv outside the repository (its dependency pins conflict with ours), the
+same one `make policy` uses; the first run installs it from PyPI (about 2.5 minutes on 2 busy
+cores) and fails loudly if it cannot: a missing checker is a broken environment, not a skip.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+DEPLOY = REPO / "deploy"
+TOOL = DEPLOY / "tools" / "policy_check.py"
+CHECKOV_VERSION = "3.3.30"
+CHECKOV_VENV = Path(
+    os.environ.get("CHECKOV_VENV", Path.home() / ".cache" / "taobrev-operator" / "checkov-venv")
+)
+
+
+@pytest.fixture(scope="module")
+def checkov() -> str:
+    exe = CHECKOV_VENV / "bin" / "checkov"
+    if not exe.exists():
+        shutil.rmtree(CHECKOV_VENV, ignore_errors=True)
+        for cmd in (
+            [sys.executable, "-m", "venv", str(CHECKOV_VENV)],
+            [str(CHECKOV_VENV / "bin" / "pip"), "install", "--quiet", f"checkov=={CHECKOV_VERSION}"],
+        ):
+            done = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=1200)
+            if done.returncode != 0:
+                pytest.fail(f"cannot install checkov=={CHECKOV_VERSION} into {CHECKOV_VENV}:\n{done.stderr}")
+    version = subprocess.run([str(exe), "--version"], capture_output=True, text=True, check=True, timeout=300)
+    assert version.stdout.strip() == CHECKOV_VERSION, version.stdout
+    return str(exe)
+
+
+def policy(checkov: str, deploy: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(TOOL), "--checkov", checkov, "--deploy", str(deploy)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
+
+
+def test_checkov_finds_no_failure_in_the_rendered_deploy_tree(checkov: str) -> None:
+    """deploy/, deploy/base, base + each opt-in component and the Dockerfile: 0 failed checks;
+    the one accepted Kubernetes finding is the annotated opt-in binding."""
+    result = policy(checkov, DEPLOY)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "kubernetes scan results" in result.stdout
+    assert "dockerfile scan results" in result.stdout
+    assert "Failed checks: 1" not in result.stdout
+    assert result.stdout.count("Failed checks: 0") == 2, result.stdout
+    assert "Skipped checks: 1" in result.stdout
+
+
+def test_cluster_wide_secret_read_in_the_default_install_fails_the_policy(
+    checkov: str, tmp_path: Path
+) -> None:
+    """The check can fail: a copy of deploy/ whose base binds the job-Secrets ClusterRole
+    cluster-wide (what the default did before) fails CKV2_K8S_5."""
+    broken = tmp_path / "deploy"
+    shutil.copytree(DEPLOY, broken, ignore=shutil.ignore_patterns("examples"))
+    binding = yaml.safe_load(
+        (DEPLOY / "components" / "cluster-wide-secrets" / "clusterrolebinding.yaml").read_text()
+    )
+    binding["metadata"] = {"name": "taobrev-operator-secrets-everywhere"}  # no accepted-finding annotation
+    rbac = broken / "base" / "rbac.yaml"
+    rbac.write_text(rbac.read_text() + "---\n" + yaml.safe_dump(binding))
+
+    result = policy(checkov, broken)
+
+    assert result.returncode != 0, result.stdout
+    assert "CKV2_K8S_5" in result.stdout
