@@ -13,6 +13,7 @@
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import shutil
 import subprocess
@@ -118,6 +119,33 @@ def test_deploy_kustomization_passes_a_server_side_dry_run(
     upgrade = server_dry_run(control_plane, DEPLOY)
     assert upgrade.returncode == 0, upgrade.stderr + upgrade.stdout
     assert upgrade.stdout.count("serverside-applied (server dry run)") == len(objects), upgrade.stdout
+
+
+@pytest.mark.parametrize("component", ["cluster-wide-secrets", "namespaced-mode"])
+def test_each_opt_in_component_passes_a_server_side_dry_run(
+    control_plane: ControlPlane, component: str, tmp_path: Path
+) -> None:
+    """An overlay of deploy/base plus one of deploy/components (what deploy/README.md tells users
+    to write) renders and is accepted by the API server, object for object."""
+    ensure_operator_namespace(control_plane)
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                # kustomize takes relative paths only; they may climb out of the overlay.
+                "resources": [os.path.relpath(DEPLOY / "base", overlay)],
+                "components": [os.path.relpath(DEPLOY / "components" / component, overlay)],
+            }
+        )
+    )
+    objects = rendered(control_plane, overlay)
+    assert len(objects) > len(rendered(control_plane, DEPLOY / "base"))
+    result = server_dry_run(control_plane, overlay)
+    assert result.returncode == 0, result.stderr + result.stdout
+    assert result.stdout.count("serverside-applied (server dry run)") == len(objects), result.stdout
 
 
 def test_a_misspelled_field_fails_the_server_side_dry_run(
