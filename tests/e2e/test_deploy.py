@@ -148,6 +148,46 @@ def test_each_opt_in_component_passes_a_server_side_dry_run(
     assert result.stdout.count("serverside-applied (server dry run)") == len(objects), result.stdout
 
 
+def test_the_readme_namespaced_overlay_renders_and_passes_a_server_side_dry_run(
+    control_plane: ControlPlane, monitoring_crds: None, tmp_path: Path
+) -> None:
+    """deploy/README.md's "Job namespaces" overlay, verbatim, over a copy of deploy/ with the
+    generator's RoleBindings: the operator is restricted to the listed namespaces, gets the
+    namespaces grant, a Secret-read RoleBinding in each, and the API server accepts it all."""
+    ensure_operator_namespace(control_plane)
+    readme = (DEPLOY / "README.md").read_text()
+    snippet = readme.split("# my-overlay/kustomization.yaml\n", 1)[1].split("```", 1)[0]
+    shutil.copytree(DEPLOY, tmp_path / "deploy", ignore=shutil.ignore_patterns("examples", "image"))
+    overlay = tmp_path / "my-overlay"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(snippet)
+    namespaces = ("ml-team", "vision")  # the README's names
+    (overlay / "job-namespaces.yaml").write_text(job_namespace_bindings(*namespaces))
+    for ns in namespaces:
+        if control_plane.kubectl("get", "namespace", ns, check=False).returncode != 0:
+            control_plane.create_namespace(ns)
+
+    objects = rendered(control_plane, overlay)
+    (config,) = [
+        d for d in objects if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "taobrev-operator-config"
+    ]
+    assert config["data"]["TAOBREV_NAMESPACES"] == ",".join(namespaces)
+    bindings = {
+        d["metadata"].get("namespace"): d["roleRef"]["name"] for d in objects if d["kind"] == "RoleBinding"
+    }
+    assert bindings == {
+        "ml-team": "taobrev-operator-job-secrets",
+        "vision": "taobrev-operator-job-secrets",
+        OPERATOR_NAMESPACE: "taobrev-operator-brev-credentials",
+    }
+    assert any(
+        d["kind"] == "ClusterRole" and d["metadata"]["name"] == "taobrev-operator-namespaces" for d in objects
+    )
+    result = server_dry_run(control_plane, overlay)
+    assert result.returncode == 0, result.stderr + result.stdout
+    assert result.stdout.count("serverside-applied (server dry run)") == len(objects), result.stdout
+
+
 def test_a_misspelled_field_fails_the_server_side_dry_run(
     control_plane: ControlPlane, monitoring_crds: None, tmp_path: Path
 ) -> None:
