@@ -4,8 +4,6 @@ digest pins in controller/versions.py."""
 from __future__ import annotations
 
 import importlib.util
-import subprocess
-import sys
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -76,13 +74,13 @@ def test_one_role_binding_per_job_namespace_to_the_base_job_secrets_role() -> No
         (["taobrev-system"], "is the operator's own namespace"),
     ],
 )
-def test_bad_namespace_names_fail_naming_the_value_and_the_rule(argv: list[str], message: str) -> None:
-    result = subprocess.run(
-        [sys.executable, str(TOOLS / "job_namespaces.py"), *argv], capture_output=True, text=True, check=False
-    )
-    assert result.returncode == 2
-    assert message in result.stderr
-    assert result.stdout == ""
+def test_bad_namespace_names_fail_naming_the_value_and_the_rule(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert job_namespaces.main(argv) == 2
+    out, err = capsys.readouterr()
+    assert message in err
+    assert out == ""
 
 
 # -- resolve_digests.py (pure parts; tests/integration/test_resolve_digests.py talks HTTP) --------
