@@ -126,7 +126,7 @@ def test_headless_api_key_login_writes_the_credentials_file_and_never_uses_argv(
     creds_path = brev_sim.home / ".brev" / "credentials.json"
     assert json.loads(creds_path.read_text())["api_key"] == BrevSim.API_KEY
     assert creds_path.stat().st_mode & 0o777 == 0o600
-    assert brev_argvs(brev_sim, "ls") == [["ls", "--json"]]
+    assert brev_argvs(brev_sim, "ls") == [["ls", "--json", "--all"]]
     assert brev_argvs(brev_sim, "login") == []
     assert all(BrevSim.API_KEY not in " ".join(c.argv) for c in brev_sim.calls())
     assert asyncio.run(client.list_instances()) == []  # {"workspaces": null}
