@@ -186,7 +186,7 @@ def create_outcome(name: str, result: RunResult) -> CreateResult:
 def start_outcome(name: str, result: RunResult) -> None:
     resolution_error(name, result)
     out = result.output
-    # A missing name exits 0 after trying to start a "local path" (brev-cli.md section 4).
+    # A missing name exits 0 after trying to start a "local path" (pkg/cmd/start/start.go).
     if "path not found" in out or ("not found" in out and result.returncode != 0):
         raise InstanceNotFound(f"instance {name} does not exist", cli_message=cli_message(result))
     if result.returncode == 0:

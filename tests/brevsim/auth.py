@@ -155,7 +155,7 @@ class Auth:
             raise CLIError("EOF")
         if line.strip().lower() not in (b"", b"y"):
             raise CLIError("user declined to login")
-        # The device flow needs a browser; headless it ends in a timeout (brev-cli.md section 5).
+        # The device flow needs a browser; headless it ends in a timeout (SIM-CONTRACT.md section 2).
         sys.stdout.write(f"Login here: {KAS_ISSUER}/device?user_code=SIM-CODE\n")
         sys.stdout.flush()
         time.sleep(self.store.delay("device_login_s", 300.0))

@@ -657,7 +657,7 @@ def _start_one(ctx: Ctx, name: str, *, detached: bool, piped: bool) -> None:
     except CLIError as e:
         if "not found" not in e.text:
             raise
-        # Not an instance: the CLI treats the argument as a local path (brev-cli.md section 4).
+        # Not an instance: the CLI treats the argument as a local path (SIM-CONTRACT.md section 4).
         out("tried to start with local path but path not found\n")
         if piped:
             out(name + "\n")

@@ -81,7 +81,7 @@ class Observation:
 
     @property
     def display_status(self) -> str:
-        # brev ls shows RUNNING + UNHEALTHY as UNHEALTHY (brev-cli.md section 9)
+        # brev ls shows RUNNING + UNHEALTHY as UNHEALTHY (pkg/entity WorkspaceInfo; SIM-CONTRACT.md section 4)
         if self.status == "RUNNING" and self.health_status == "UNHEALTHY":
             return "UNHEALTHY"
         return self.status

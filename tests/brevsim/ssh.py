@@ -4,7 +4,7 @@
 ~/.brev/ssh_config), then runs the command with `bash -c` inside the instance sandbox, forwarding
 stdin, and exits with the command's status. Connection problems exit 255 with OpenSSH's messages.
 Like real ssh, it returns only when the remote stdout/stderr are closed by every process holding
-them, so a backgrounded job that keeps them open hangs the caller (brev-cli.md #429).
+them, so a backgrounded job that keeps them open hangs the caller (brevdev/brev-cli issue #429).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """`BrevCLI` + `Workload` against the Brev simulator's executables (real subprocesses) and a
 loopback S3 server: the client must work unchanged against the real CLI, so every behaviour here
-is one the real `brev`/`ssh`/`docker` have (brev-cli.md, SIM-CONTRACT.md)."""
+is one the real `brev`/`ssh`/`docker` have (tests/brevsim/SIM-CONTRACT.md)."""
 
 from __future__ import annotations
 

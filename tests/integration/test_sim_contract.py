@@ -1,5 +1,6 @@
-"""Contract tests of the Brev simulator: each pins one behaviour of the real CLI (brev-cli.md) or of
-what runs on an instance (SIM-CONTRACT.md), by running the simulator's EXECUTABLES as subprocesses.
+"""Contract tests of the Brev simulator: each pins one behaviour of the real CLI (SIM-CONTRACT.md
+sections 2-5) or of what runs on an instance (section 6), by running the simulator's EXECUTABLES
+as subprocesses.
 
 Time: lifecycle steps are driven with `BrevSim.advance()` (the simulated clock), never fixed sleeps.
 """

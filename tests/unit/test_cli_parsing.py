@@ -1,5 +1,6 @@
 """Pure parts of the brev client: output parsers, argv builders, the exec sentinel, error mapping,
-credential documents. Each expectation comes from brev-cli.md (the CLI source)."""
+credential documents. Each expectation comes from the CLI source (restated in
+tests/brevsim/SIM-CONTRACT.md)."""
 
 from __future__ import annotations
 
@@ -220,7 +221,7 @@ TRICKY_COMMANDS = [
 
 
 def _brev_local_form(command: str) -> str:
-    """How brev embeds the command in its local `bash -c` string (brev-cli.md section 3)."""
+    """How brev embeds the command in its local `bash -c` string (SIM-CONTRACT.md section 5)."""
     escaped = command.replace("'", "'\"'\"'")
     return f"ssh -T -o ConnectTimeout=5 -o LogLevel=ERROR inst '{escaped}'"
 
