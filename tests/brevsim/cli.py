@@ -131,59 +131,62 @@ LS_FLAGS = (
 
 def cmd_ls(ctx: Ctx, p: cobra.Parsed) -> None:
     sess = ctx.session()
-    org_name = sess.org_name
     if p["org"]:
         if sess.api_key:
             raise CLIError("api key auth cannot list organizations")
-        if p["org"] != org_name:
+        if p["org"] != sess.org_name:
             raise CLIError(f"no org found with name {p['org']}")
     if len(p.args) > 1:
         raise CLIError("too many args provided")
     what = p.args[0] if p.args else "instances"
     if what in ("orgs", "org", "organizations"):
-        if sess.api_key:
-            raise CLIError("api key auth cannot list organizations")
+        _ls_orgs(sess, as_json=bool(p["json"]))
+    elif what in ("nodes", "hosts"):
+        out("[]\n" if p["json"] else "No external nodes in this org.\n")
+    elif what in ("instances", "workspaces", "instance", "workspace"):
+        infos = [_workspace_info(i, o) for i, o in ctx.backend.listing(sess, show_all=bool(p["all"]))]
         if p["json"]:
-            out(json.dumps([{"name": org_name, "id": sess.org_id, "is_active": True}], indent=2) + "\n")
+            # a nil Go slice marshals as null
+            out(json.dumps({"workspaces": infos or None}, indent=2, ensure_ascii=False) + "\n")
         else:
-            out(f"Your organizations:\nNAME      ID\n* {org_name}  {sess.org_id}\n")
-        return
-    if what in ("nodes", "hosts"):
-        if p["json"]:
-            out("[]\n")
-        else:
-            out("No external nodes in this org.\n")
-        return
-    if what not in ("instances", "workspaces", "instance", "workspace"):
-        return  # an unknown positional prints nothing and exits 0
-    rows = ctx.backend.listing(sess, show_all=bool(p["all"]))
-    infos = []
-    for inst, obs in rows:
-        it = catalog.BY_TYPE.get(str(inst["instance_type"]))
-        gpu = it.gpu_name if it and it.gpu_name else "-"
-        infos.append(
-            {
-                "name": inst["name"],
-                "id": inst["id"],
-                "status": obs.display_status,
-                "build_status": obs.build_status,
-                "shell_status": obs.shell_status,
-                "health_status": obs.health_status,
-                "instance_type": inst["instance_type"],
-                "instance_kind": "gpu" if gpu != "-" else "cpu",
-                "gpu": gpu,
-            }
-        )
-    if p["json"]:
-        # a nil Go slice marshals as null
-        out(json.dumps({"workspaces": infos or None}, indent=2, ensure_ascii=False) + "\n")
-        return
+            _ls_table(sess, infos, show_all=bool(p["all"]))
+    # an unknown positional prints nothing and exits 0
+
+
+def _ls_orgs(sess: Session, *, as_json: bool) -> None:
+    if sess.api_key:
+        raise CLIError("api key auth cannot list organizations")
+    if as_json:
+        out(json.dumps([{"name": sess.org_name, "id": sess.org_id, "is_active": True}], indent=2) + "\n")
+    else:
+        out(f"Your organizations:\nNAME      ID\n* {sess.org_name}  {sess.org_id}\n")
+
+
+def _workspace_info(inst: dict[str, Any], obs: Observation) -> dict[str, str]:
+    """pkg/entity WorkspaceInfo: exactly these keys (no owner, org or timestamp)."""
+    it = catalog.BY_TYPE.get(str(inst["instance_type"]))
+    gpu = it.gpu_name if it and it.gpu_name else "-"
+    return {
+        "name": str(inst["name"]),
+        "id": str(inst["id"]),
+        "status": obs.display_status,
+        "build_status": obs.build_status,
+        "shell_status": obs.shell_status,
+        "health_status": obs.health_status,
+        "instance_type": str(inst["instance_type"]),
+        "instance_kind": "gpu" if gpu != "-" else "cpu",
+        "gpu": gpu,
+    }
+
+
+def _ls_table(sess: Session, infos: list[dict[str, str]], *, show_all: bool) -> None:
+    org_name = sess.org_name
     if not infos:
         out(f"No instances in org {org_name}\n\nStart a new instance:\n")
         return
     if sess.api_key:
         out(f"Org {org_name} has {len(infos)} instances\n")
-    elif p["all"]:
+    elif show_all:
         out(f"{len(infos)} instances in Org {org_name}\n")
     else:
         out(f"You have {len(infos)} instances in Org {org_name}\n")

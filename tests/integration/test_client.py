@@ -327,6 +327,7 @@ def test_identity_of_an_opaque_refresh_token_is_the_user_the_cli_refreshed_into(
 def test_delete_by_id_and_under_the_wrong_identity(brev_sim: BrevSim, make_client: MakeClient) -> None:
     """Deletion addresses the id; a teammate's instance is not found for a token login although
     `ls --all` lists it (only the creating identity can prove an instance gone)."""
+    brev_sim.set_speed(1.0)  # DELETING then lasts 30 s of clock: asserted inside that window
     mine = brev_sim.add_instance("tbj-mine")
     theirs = brev_sim.add_instance("tbj-theirs", owner=TEAMMATE)
     client = make_client(BrevCredentials(token=brev_sim.mint_access_token(3600)))

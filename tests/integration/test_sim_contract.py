@@ -430,6 +430,7 @@ def test_delete_shows_deleting_then_gone_and_is_not_idempotent(brev_sim: BrevSim
 
 
 def test_delete_reads_instance_names_from_piped_stdin(brev_sim: BrevSim) -> None:
+    real_seconds_per_nominal_second(brev_sim)
     brev_sim.login_api_key()
     brev_sim.add_instance("p1")
     brev_sim.add_instance("p2")
@@ -534,6 +535,7 @@ def test_exec_on_a_missing_instance(brev_sim: BrevSim) -> None:
 
 
 def test_exec_on_a_deploying_instance_does_not_wait(brev_sim: BrevSim) -> None:
+    real_seconds_per_nominal_second(brev_sim)  # DEPLOYING is 1.2 s of wall time at speed 0.01
     brev_sim.login_api_key()
     brev_sim.add_instance("dep", status="DEPLOYING")
     res = brev(brev_sim, "exec", "dep", "echo hi")
@@ -927,6 +929,7 @@ def test_a_refresh_token_session_belongs_to_its_user(brev_sim: BrevSim) -> None:
 
 def test_delete_and_exec_by_id(brev_sim: BrevSim) -> None:
     ready_instance(brev_sim)
+    real_seconds_per_nominal_second(brev_sim)
     inst_id = ls_json(brev_sim)[0]["id"]
     res = brev(brev_sim, "exec", inst_id, "echo hi")
     assert res.returncode == 0, res.stderr
@@ -937,6 +940,7 @@ def test_delete_and_exec_by_id(brev_sim: BrevSim) -> None:
 
 
 def test_duplicate_names_drop_failed_ones_then_refuse_to_pick(brev_sim: BrevSim) -> None:
+    real_seconds_per_nominal_second(brev_sim)
     brev_sim.login_api_key()
     brev_sim.add_instance("dup", status="FAILURE")
     live = brev_sim.add_instance("dup")
