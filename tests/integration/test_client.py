@@ -440,6 +440,7 @@ def test_exec_on_a_deploying_or_vanished_instance_is_transient(
     brev_sim: BrevSim, make_client: MakeClient
 ) -> None:
     client = make_client()
+    brev_sim.set_speed(1.0)  # DEPLOYING is 1.2 s of wall time at 0.01: a loaded machine overruns it
     brev_sim.add_instance("tbj-deploying", status="DEPLOYING")
     with pytest.raises(BrevTransientError, match="DEPLOYING"):
         asyncio.run(client.exec("tbj-deploying", "echo ok", timeout=60))
