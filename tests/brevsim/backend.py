@@ -207,5 +207,8 @@ class Backend:
         now = self.store.now()
         with self.store.tx() as db:
             cur = db["instances"][inst_id]
+            if cur["lifecycle"] == "delete":
+                # still listed (delete_lag_s) but already being deleted: never resurrected
+                raise CLIError(f"400 Bad Request: workspace {inst_id} is being deleted")
             cur["lifecycle"] = lifecycle
             cur["phase_at"] = now

@@ -1001,6 +1001,9 @@ def test_an_accepted_delete_can_leave_the_instance_running_then_deleting(brev_si
     assert [w["status"] for w in ls_json(brev_sim)] == ["RUNNING"]
     again = brev(brev_sim, "delete", "slow")
     assert again.returncode == 0, "still resolvable, accepted again"
+    stop = brev(brev_sim, "stop", "slow")
+    assert stop.returncode == 1
+    assert "is being deleted" in stop.stderr, "a listed-but-deleted instance is never resurrected"
     brev_sim.advance(61)
     assert [w["status"] for w in ls_json(brev_sim)] == ["DELETING"]
     brev_sim.advance(600)
