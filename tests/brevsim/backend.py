@@ -20,6 +20,7 @@ import string
 from typing import Any
 
 from tests.brevsim import catalog, container, launch
+from tests.brevsim import faults as knobs
 from tests.brevsim.auth import Session
 from tests.brevsim.goerr import CLIError
 from tests.brevsim.model import NOMINAL, Observation, can, observe
@@ -83,7 +84,7 @@ class Backend:
 
     def observe(self, inst: dict[str, Any]) -> Observation:
         obs = observe(inst, self.store.now(), self.delays())
-        if obs.ssh_ready and self.store.fault("exec_never_ready"):
+        if obs.ssh_ready and knobs.targets(self.store.fault("exec_never_ready"), inst["name"], inst["id"]):
             return Observation(
                 obs.status, obs.build_status, obs.health_status, False, False, obs.running_since
             )

@@ -56,7 +56,7 @@ _FAULTS: tuple[Knob, ...] = (
     Knob("failure_status", None, "True or a message: created instances end in FAILURE (CREATE_FAILED)"),
     Knob("disappear_after_s", None, "created instances vanish (no DELETING) this long after RUNNING"),
     Knob("ls_omit", {}, "{name or id: N}: the next N `brev ls` listings that would show it leave it out"),
-    Knob("exec_never_ready", False, "ssh is refused forever although `ls` says RUNNING/READY"),
+    Knob("exec_never_ready", False, "targeted: ssh is refused forever although `ls` says RUNNING/READY"),
     Knob("sshd_dead", False, "targeted: ssh gets `Connection reset by peer` (exit 255) while RUNNING"),
     Knob("exec_hangs", False, "targeted: ssh connects, then never answers (until the caller kills it)"),
     Knob("docker_dead", False, "targeted: every `docker` command fails: cannot connect to the daemon"),

@@ -141,7 +141,9 @@ def main(state: str, argv: list[str]) -> int:
         time.sleep(min(connect_timeout, 10.0) * store.speed)
         sys.stderr.write(f"ssh: connect to host {hostname} port {port}: Connection timed out\r\n")
         return 255
-    if not obs.ssh_ready or store.fault("exec_never_ready"):
+    if not obs.ssh_ready or knobs.targets(
+        store.fault("exec_never_ready"), str(inst["name"]), str(inst["id"])
+    ):
         sys.stderr.write(f"ssh: connect to host {hostname} port {port}: Connection refused\r\n")
         return 255
     if knobs.targets(store.fault("sshd_dead"), str(inst["name"]), str(inst["id"])):

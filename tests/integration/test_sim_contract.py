@@ -1069,3 +1069,14 @@ def test_training_output_has_progress_bars_and_a_huge_line_and_tail_counts_newli
     assert lines[1].count("\r") == BAR_STEPS + 1, "a \\r-only run of redraws is ONE line"
     assert "Epoch 1/1: loss=" in lines[2]
     assert lines[3].endswith("train finished successfully")
+
+
+def test_targeted_faults_hit_only_the_named_instances(brev_sim: BrevSim) -> None:
+    ready_instance(brev_sim, "healthy")
+    sick = brev_sim.add_instance("sick")
+    assert brev(brev_sim, "refresh").returncode == 0
+    brev_sim.set_faults(exec_never_ready=[sick], docker_dead=["sick"])
+    assert remote(brev_sim, "healthy", "docker ps -q").returncode == 0
+    refused = remote(brev_sim, "sick", "true")
+    assert refused.returncode == 255
+    assert "Connection refused" in refused.stderr
