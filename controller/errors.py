@@ -10,7 +10,9 @@
         ├── EntitlementError           NGC login/manifest check failed: stop before billing on
         ├── BrevConfigError            the operator's own brev setup is broken (not a job's fault)
         └── BrevPermanentError         the CLI refused the request (validation, FAILURE status)
-            └── InstanceNotFound       the named instance does not exist
+            ├── InstanceNotFound       this login has no instance of that name/id
+            ├── InstanceAmbiguous      a name matches several live instances: use the id
+            └── InstanceFailedWorkspace  a name matches only FAILURE instances: use the id
 
 Every error keeps the CLI's own message (``cli_message``) so the user sees what brev said.
 """
@@ -76,3 +78,15 @@ class BrevPermanentError(PermanentError):
 
 class InstanceNotFound(BrevPermanentError):
     reason = "InstanceNotFound"
+
+
+class InstanceAmbiguous(BrevPermanentError):
+    """`multiple instances found with id/name X`: the CLI refuses to pick; address it by id."""
+
+    reason = "InstanceAmbiguous"
+
+
+class InstanceFailedWorkspace(BrevPermanentError):
+    """`instance with id/name X is a failed workspace`: only FAILURE instances carry that name."""
+
+    reason = "InstanceFailedWorkspace"

@@ -1,8 +1,11 @@
 """`BrevCLI`: the `BrevClient` over the real `brev` program. The ONLY module that knows brev's argv
-and output formats (every rule below cites brev-cli.md, the contract read from the CLI source).
+and output formats (rules read from the CLI source, brevdev/brev-cli v0.6.327; the simulator's
+tests/brevsim/SIM-CONTRACT.md restates the ones the tests pin).
 
 - JSON is read from the first line starting with `{` or `[` (stray lines such as
   `no oauth found for token` come first); `{"workspaces": null}` means no instances.
+- listings use `ls --json --all`: a token login lists only its own instances without `--all`,
+  so a plain `ls` cannot tell "gone" from "not mine".
 - `brev exec <inst> <command>`: the remote command is ONE argv element, never `--`-split. brev
   does not propagate the remote exit status (and re-runs a failing command), so each command is
   wrapped to always exit 0 and print a random per-call sentinel with its real status; a missing
@@ -47,7 +50,13 @@ from controller.brev.commands import (
     unwrap_exec,
     wrap_command,
 )
-from controller.brev.credentials import credentials_documents, jwt_claims, write_private_json
+from controller.brev.credentials import (
+    credentials_documents,
+    identity_of,
+    jwt_claims,
+    read_access_token,
+    write_private_json,
+)
 from controller.brev.output import (
     cli_message,
     create_outcome,
@@ -144,6 +153,9 @@ class BrevCLI:
         self._logged_in = False
         self._create_flags: frozenset[str] | None = None
         self._last_credentials: BrevCredentials | None = None
+        # token digest -> identity learnt from the CLI's refreshed access JWT (stays stable while
+        # a re-login briefly puts the opaque token back into credentials.json)
+        self._identities: dict[str, str] = {}
         self.relogins = 0  # how many times an auth failure made us log in again
 
     @property
@@ -202,7 +214,7 @@ class BrevCLI:
                 return
             async with self._login_lock:
                 await self._write_credentials()
-            argv = [self._settings.binary, "ls", "--json"]
+            argv = [self._settings.binary, "ls", "--json", "--all"]
             result = await self._call(argv, "ls", self._settings.timeouts.ls)
             if result.returncode != 0:
                 raise generic_error("ls", "", result)
@@ -285,9 +297,21 @@ class BrevCLI:
             expected = load_versions().brev.cli_version
         return version_warning(await self.version(), expected)
 
+    async def identity(self) -> str:
+        """`api-key:<org>:<key digest>` or `user:<sub of the access JWT>`; `token:<digest>` when
+        the CLI holds no JWT to name the user. Never the raw secret."""
+        await self.ensure_login()
+        creds = await self._read_credentials()
+        access = read_access_token(self._settings.home / ".brev" / "credentials.json")
+        ident, learnt_from = identity_of(creds, access, self._identities)
+        if learnt_from is not None:
+            self._identities[learnt_from] = ident
+        return ident
+
     async def list_instances(self) -> Sequence[Instance]:
         await self.ensure_login()
-        result = await self._call([self._settings.binary, "ls", "--json"], "ls", self._settings.timeouts.ls)
+        argv = [self._settings.binary, "ls", "--json", "--all"]
+        result = await self._call(argv, "ls", self._settings.timeouts.ls)
         if result.returncode != 0:
             raise generic_error("ls", "", result)
         try:
@@ -350,13 +374,13 @@ class BrevCLI:
         log.info("brev_create", instance=request.name, adopted=outcome.adopted)
         return outcome
 
-    async def delete_instance(self, name: str) -> None:
-        check_name(name)
+    async def delete_instance(self, name_or_id: str) -> None:
+        check_name(name_or_id)  # ids share the name alphabet
         await self.ensure_login()
-        argv = [self._settings.binary, "delete", name]
+        argv = [self._settings.binary, "delete", name_or_id]
         result = await self._call(argv, "delete", self._settings.timeouts.delete)
-        delete_outcome(name, result)
-        log.info("brev_delete_requested", instance=name)
+        delete_outcome(name_or_id, result)
+        log.info("brev_delete_requested", instance=name_or_id)
 
     async def start_instance(self, name: str) -> None:
         check_name(name)

@@ -11,7 +11,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-# Statuses the CLI knows (brev-cli.md section 9); others are passed through unchanged.
+# Statuses the CLI knows (pkg/entity/entity.go); others are passed through unchanged.
 RUNNING = "RUNNING"
 DEPLOYING = "DEPLOYING"
 STARTING = "STARTING"
@@ -24,7 +24,8 @@ UNHEALTHY = "UNHEALTHY"
 
 @dataclass(frozen=True)
 class Instance:
-    """One entry of `brev ls --json` (.workspaces[])."""
+    """One entry of `brev ls --json` (.workspaces[]). The real listing carries no owner, org or
+    timestamp (pkg/entity WorkspaceInfo), so neither does this."""
 
     name: str
     id: str
@@ -126,15 +127,24 @@ class BrevClient(Protocol):
     async def version(self) -> str:
         """The installed CLI's version tag, e.g. ``v0.6.327`` (no network call)."""
 
-    async def list_instances(self) -> Sequence[Instance]: ...
+    async def identity(self) -> str:
+        """A stable, secret-free string naming the logged-in identity: which instances it can
+        see and touch. Record it with what you create; only that identity's `delete` answering
+        not-found proves an instance gone."""
+
+    async def list_instances(self) -> Sequence[Instance]:
+        """`ls --json --all`: every instance of the org, whoever owns it (a token login lists only
+        its own without `--all`). Several may share a name; match by id."""
 
     async def get_instance(self, name: str) -> Instance | None: ...
 
     async def create_instance(self, request: CreateRequest) -> CreateResult:
         """`create --detached`; an existing instance of that name is adopted, not an error."""
 
-    async def delete_instance(self, name: str) -> None:
-        """Request deletion; a missing instance raises `InstanceNotFound` (brev is not idempotent)."""
+    async def delete_instance(self, name_or_id: str) -> None:
+        """Request deletion by name or (better) id. Raises `InstanceNotFound` when this identity
+        has no such instance (brev is not idempotent), `InstanceAmbiguous` when a name matches
+        several live instances, `InstanceFailedWorkspace` when it matches only FAILURE ones."""
 
     async def start_instance(self, name: str) -> None: ...
 

@@ -96,7 +96,7 @@ def new_marker() -> str:
 def wrap_command(command: str, marker: str) -> str:
     """One single-line remote shell string that runs `command` in its own bash, always exits 0,
     and ends stdout with ``\\n<marker> <status>\\n``. Multi-line commands travel base64-encoded
-    (brev exec hangs on multi-line payloads, brev-cli.md #429)."""
+    (brev exec hangs on multi-line payloads, brevdev/brev-cli issue #429)."""
     if not command.strip():
         raise ValueError("remote command is empty")
     if command.startswith("@"):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import binascii
 import contextlib
+import hashlib
 import json
 import os
 import tempfile
@@ -112,3 +113,44 @@ def write_private_json(path: Path, doc: object) -> None:
         with contextlib.suppress(FileNotFoundError):
             Path(tmp).unlink()
         raise
+
+
+def secret_digest(secret: str) -> str:
+    """A short, stable fingerprint of a secret (sha256), fit for logs and status; not reversible."""
+    return hashlib.sha256(secret.strip().encode()).hexdigest()[:16]
+
+
+def read_access_token(path: Path) -> str:
+    """The `access_token` of a credentials.json (`""` when absent or unreadable)."""
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return ""
+    value = doc.get("access_token") if isinstance(doc, dict) else None
+    return value if isinstance(value, str) else ""
+
+
+def _subject(token: str) -> str | None:
+    claims = jwt_claims(token.strip())
+    sub = claims.get("sub") if claims else None
+    return sub if isinstance(sub, str) and sub else None
+
+
+def identity_of(creds: BrevCredentials, access_token: str, learnt: dict[str, str]) -> tuple[str, str | None]:
+    """(identity, digest to remember it under or None). An API key names its org and a key
+    digest (the org's instances are all visible to it); a token names the user: the `sub` of the
+    token itself when it is a JWT, else of the access JWT the CLI refreshed into credentials.json
+    (remembered per token digest), else only the token digest."""
+    if creds.api_key:
+        return f"api-key:{(creds.org_id or '').strip()}:{secret_digest(creds.api_key)}", None
+    token = (creds.token or "").strip()
+    sub = _subject(token)
+    if sub is not None:
+        return f"user:{sub}", None
+    digest = secret_digest(token)
+    if digest in learnt:
+        return learnt[digest], None
+    sub = _subject(access_token)
+    if sub is not None:
+        return f"user:{sub}", digest
+    return f"token:{digest}", None

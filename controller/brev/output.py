@@ -16,11 +16,13 @@ from controller.brev.runner import RunResult
 from controller.errors import (
     BrevPermanentError,
     BrevTransientError,
+    InstanceAmbiguous,
+    InstanceFailedWorkspace,
     InstanceNotFound,
 )
 
 LOGGED_OUT_PROMPT = "You are currently logged out"
-# Lines the CLI prints on stdout before any real output (brev-cli.md section 1).
+# Lines the CLI prints on stdout before any real output (pkg/auth/auth.go, pkg/auth/kas.go).
 STRAY_PREFIXES = ("no oauth found for token", "WARN: malformed refresh token", LOGGED_OUT_PROMPT)
 
 
@@ -123,7 +125,7 @@ def is_auth_failure(result: RunResult) -> bool:
     return any(marker in lowered for marker in _AUTH_MARKERS)
 
 
-# Messages that can never succeed on retry (brev-cli.md sections 1, 2).
+# Messages that can never succeed on retry (cobra's flag errors, pkg/names, gpucreate, gpusearch).
 _PERMANENT_MARKERS = (
     "unknown flag",
     "unknown shorthand flag",
@@ -182,8 +184,9 @@ def create_outcome(name: str, result: RunResult) -> CreateResult:
 
 
 def start_outcome(name: str, result: RunResult) -> None:
+    resolution_error(name, result)
     out = result.output
-    # A missing name exits 0 after trying to start a "local path" (brev-cli.md section 4).
+    # A missing name exits 0 after trying to start a "local path" (pkg/cmd/start/start.go).
     if "path not found" in out or ("not found" in out and result.returncode != 0):
         raise InstanceNotFound(f"instance {name} does not exist", cli_message=cli_message(result))
     if result.returncode == 0:
@@ -203,11 +206,30 @@ def start_outcome(name: str, result: RunResult) -> None:
     raise generic_error("start", name, result)
 
 
-def delete_outcome(name: str, result: RunResult) -> None:
+def resolution_error(name_or_id: str, result: RunResult) -> None:
+    """How the CLI resolves a name or id among this login's instances (pkg/cmd/util/util.go):
+    several live matches, only FAILURE matches, or none."""
+    out = result.output
+    if "multiple instances found" in out:
+        raise InstanceAmbiguous(
+            f"several live instances are named {name_or_id}; address the instance by its id",
+            cli_message=cli_message(result),
+        )
+    if "is a failed workspace" in out:
+        raise InstanceFailedWorkspace(
+            f"only FAILURE instances are named {name_or_id}; address the instance by its id",
+            cli_message=cli_message(result),
+        )
+
+
+def delete_outcome(name_or_id: str, result: RunResult) -> None:
+    resolution_error(name_or_id, result)
     if "not found" in result.output:
-        raise InstanceNotFound(f"instance {name} does not exist", cli_message=cli_message(result))
+        raise InstanceNotFound(
+            f"no instance {name_or_id} for this brev login", cli_message=cli_message(result)
+        )
     if result.returncode != 0:
-        raise generic_error("delete", name, result)
+        raise generic_error("delete", name_or_id, result)
 
 
 def exec_transport_error(instance: str, result: RunResult) -> BrevTransientError:

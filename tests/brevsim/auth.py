@@ -36,10 +36,13 @@ def _unb64(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
-def mint_jwt(secret: str, *, ttl_s: float, email: str, now: float, issuer: str = KAS_ISSUER) -> str:
-    """An HS256 JWT; `now` is the simulated clock (so the harness can expire sessions)."""
+def mint_jwt(
+    secret: str, *, ttl_s: float, email: str, now: float, issuer: str = KAS_ISSUER, user_id: str = "user-sim"
+) -> str:
+    """An HS256 JWT for `user_id` (its `sub`); `now` is the simulated clock (so the harness can
+    expire sessions)."""
     header = _b64(json.dumps({"alg": "HS256", "typ": "JWT"}).encode())
-    claims = {"iss": issuer, "sub": "user-sim", "email": email, "iat": int(now), "exp": now + ttl_s}
+    claims = {"iss": issuer, "sub": user_id, "email": email, "iat": int(now), "exp": now + ttl_s}
     payload = _b64(json.dumps(claims).encode())
     sig = hmac.new(secret.encode(), f"{header}.{payload}".encode(), hashlib.sha256).digest()
     return f"{header}.{payload}.{_b64(sig)}"
@@ -132,8 +135,11 @@ class Auth:
         if refresh_token not in sessions:
             return None  # UNAUTHORIZED from KAS -> treated as logged out
         cfg = self.store.config()
-        ttl = float(self.store.faults().get("token_ttl_s") or DEFAULT_TOKEN_TTL_S) * self.store.speed
-        access = mint_jwt(str(cfg["secret"]), ttl_s=ttl, email=str(cfg["email"]), now=self.store.now())
+        ttl = float(self.store.fault("token_ttl_s") or DEFAULT_TOKEN_TTL_S) * self.store.speed
+        user = str(sessions[refresh_token].get("user_id") or cfg["user_id"])
+        access = mint_jwt(
+            str(cfg["secret"]), ttl_s=ttl, email=str(cfg["email"]), now=self.store.now(), user_id=user
+        )
         self.save({"access_token": access, "refresh_token": refresh_token})
         return access
 
@@ -149,7 +155,7 @@ class Auth:
             raise CLIError("EOF")
         if line.strip().lower() not in (b"", b"y"):
             raise CLIError("user declined to login")
-        # The device flow needs a browser; headless it ends in a timeout (brev-cli.md section 5).
+        # The device flow needs a browser; headless it ends in a timeout (SIM-CONTRACT.md section 2).
         sys.stdout.write(f"Login here: {KAS_ISSUER}/device?user_code=SIM-CODE\n")
         sys.stdout.flush()
         time.sleep(self.store.delay("device_login_s", 300.0))
@@ -191,7 +197,9 @@ class Auth:
             or self.store.now() >= exp
         ):
             raise CLIError(_server_error(401, "invalid or expired token"))
-        self._session = Session(False, str(cfg["org_id"]), str(cfg["org_name"]), str(cfg["user_id"]))
+        # The server knows the user from the token's subject: whose instances this login owns.
+        user = str(claims.get("sub") or cfg["user_id"])
+        self._session = Session(False, str(cfg["org_id"]), str(cfg["org_name"]), user)
         return self._session
 
 

@@ -33,7 +33,7 @@ def main(state: str, instance_id: str, mounts: list[dict[str, Any]], rootfs: str
     if not argv:
         sys.stderr.write("usage: aws [options] <command> <subcommand> [<subcommand> ...] [parameters]\n")
         return 252
-    fault = store.faults().get("upload_fails")
+    fault = store.fault("upload_fails")
     if fault and _is_upload(argv):
         positional = [a for a in argv if not a.startswith("-")]
         sys.stderr.write(

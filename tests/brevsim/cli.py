@@ -1,4 +1,6 @@
-"""The simulated `brev` program (v0.6.327): commands, flags, outputs and quirks of brev-cli.md.
+"""The simulated `brev` program (v0.6.327), the front end: commands, flags, output formats and the
+CLI's own quirks (SIM-CONTRACT.md). What the server does (records, ownership, lifecycle actions,
+name resolution) lives in backend.py, as moto keeps responses apart from models.
 
 Exit codes follow main.go: 1 for any error, 0 otherwise, 2 for a Go panic (closed fd 0).
 """
@@ -8,20 +10,21 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import random
 import stat
 import string
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.brevsim import catalog, cobra, goerr, launch
+from tests.brevsim import catalog, cobra, goerr
 from tests.brevsim.auth import Auth, Session, jwt_valid_client_side
+from tests.brevsim.backend import Backend, Row
 from tests.brevsim.cobra import Flag
 from tests.brevsim.goerr import CLIError, trace
-from tests.brevsim.model import GONE, NOMINAL, Observation, can, observe
+from tests.brevsim.model import NOMINAL, Observation, can
 from tests.brevsim.record import record_call, record_stdin
 from tests.brevsim.sshconfig import write_brev_ssh_files
 from tests.brevsim.store import Store, write_json
@@ -73,6 +76,7 @@ class Ctx:
         self.bin_dir = bin_dir
         self.home = Path(os.environ.get("HOME") or "/nonexistent")
         self.auth = Auth(store, self.home)
+        self.backend = Backend(store)
         self.call_id = ""
         self.stdin_bytes = 0
 
@@ -90,43 +94,23 @@ class Ctx:
     def session(self) -> Session:
         return self.auth.session()
 
-    def delays(self) -> dict[str, float]:
-        return {k: self.store.delay(k, v) for k, v in NOMINAL.items()}
-
     def observe(self, inst: dict[str, Any]) -> Observation:
-        obs = observe(inst, self.store.now(), self.delays())
-        if obs.ssh_ready and self.store.faults().get("exec_never_ready"):
-            return Observation(
-                obs.status, obs.build_status, obs.health_status, False, False, obs.running_since
-            )
-        return obs
+        return self.backend.observe(inst)
 
-    def visible(self, db: dict[str, Any], org_id: str) -> list[tuple[dict[str, Any], Observation]]:
-        rows = []
-        for inst in sorted(db["instances"].values(), key=lambda i: float(i["created_at"])):
-            if inst.get("org_id") != org_id:
-                continue
-            obs = self.observe(inst)
-            if not obs.gone:
-                rows.append((inst, obs))
-        return rows
+    def lookup(self, name_or_id: str, *, whole_org: bool = False) -> Row:
+        """Name/id resolution for the current login (backend.Backend.resolve)."""
+        return self.backend.resolve(self.session(), name_or_id, whole_org=whole_org)
 
-    def lookup(self, name_or_id: str) -> tuple[dict[str, Any], Observation]:
-        """util.GetUserWorkspaceByNameOrIDErr."""
-        sess = self.session()
-        matches = [
-            (i, o)
-            for i, o in self.visible(self.store.read(), sess.org_id)
-            if name_or_id in (i["name"], i["id"])
-        ]
-        if not matches:
-            raise CLIError(f"instance with id/name {name_or_id} not found")
-        if len(matches) > 1 and sess.api_key:
-            live = [(i, o) for i, o in matches if o.status != "FAILURE"]
-            if len(live) > 1:
-                raise CLIError(f"multiple instances found with id/name {name_or_id}")
-            matches = live or matches
-        return matches[0]
+    def wait_running(self, inst_id: str, deadline: float | None) -> bool:
+        """Poll like the CLI (create_poll_s) until RUNNING; False at the deadline or once gone."""
+        poll = self.store.delay("create_poll_s", NOMINAL["create_poll_s"])
+        while True:
+            obs = self.backend.current(inst_id)
+            if obs is not None and obs.status == "RUNNING":
+                return True
+            if obs is None or (deadline is not None and time.time() > deadline):
+                return False
+            time.sleep(poll)
 
     def child_env(self) -> dict[str, str]:
         # Keep the simulator's own bin first so its children never reach a real ssh/ssh-agent.
@@ -147,59 +131,62 @@ LS_FLAGS = (
 
 def cmd_ls(ctx: Ctx, p: cobra.Parsed) -> None:
     sess = ctx.session()
-    org_name = sess.org_name
     if p["org"]:
         if sess.api_key:
             raise CLIError("api key auth cannot list organizations")
-        if p["org"] != org_name:
+        if p["org"] != sess.org_name:
             raise CLIError(f"no org found with name {p['org']}")
     if len(p.args) > 1:
         raise CLIError("too many args provided")
     what = p.args[0] if p.args else "instances"
     if what in ("orgs", "org", "organizations"):
-        if sess.api_key:
-            raise CLIError("api key auth cannot list organizations")
+        _ls_orgs(sess, as_json=bool(p["json"]))
+    elif what in ("nodes", "hosts"):
+        out("[]\n" if p["json"] else "No external nodes in this org.\n")
+    elif what in ("instances", "workspaces", "instance", "workspace"):
+        infos = [_workspace_info(i, o) for i, o in ctx.backend.listing(sess, show_all=bool(p["all"]))]
         if p["json"]:
-            out(json.dumps([{"name": org_name, "id": sess.org_id, "is_active": True}], indent=2) + "\n")
+            # a nil Go slice marshals as null
+            out(json.dumps({"workspaces": infos or None}, indent=2, ensure_ascii=False) + "\n")
         else:
-            out(f"Your organizations:\nNAME      ID\n* {org_name}  {sess.org_id}\n")
-        return
-    if what in ("nodes", "hosts"):
-        if p["json"]:
-            out("[]\n")
-        else:
-            out("No external nodes in this org.\n")
-        return
-    if what not in ("instances", "workspaces", "instance", "workspace"):
-        return  # an unknown positional prints nothing and exits 0
-    rows = ctx.visible(ctx.store.read(), sess.org_id)
-    infos = []
-    for inst, obs in rows:
-        it = catalog.BY_TYPE.get(str(inst["instance_type"]))
-        gpu = it.gpu_name if it and it.gpu_name else "-"
-        infos.append(
-            {
-                "name": inst["name"],
-                "id": inst["id"],
-                "status": obs.display_status,
-                "build_status": obs.build_status,
-                "shell_status": obs.shell_status,
-                "health_status": obs.health_status,
-                "instance_type": inst["instance_type"],
-                "instance_kind": "gpu" if gpu != "-" else "cpu",
-                "gpu": gpu,
-            }
-        )
-    if p["json"]:
-        # a nil Go slice marshals as null
-        out(json.dumps({"workspaces": infos or None}, indent=2, ensure_ascii=False) + "\n")
-        return
+            _ls_table(sess, infos, show_all=bool(p["all"]))
+    # an unknown positional prints nothing and exits 0
+
+
+def _ls_orgs(sess: Session, *, as_json: bool) -> None:
+    if sess.api_key:
+        raise CLIError("api key auth cannot list organizations")
+    if as_json:
+        out(json.dumps([{"name": sess.org_name, "id": sess.org_id, "is_active": True}], indent=2) + "\n")
+    else:
+        out(f"Your organizations:\nNAME      ID\n* {sess.org_name}  {sess.org_id}\n")
+
+
+def _workspace_info(inst: dict[str, Any], obs: Observation) -> dict[str, str]:
+    """pkg/entity WorkspaceInfo: exactly these keys (no owner, org or timestamp)."""
+    it = catalog.BY_TYPE.get(str(inst["instance_type"]))
+    gpu = it.gpu_name if it and it.gpu_name else "-"
+    return {
+        "name": str(inst["name"]),
+        "id": str(inst["id"]),
+        "status": obs.display_status,
+        "build_status": obs.build_status,
+        "shell_status": obs.shell_status,
+        "health_status": obs.health_status,
+        "instance_type": str(inst["instance_type"]),
+        "instance_kind": "gpu" if gpu != "-" else "cpu",
+        "gpu": gpu,
+    }
+
+
+def _ls_table(sess: Session, infos: list[dict[str, str]], *, show_all: bool) -> None:
+    org_name = sess.org_name
     if not infos:
         out(f"No instances in org {org_name}\n\nStart a new instance:\n")
         return
     if sess.api_key:
         out(f"Org {org_name} has {len(infos)} instances\n")
-    elif p["all"]:
+    elif show_all:
         out(f"{len(infos)} instances in Org {org_name}\n")
     else:
         out(f"You have {len(infos)} instances in Org {org_name}\n")
@@ -379,12 +366,15 @@ def _parse_types(text: str) -> list[tuple[str, float]]:
     return specs
 
 
-def _new_id() -> str:
-    return "".join(random.choices(string.ascii_lowercase + string.digits, k=9))  # noqa: S311 - ids, not secrets
+Log = Callable[[str], None]
+CREATE_TRACE = trace(
+    "pkg/cmd/gpucreate.(*createContext).createWorkspace", "pkg/cmd/gpucreate/gpucreate.go", 1046
+)
 
 
-def cmd_create(ctx: Ctx, p: cobra.Parsed) -> None:
-    name = p["name"] or (p.args[0] if p.args else "")
+def _check_create_flags(p: cobra.Parsed) -> str:
+    """Validation that happens before any server call; returns the base name."""
+    name = str(p["name"] or (p.args[0] if p.args else ""))
     mode = p["mode"]
     if mode not in ("vm", "k8s", "container", "compose"):
         raise CLIError(f'invalid mode "{mode}": must be one of vm, k8s, container, compose')
@@ -395,95 +385,111 @@ def cmd_create(ctx: Ctx, p: cobra.Parsed) -> None:
     validate_name(name)
     if p["count"] < 1:
         raise CLIError("--count must be at least 1")
-    specs = [(t.strip(), 0.0) for t in str(p["type"]).split(",") if t.strip()]
     if p["startup-script"].startswith("@"):
         path = p["startup-script"][1:]
         try:
             Path(path).read_text()
         except OSError as e:
             raise CLIError(f"open {path}: {e.strerror.lower() if e.strerror else e}") from None
-    # resolveInstanceTypes: --type values, then stdin (JSON from `search --json` or a table)
+    return name
+
+
+def _resolve_types(ctx: Ctx, p: cobra.Parsed) -> list[tuple[str, float]]:
+    """resolveInstanceTypes: --type values, then stdin (JSON from `search --json` or a table),
+    else every catalog match of the filters merged with the defaults."""
+    specs = [(t.strip(), 0.0) for t in str(p["type"]).split(",") if t.strip()]
     if stdin_piped():
         data = sys.stdin.buffer.read()
         ctx.stdin_bytes += len(data)
         specs += _parse_types(data.decode(errors="replace"))
+    if specs:
+        return specs
+    f = _filters_from(p)
+    f.min_total_vram = f.min_total_vram or 20
+    f.min_capability = f.min_capability or 8.0
+    f.min_disk = f.min_disk or 500
+    if not any(n in p.changed for n in FILTER_FLAGS):
+        f.max_boot_time = 7
+    specs = [(t.type, 0.0) for t in catalog.search(f)]
     if not specs:
-        f = _filters_from(p)
-        any_filter = any(n in p.changed for n in FILTER_FLAGS)
-        f.min_total_vram = f.min_total_vram or 20
-        f.min_capability = f.min_capability or 8.0
-        f.min_disk = f.min_disk or 500
-        if not any_filter:
-            f.max_boot_time = 7
-        specs = [(t.type, 0.0) for t in catalog.search(f)]
-        if not specs:
-            raise CLIError(
-                "no GPU instances match the specified filters. Try 'brev search' to see available options"
-            )
+        raise CLIError(
+            "no GPU instances match the specified filters. Try 'brev search' to see available options"
+        )
+    return specs
+
+
+def _skip_reason(ctx: Ctx, itype: str) -> str | None:
+    """The CLI-side availability check of one type (logged as `Skipping: ...`)."""
+    if itype not in catalog.BY_TYPE:
+        return f"instance type \"{itype}\" is not a recognized type; run 'brev search' to see available types"
+    if itype in set(ctx.store.fault("capacity") or []):
+        return (
+            f'instance type "{itype}" is currently unavailable (no capacity); '
+            "try again later or run 'brev search' to find another type"
+        )
+    return None
+
+
+def _try_type(
+    ctx: Ctx,
+    sess: Session,
+    spec: tuple[str, float],
+    base: str,
+    count: int,
+    created: list[dict[str, Any]],
+    log: Log,
+) -> bool:
+    """One type's worker attempts for the instances still missing. True when a fatal error
+    (a duplicate name) ends the whole create."""
+    itype, disk = spec
+    remaining = count - len(created)
+    log(f"Trying {itype} for {remaining} instance(s)...\n")
+    skip = _skip_reason(ctx, itype)
+    if skip is not None:
+        log(f"Skipping: {skip}\n")
+        log(f"\nType {itype} had failures, trying next type...\n\n")
+        return False
+    had_failure = False
+    for idx in range(len(created), len(created) + remaining):
+        iname = f"{base}-{idx + 1}" if count > 1 else base
+        log(f"[Worker 1] Trying {itype} for instance '{iname}'...\n")
+        try:
+            inst = ctx.backend.create(sess, iname, itype, disk)
+        except CLIError as e:
+            text = CREATE_TRACE + e.text
+            log(f"[Worker 1] {itype} Failed: {text}\n")
+            had_failure = True
+            if "duplicate workspace" in text:
+                log(
+                    f"\nError: workspace '{iname}' already exists. "
+                    "Use a different name or delete the existing workspace\n"
+                )
+                return True
+            continue
+        log(f"[Worker 1] {itype} Success! Created instance '{iname}'\n")
+        created.append(inst)
+    if len(created) < count and had_failure:
+        log(f"\nType {itype} had failures, trying next type...\n\n")
+    return False
+
+
+def cmd_create(ctx: Ctx, p: cobra.Parsed) -> None:
+    name = _check_create_flags(p)
+    specs = _resolve_types(ctx, p)
     if p["dry-run"]:
         out(", ".join(t for t, _ in specs) + "\n")
         return
     piped = stdout_piped()
-    log = err if piped else out
+    log: Log = err if piped else out
     sess = ctx.session()
-    faults = ctx.store.faults()
-    no_capacity = set(faults.get("capacity") or [])
     count, parallel = int(p["count"]), max(1, int(p["parallel"]))
     log(f"Attempting to create {count} instance(s) with {parallel} parallel attempts\n")
     shown = ", ".join(f"{t} ({catalog.go_num(d)}GB disk)" if d else t for t, d in specs)
     log(f"Instance types to try: {shown}\n\n")
     created: list[dict[str, Any]] = []
-    for itype, disk in specs:
-        if len(created) >= count:
+    for spec in specs:
+        if len(created) >= count or _try_type(ctx, sess, spec, name, count, created, log):
             break
-        remaining = count - len(created)
-        log(f"Trying {itype} for {remaining} instance(s)...\n")
-        if itype not in catalog.BY_TYPE:
-            log(
-                f'Skipping: instance type "{itype}" is not a recognized type; '
-                "run 'brev search' to see available types\n"
-            )
-            log(f"\nType {itype} had failures, trying next type...\n\n")
-            continue
-        if itype in no_capacity:
-            log(
-                f'Skipping: instance type "{itype}" is currently unavailable (no capacity); '
-                "try again later or run 'brev search' to find another type\n"
-            )
-            log(f"\nType {itype} had failures, trying next type...\n\n")
-            continue
-        had_failure = False
-        fatal = None
-        for idx in range(len(created), len(created) + remaining):
-            iname = f"{name}-{idx + 1}" if count > 1 else name
-            log(f"[Worker 1] Trying {itype} for instance '{iname}'...\n")
-            try:
-                inst = _server_create(ctx, sess, iname, itype, disk)
-            except CLIError as e:
-                text = (
-                    trace(
-                        "pkg/cmd/gpucreate.(*createContext).createWorkspace",
-                        "pkg/cmd/gpucreate/gpucreate.go",
-                        1046,
-                    )
-                    + e.text
-                )
-                log(f"[Worker 1] {itype} Failed: {text}\n")
-                had_failure = True
-                if "duplicate workspace" in text:
-                    fatal = (
-                        f"workspace '{iname}' already exists. "
-                        "Use a different name or delete the existing workspace"
-                    )
-                    break
-                continue
-            log(f"[Worker 1] {itype} Success! Created instance '{iname}'\n")
-            created.append(inst)
-        if fatal:
-            log(f"\nError: {fatal}\n")
-            break
-        if len(created) < count and had_failure:
-            log(f"\nType {itype} had failures, trying next type...\n\n")
     if len(created) < count:
         log(f"\nWarning: Only created {len(created)}/{count} instances\n")
         if created:
@@ -506,52 +512,7 @@ def cmd_create(ctx: Ctx, p: cobra.Parsed) -> None:
         out(f"  Connect:\n    brev open {inst['name']}\n    brev shell {inst['name']}\n\n")
 
 
-def _server_create(ctx: Ctx, sess: Session, name: str, itype: str, disk: float) -> dict[str, Any]:
-    faults = ctx.store.faults()
-    if faults.get("create_fails"):
-        raise CLIError(f"500 Internal Server Error: {faults['create_fails']}")
-    store = ctx.store
-    now = store.now()
-    with store.tx() as db:
-        for inst in db["instances"].values():
-            if inst["name"] == name and inst.get("org_id") == sess.org_id and not ctx.observe(inst).gone:
-                raise CLIError(f'400 Bad Request: duplicate workspace name "{name}" in organization')
-        db["seq"] = int(db.get("seq", 0)) + 1
-        seq = int(db["seq"])
-        inst_id = _new_id()
-        it = catalog.BY_TYPE[itype]
-        failed = bool(faults.get("failure_status"))
-        inst = {
-            "id": inst_id,
-            "name": name,
-            "org_id": sess.org_id,
-            "user_id": sess.user_id,
-            "instance_type": itype,
-            "gpu": it.gpu_name,
-            "stoppable": it.stoppable,
-            "disk_gb": disk or it.disk_min_gb,
-            "ip": f"127.77.{seq // 250}.{seq % 250 + 1}",
-            "created_at": now,
-            "lifecycle": "create_failed" if failed else "create",
-            "phase_at": now,
-            "status_message": str(faults["failure_status"])
-            if failed and faults["failure_status"] is not True
-            else "",
-            "disappear_at": None,
-        }
-        if faults.get("disappear_after_s") is not None:
-            inst["disappear_at"] = (
-                now
-                + store.delay("deploy_s", NOMINAL["deploy_s"])
-                + float(faults["disappear_after_s"]) * store.speed
-            )
-        db["instances"][inst_id] = inst
-        db["created_count"][name] = int(db["created_count"].get(name, 0)) + 1
-    launch.make_sandbox(store, inst)
-    return inst
-
-
-def _wait_ready(ctx: Ctx, inst: dict[str, Any], timeout: float, log: Any) -> None:
+def _wait_ready(ctx: Ctx, inst: dict[str, Any], timeout: float, log: Log) -> None:
     deadline = time.time() + timeout
     poll = ctx.store.delay("create_poll_s", NOMINAL["create_poll_s"])
     while time.time() < deadline:
@@ -570,13 +531,6 @@ def _wait_ready(ctx: Ctx, inst: dict[str, Any], timeout: float, log: Any) -> Non
     log(f"  {inst['name']}: Timeout waiting for ready state\n")
 
 
-def _mark_gone(ctx: Ctx, inst_id: str) -> None:
-    # Containers watch this marker and die with their instance.
-    d = ctx.store.instance_dir(inst_id)
-    if d.is_dir():
-        (d / "gone").touch()
-
-
 def cmd_delete(ctx: Ctx, p: cobra.Parsed) -> None:
     piped = stdout_piped()
     names = ctx.names_from_args_and_stdin(p.args)
@@ -592,13 +546,7 @@ def cmd_delete(ctx: Ctx, p: cobra.Parsed) -> None:
                 + e.text
             )
             continue
-        now = ctx.store.now()
-        with ctx.store.tx() as db:
-            cur = db["instances"].get(inst["id"])
-            if cur is not None and cur["lifecycle"] != "delete" and can("delete", obs.status):
-                cur["lifecycle"] = "delete"
-                cur["phase_at"] = now
-        _mark_gone(ctx, inst["id"])
+        ctx.backend.delete(inst, obs)
         if not piped:
             out(
                 f"Deleting instance {inst['name']}. This can take a few minutes. "
@@ -617,13 +565,13 @@ def cmd_stop(ctx: Ctx, p: cobra.Parsed) -> None:
     sess = ctx.session()
     if p["all"]:
         out("Turning off all of your instances")
-        for inst, obs in ctx.visible(ctx.store.read(), sess.org_id):
+        for inst, obs in ctx.backend.owned_rows(sess):
             if obs.status != "RUNNING":
                 continue
             if not inst.get("stoppable"):
                 out(f"\n{inst['name']} skipped (does not support stop)")
                 continue
-            _server_stop(ctx, inst)
+            ctx.backend.stop(inst)
             out(f"\n{inst['name']} stopped ✓")
         out("\n")
         return
@@ -631,14 +579,14 @@ def cmd_stop(ctx: Ctx, p: cobra.Parsed) -> None:
     errors = []
     for name in names:
         try:
-            inst, obs = ctx.lookup(name)
+            inst, obs = ctx.lookup(name, whole_org=True)  # stop alone falls back to the org
             if not inst.get("stoppable"):
                 raise CLIError(f'instance "{inst["name"]}" does not support stop.')
             if not can("stop", obs.status):
                 raise CLIError(
                     f"400 Bad Request: workspace {inst['id']} is not running (status {obs.status})"
                 )
-            _server_stop(ctx, inst)
+            ctx.backend.stop(inst)
         except CLIError as e:
             errors.append(trace("pkg/cmd/stop.stopWorkspace", "pkg/cmd/stop/stop.go", 183) + e.text)
             continue
@@ -652,30 +600,6 @@ def cmd_stop(ctx: Ctx, p: cobra.Parsed) -> None:
     if piped:
         for name in names:
             out(name + "\n")
-
-
-def _server_stop(ctx: Ctx, inst: dict[str, Any]) -> None:
-    now = ctx.store.now()
-    with ctx.store.tx() as db:
-        cur = db["instances"][inst["id"]]
-        cur["lifecycle"] = "stop"
-        cur["phase_at"] = now
-    _kill_containers(ctx, inst["id"])
-
-
-def _kill_containers(ctx: Ctx, inst_id: str) -> None:
-    # A stopped VM loses its processes; reuse the marker, then clear it for the next start.
-    from tests.brevsim import container
-
-    container.kill_all(ctx.store, inst_id)
-
-
-def _server_start(ctx: Ctx, inst: dict[str, Any]) -> None:
-    now = ctx.store.now()
-    with ctx.store.tx() as db:
-        cur = db["instances"][inst["id"]]
-        cur["lifecycle"] = "start"
-        cur["phase_at"] = now
 
 
 START_FLAGS = (
@@ -736,14 +660,14 @@ def _start_one(ctx: Ctx, name: str, *, detached: bool, piped: bool) -> None:
     except CLIError as e:
         if "not found" not in e.text:
             raise
-        # Not an instance: the CLI treats the argument as a local path (brev-cli.md section 4).
+        # Not an instance: the CLI treats the argument as a local path (SIM-CONTRACT.md section 4).
         out("tried to start with local path but path not found\n")
         if piped:
             out(name + "\n")
         return
     if obs.status != "STOPPED":
         raise CLIError(f"Instance is not stopped status={obs.status}")
-    _server_start(ctx, inst)
+    ctx.backend.start(inst)
     out(
         f"Instance {inst['name']} is starting. \nNote: this can take about a minute. "
         "Run 'brev ls' to check status\n\n"
@@ -751,23 +675,17 @@ def _start_one(ctx: Ctx, name: str, *, detached: bool, piped: bool) -> None:
     if detached:
         return
     out("You can safely ctrl+c to exit\n")
-    poll = ctx.store.delay("create_poll_s", NOMINAL["create_poll_s"])
-    while True:  # the real CLI polls forever: no timeout, no FAILURE check
-        cur = ctx.store.read()["instances"].get(inst["id"])
-        if cur is not None and ctx.observe(cur).status == "RUNNING":
-            break
-        time.sleep(poll)
+    # the real CLI polls forever: no timeout, no FAILURE check
+    if not ctx.wait_running(inst["id"], None):
+        raise CLIError(f"instance with id/name {inst['name']} not found")
     out("Your instance is ready!\n")
     out(f"To connect to your instance, run:\n\tbrev shell {inst['name']}\n")
 
 
 def refresh_ssh(ctx: Ctx) -> None:
     """refresh.RunRefresh: ssh config for the instances RUNNING now (+ cloudflared download)."""
-    sess = ctx.session()
     running = [
-        (i["name"], str(i["ip"]))
-        for i, o in ctx.visible(ctx.store.read(), sess.org_id)
-        if o.status == "RUNNING"
+        (i["name"], str(i["ip"])) for i, o in ctx.backend.owned_rows(ctx.session()) if o.status == "RUNNING"
     ]
     write_brev_ssh_files(ctx.home, running)
     cloudflared = ctx.home / ".brev" / "cloudflared"
@@ -797,7 +715,7 @@ def cmd_login(ctx: Ctx, p: cobra.Parsed) -> None:
         raise CLIError(f'unknown command "{p.args[0]}" for "brev login"')
     store = ctx.store
     # A fresh login ends an injected run of auth EOFs (SIM-CONTRACT: auth_eof_once).
-    if store.faults().get("auth_eof_once"):
+    if store.fault("auth_eof_once"):
         store.set_fault("auth_eof_once", 0)
     if p["auth"] and p["auth"] not in ("nvidia", "legacy"):
         raise CLIError("auth provider must be nvidia or legacy")
@@ -913,17 +831,10 @@ def exec_on_instance(ctx: Ctx, name: str, host: bool, command: str) -> None:
         ) from None
     alias = f"{inst['name']}-host" if host else inst["name"]
     if obs.status == "STOPPED":
-        _server_start(ctx, inst)
+        ctx.backend.start(inst)
         out(f"Instance {inst['name']} is starting. \n\n")
-        poll = ctx.store.delay("create_poll_s", NOMINAL["create_poll_s"])
-        deadline = time.time() + 600 * ctx.store.speed
-        while True:
-            cur = ctx.store.read()["instances"].get(inst["id"])
-            if cur is not None and ctx.observe(cur).status == "RUNNING":
-                break
-            if time.time() > deadline:
-                raise CLIError("timeout waiting for instance to be ready")
-            time.sleep(poll)
+        if not ctx.wait_running(inst["id"], time.time() + 600 * ctx.store.speed):
+            raise CLIError("timeout waiting for instance to be ready")
         refresh_ssh(ctx)
         wait_err = wait_for_ssh(ctx, alias)
         if wait_err is not None:
@@ -1045,6 +956,3 @@ def main(state: str, bin_dir: str, argv: list[str]) -> int:
     finally:
         record_stdin(store.calls_path, ctx.call_id, ctx.stdin_bytes)
     return code
-
-
-_ = GONE  # re-exported for readers of this module's status vocabulary

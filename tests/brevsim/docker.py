@@ -17,10 +17,15 @@ from pathlib import Path
 from typing import Any
 
 from tests.brevsim import container as ct
+from tests.brevsim import faults as knobs
 from tests.brevsim.gotemplate import TemplateError, render, strip_table
 from tests.brevsim.model import NOMINAL
 from tests.brevsim.record import record_call, record_stdin
 from tests.brevsim.store import Store, read_json, write_json
+
+DAEMON_DOWN = (
+    "Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?"
+)
 
 
 class DockerError(Exception):
@@ -178,7 +183,7 @@ def check_access(store: Store, home: Path, image: str) -> None:
     if registry_of(image) == "nvcr.io":
         if not logged_in(home, "nvcr.io"):
             raise DockerError("Error response from daemon: unauthorized: authentication required")
-        if store.faults().get("ngc_entitlement"):
+        if store.fault("ngc_entitlement"):
             raise DockerError(
                 "Error response from daemon: unauthorized: access to the requested resource is not authorized"
             )
@@ -199,7 +204,7 @@ def do_pull(store: Store, docker: ct.Docker, image: str, *, stream: Any) -> None
     for layer in layers:
         stream(f"{layer}: Pulling fs layer\n")
     total = store.delay("pull_seconds", NOMINAL["pull_seconds"]) if ct.image_kind(image) == "tao" else 0.0
-    fails = store.faults().get("pull_fails")
+    fails = store.fault("pull_fails")
     for n, layer in enumerate(layers):
         time.sleep(total / len(layers))
         if fails and n == len(layers) // 2:
@@ -559,6 +564,19 @@ def cmd_wait(docker: ct.Docker, argv: list[str]) -> int:
     return code
 
 
+def tail_lines(data: bytes, n: int) -> bytes:
+    r"""The last n lines as docker counts them: split on `\n` ONLY, so a tqdm run of `\r`-separated
+    redraws is one (possibly huge) line; bytes.splitlines would also split on `\r`."""
+    if n <= 0:
+        return b""
+    complete = data.endswith(b"\n")
+    lines = data.split(b"\n")
+    if complete:
+        lines.pop()
+    text = b"\n".join(lines[-n:])
+    return text + b"\n" if complete else text
+
+
 def cmd_logs(docker: ct.Docker, argv: list[str]) -> int:
     opts, args = parse(
         argv,
@@ -580,9 +598,7 @@ def cmd_logs(docker: ct.Docker, argv: list[str]) -> int:
     data = path.read_bytes() if path.exists() else b""
     tail = str(opts.get("tail", "all"))
     if tail != "all":
-        n = int(tail)
-        lines = data.splitlines(keepends=True)
-        data = b"".join(lines[-n:]) if n > 0 else b""
+        data = tail_lines(data, int(tail))
     sys.stdout.buffer.write(data)
     sys.stdout.flush()
     if opts.get("follow"):
@@ -779,6 +795,9 @@ def main(state: str, instance_id: str, argv: list[str]) -> int:
         if not argv:
             out("Usage:  docker [OPTIONS] COMMAND\n")
             return 0
+        if knobs.targets(store.fault("docker_dead"), str(meta.get("name")), instance_id):
+            # dockerd is dead while sshd and `brev ls` still look fine
+            raise DockerError(DAEMON_DOWN)
         verb, rest = argv[0], argv[1:]
         if verb == "container" and rest:
             verb, rest = rest[0], rest[1:]

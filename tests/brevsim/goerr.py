@@ -1,7 +1,7 @@
 """Go/brev error text: `breverrors.WrapAndTrace` prefixes, hashicorp multierror, cobra messages.
 
 The real CLI prints `errors.Cause(err)`; when the cause is a `fmt.Errorf(... %w ...)` or a
-multierror, the inner trace fragments end up in the printed text (brev-cli.md section 1).
+multierror, the inner trace fragments end up in the printed text (SIM-CONTRACT.md section 2).
 """
 
 from __future__ import annotations

@@ -1,6 +1,8 @@
 """`BrevSim`: the harness tests and demos use to run the simulator (SIM-CONTRACT.md).
 
     sim = BrevSim(tmp_path, speed=0.01, s3_endpoint=url)
+    sim.login_api_key()                      # or sim.login_as_user("user-bob"): a token login
+    sim.set_faults(ls_omit={"job-1": 2})     # declared knobs only (faults.py); a typo raises
     subprocess.run(["brev", "ls", "--json"], env=sim.env(), stdin=subprocess.DEVNULL)
 
 `root/bin` holds `brev`, `ssh` and `ssh-agent` with the state directory baked in, so a process
@@ -20,7 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from tests.brevsim import container, launch
-from tests.brevsim.auth import mint_jwt
+from tests.brevsim import faults as knobs
+from tests.brevsim.auth import jwt_valid_client_side, mint_jwt
+from tests.brevsim.backend import new_record
 from tests.brevsim.model import NOMINAL, observe
 from tests.brevsim.store import Store, flocked, read_json, write_json
 
@@ -38,6 +42,7 @@ class SimCall:
 class BrevSim:
     API_KEY = "bak-sim-0123456789abcdef"
     ORG_ID = "org-sim"
+    USER_ID = "user-sim"  # the user behind the API key and the default token login
     CLI_VERSION = "v0.6.327"
 
     def __init__(self, root: Path, *, speed: float = 0.01, s3_endpoint: str | None = None) -> None:
@@ -56,7 +61,7 @@ class BrevSim:
                 "api_key": self.API_KEY,
                 "org_id": self.ORG_ID,
                 "org_name": self.ORG_ID,
-                "user_id": "user-sim",
+                "user_id": self.USER_ID,
                 "email": "sim@example.com",
                 "secret": config.get("secret") or secrets.token_hex(16),
                 "version": self.CLI_VERSION,
@@ -94,6 +99,9 @@ class BrevSim:
 
     # -- faults ----------------------------------------------------------------------------------
     def set_faults(self, **faults: object) -> None:
+        """Set knobs declared in faults.py (durations in nominal seconds, and faults); an
+        undeclared name raises UnknownFault naming the closest declared one."""
+        knobs.check(faults)
         with flocked(self.state_dir / "faults.lock"):
             current = read_json(self.store.faults_path, {})
             current.update(faults)
@@ -117,8 +125,29 @@ class BrevSim:
         Path(brev / "credentials.json").chmod(0o600)
         write_json(brev / "active_org.json", {"id": self.ORG_ID, "name": self.ORG_ID})
 
-    def mint_access_token(self, ttl_s: float | None = None) -> str:
-        """An access JWT the backend accepts; ttl in nominal seconds (default: token_ttl_s or 3600)."""
+    def login_token(self, token: str) -> None:
+        """What `brev login --token T` leaves: an unexpired JWT as access token (refresh
+        `auto-login`), anything else as refresh token (access `auto-login`)."""
+        brev = self.home / ".brev"
+        brev.mkdir(parents=True, exist_ok=True)
+        if jwt_valid_client_side(token, Store(self.state_dir).now()):
+            creds = {"access_token": token, "refresh_token": "auto-login"}
+        else:
+            creds = {"access_token": "auto-login", "refresh_token": token}
+        write_json(brev / "credentials.json", creds)
+        Path(brev / "credentials.json").chmod(0o600)
+        write_json(brev / "active_org.json", {"id": self.ORG_ID, "name": self.ORG_ID})
+
+    def login_as_user(self, user_id: str, ttl_s: float = 86400.0) -> str:
+        """Switch the active identity to a token login of `user_id` (e.g. a teammate): it sees only
+        its own instances unless `ls --all`, and resolves names only among them. Returns the JWT."""
+        token = self.mint_access_token(ttl_s, user_id=user_id)
+        self.login_token(token)
+        return token
+
+    def mint_access_token(self, ttl_s: float | None = None, *, user_id: str | None = None) -> str:
+        """An access JWT the backend accepts for `user_id` (default USER_ID); ttl in nominal
+        seconds (default: token_ttl_s or 3600)."""
         faults = read_json(self.store.faults_path, {})
         ttl = float(ttl_s if ttl_s is not None else faults.get("token_ttl_s") or 3600.0)
         config = read_json(self.store.config_path, {})
@@ -127,6 +156,7 @@ class BrevSim:
             ttl_s=ttl * self.speed,
             email=str(config["email"]),
             now=Store(self.state_dir).now(),
+            user_id=user_id or self.USER_ID,
         )
 
     def use_service_account_token(self, path: Path) -> None:
@@ -135,11 +165,14 @@ class BrevSim:
         config["sa_token_path"] = str(path)
         write_json(self.store.config_path, config)
 
-    def mint_refresh_token(self) -> str:
+    def mint_refresh_token(self, *, user_id: str | None = None) -> str:
         """A `sessionKey:deviceId` refresh token (what the device login stores); KAS refreshes it."""
         token = f"{secrets.token_hex(16)}:{secrets.token_hex(8)}"
         with self.store.tx() as db:
-            db.setdefault("sessions", {})[token] = {"created": self.store.now()}
+            db.setdefault("sessions", {})[token] = {
+                "created": self.store.now(),
+                "user_id": user_id or self.USER_ID,
+            }
         return token
 
     # -- observation -----------------------------------------------------------------------------
@@ -203,8 +236,11 @@ class BrevSim:
         ssh_ready: bool = True,
         gpu: str = "L40S",
         instance_type: str = "g6e.xlarge",
-    ) -> None:
-        """A pre-existing instance of the same org (for reuse tests)."""
+        owner: str | None = None,
+    ) -> str:
+        """A pre-existing instance of the org, owned by `owner` (default USER_ID; another user id
+        makes a teammate's instance). Names may repeat (the backend allows duplicates this way).
+        Returns its id."""
         store = Store(self.state_dir)
         delays = self._delays()
         now = store.now()
@@ -219,29 +255,23 @@ class BrevSim:
             "DELETING": ("delete", now),
         }[status]
         with store.tx() as db:
-            db["seq"] = int(db.get("seq", 0)) + 1
-            seq = int(db["seq"])
-            inst_id = secrets.token_hex(5)[:9]
-            inst = {
-                "id": inst_id,
-                "name": name,
-                "org_id": self.ORG_ID,
-                "user_id": "user-sim",
-                "instance_type": instance_type,
-                "gpu": gpu,
-                "stoppable": True,
-                "disk_gb": 500,
-                "ip": f"127.77.{seq // 250}.{seq % 250 + 1}",
-                "created_at": now,
-                "lifecycle": lifecycle,
-                "phase_at": phase_at,
-                "status_message": "",
-                "disappear_at": None,
-            }
+            inst = new_record(
+                db,
+                name=name,
+                org_id=self.ORG_ID,
+                user_id=owner or self.USER_ID,
+                instance_type=instance_type,
+                now=now,
+                lifecycle=lifecycle,
+                phase_at=phase_at,
+                disk_gb=500,
+            )
+            inst["gpu"] = gpu
+            inst["stoppable"] = True
             if status == "RUNNING" and not ssh_ready:
                 inst["never_ready"] = True
-            db["instances"][inst_id] = inst
         launch.make_sandbox(store, inst)
+        return str(inst["id"])
 
     def _current(self, name: str) -> dict[str, Any]:
         for inst in reversed(self.instances()):

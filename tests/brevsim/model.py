@@ -12,16 +12,18 @@ from typing import Any
 
 GONE = "GONE"  # not a brev status: the instance no longer exists (deleted or vanished)
 
-# Nominal seconds (the harness multiplies by the speed factor). Tunable via config/faults.
+# Nominal seconds (the harness multiplies by the speed factor). Each is a knob (faults.py).
 NOMINAL: dict[str, float] = {
     "deploy_s": 120.0,  # DEPLOYING
     "ssh_delay_s": 60.0,  # ssh refused after RUNNING
     "build_s": 15.0,  # build BUILDING after RUNNING (shell NOT READY meanwhile)
     "delete_s": 30.0,  # DELETING
+    "delete_lag_s": 0.0,  # after an accepted delete, `ls` still shows the old status (fault)
     "stop_s": 20.0,  # STOPPING
     "start_s": 30.0,  # STARTING
     "pull_seconds": 90.0,  # docker pull of the TAO image
     "epoch_seconds": 20.0,  # one TAO epoch
+    "upload_s": 0.0,  # an upload through the aws-cli image (a test stretches it)
     "create_poll_s": 5.0,  # brev create/start poll interval
     "ssh_wait_interval_s": 1.0,  # WaitForSSHToBeAvailable sleep
     "device_login_s": 300.0,  # login device flow poll timeout
@@ -79,7 +81,7 @@ class Observation:
 
     @property
     def display_status(self) -> str:
-        # brev ls shows RUNNING + UNHEALTHY as UNHEALTHY (brev-cli.md section 9)
+        # brev ls shows RUNNING + UNHEALTHY as UNHEALTHY (pkg/entity WorkspaceInfo; SIM-CONTRACT.md section 4)
         if self.status == "RUNNING" and self.health_status == "UNHEALTHY":
             return "UNHEALTHY"
         return self.status
@@ -96,6 +98,12 @@ def observe(inst: dict[str, Any], now: float, delays: dict[str, float]) -> Obser
         return Observation(GONE, "", "", False, True, None)
     segments = LIFECYCLES[str(inst["lifecycle"])]
     start = float(inst["phase_at"])
+    pre = inst.get("pre_delete")
+    if inst.get("lifecycle") == "delete" and now < start and isinstance(pre, dict):
+        # delete accepted, but the listing still shows the old status (the `delete_lag_s` knob)
+        return Observation(
+            str(pre["status"]), str(pre["build_status"]), str(pre["health_status"]), False, False, None
+        )
     for seg in segments:
         if seg.duration_key is None:
             break

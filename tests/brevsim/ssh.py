@@ -4,7 +4,7 @@
 ~/.brev/ssh_config), then runs the command with `bash -c` inside the instance sandbox, forwarding
 stdin, and exits with the command's status. Connection problems exit 255 with OpenSSH's messages.
 Like real ssh, it returns only when the remote stdout/stderr are closed by every process holding
-them, so a backgrounded job that keeps them open hangs the caller (brev-cli.md #429).
+them, so a backgrounded job that keeps them open hangs the caller (brevdev/brev-cli issue #429).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
+from tests.brevsim import faults as knobs
 from tests.brevsim.model import NOMINAL, observe
 from tests.brevsim.record import record_call, record_stdin
 from tests.brevsim.sshconfig import lookup
@@ -140,8 +141,20 @@ def main(state: str, argv: list[str]) -> int:
         time.sleep(min(connect_timeout, 10.0) * store.speed)
         sys.stderr.write(f"ssh: connect to host {hostname} port {port}: Connection timed out\r\n")
         return 255
-    if not obs.ssh_ready or store.faults().get("exec_never_ready"):
+    if not obs.ssh_ready or knobs.targets(
+        store.fault("exec_never_ready"), str(inst["name"]), str(inst["id"])
+    ):
         sys.stderr.write(f"ssh: connect to host {hostname} port {port}: Connection refused\r\n")
+        return 255
+    if knobs.targets(store.fault("sshd_dead"), str(inst["name"]), str(inst["id"])):
+        # sshd crashed or the disk is full: TCP accepts, the handshake is reset
+        sys.stderr.write(
+            "kex_exchange_identification: read: Connection reset by peer\r\n"
+            f"Connection reset by {hostname} port {port}\r\n"
+        )
+        return 255
+    if knobs.targets(store.fault("exec_hangs"), str(inst["name"]), str(inst["id"])):
+        _hang()
         return 255
     user = opts.get("l") or conf.get("user") or os.environ.get("USER", "ubuntu")
     identity = opts.get("i") or conf.get("identityfile")
@@ -156,7 +169,7 @@ def main(state: str, argv: list[str]) -> int:
     if not quiet and not _master_alive(store, home, alias, conf):
         sys.stderr.write(f"Warning: Permanently added '{hostname}' (ED25519) to the list of known hosts.\r\n")
     sys.stderr.flush()
-    slow = float(store.faults().get("slow_exec_s") or 0)
+    slow = float(store.fault("slow_exec_s") or 0)
     if slow:
         time.sleep(slow * store.speed)
     command = " ".join(command_words)
@@ -224,6 +237,15 @@ def main(state: str, argv: list[str]) -> int:
     if code < 0:
         return 255
     return code
+
+
+def _hang() -> None:
+    """A connection that never answers: block until the caller kills us (or our parent is gone,
+    so an abandoned stand-in cannot outlive its test by more than a second)."""
+    parent = os.getppid()
+    deadline = time.monotonic() + 3600
+    while time.monotonic() < deadline and os.getppid() == parent:
+        time.sleep(1.0)
 
 
 def _stdin_is_devnull() -> bool:

@@ -15,6 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from tests.brevsim import faults as knobs
+
 Json = dict[str, Any]
 
 
@@ -72,9 +74,9 @@ class Store:
         return time.time() + float(read_json(self.root / "clock.json", {}).get("offset", 0.0))
 
     def nominal(self, key: str, default: float) -> float:
-        faults = self.faults()
-        if key in faults and faults[key] is not None:
-            return float(faults[key])
+        value = self.faults().get(key)
+        if value is not None:
+            return float(value)
         return float(self.config().get("nominal", {}).get(key, default))
 
     def delay(self, key: str, default: float) -> float:
@@ -83,13 +85,22 @@ class Store:
 
     # -- faults ------------------------------------------------------------------------------
     def faults(self) -> Json:
-        """Faults as of this invocation's first look (each invocation is a short-lived process)."""
+        """Faults as of this invocation's first look (each invocation is a short-lived process).
+        Raises UnknownFault if faults.json names a knob that faults.py does not declare."""
         if self._faults is None:
             value = read_json(self.faults_path, {})
-            self._faults = value if isinstance(value, dict) else {}
+            value = value if isinstance(value, dict) else {}
+            knobs.check(value)
+            self._faults = value
         return self._faults
 
+    def fault(self, name: str) -> Any:
+        """One declared knob's current value (its declared default when unset)."""
+        value = self.faults().get(name)
+        return knobs.default(name) if value is None else value
+
     def set_fault(self, key: str, value: Any) -> None:
+        knobs.check({key: value})
         with flocked(self.root / "faults.lock"):
             faults = read_json(self.faults_path, {})
             faults[key] = value
@@ -98,6 +109,7 @@ class Store:
 
     def consume_fault_counter(self, key: str) -> bool:
         """Decrement an integer fault (e.g. auth_eof_once); True when it was positive."""
+        knobs.check({key: None})
         with flocked(self.root / "faults.lock"):
             self._faults = None
             faults = self.faults()
@@ -108,6 +120,22 @@ class Store:
             write_json(self.faults_path, faults)
             self._faults = None
             return True
+
+    def consume_omissions(self, keys: set[str]) -> set[str]:
+        """`ls_omit` ({name or id: N}): which of `keys` this listing leaves out; each hit spends one."""
+        with flocked(self.root / "faults.lock"):
+            self._faults = None
+            faults = self.faults()
+            pending = dict(faults.get("ls_omit") or {})
+            hit = {k for k in keys if int(pending.get(k) or 0) > 0}
+            if not hit:
+                return set()
+            for k in hit:
+                pending[k] = int(pending[k]) - 1
+            faults["ls_omit"] = pending
+            write_json(self.faults_path, faults)
+            self._faults = None
+            return hit
 
     # -- instance database -------------------------------------------------------------------
     def read(self) -> Json:

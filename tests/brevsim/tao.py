@@ -1,10 +1,11 @@
-"""The TAO Toolkit container stand-in: `<networkArch> <action> -e <spec> [key=value ...]`.
+r"""The TAO Toolkit container stand-in: `<networkArch> <action> -e <spec> [key=value ...]`.
 
 It reads the spec YAML (container path, mapped to the sandbox), prints epoch/loss lines, writes
 checkpoints and TAO's `status.json` (JSON lines) under results_dir, honours SIGTERM (docker stop)
 and exits with the chosen code. A top-level `simulation:` mapping in the spec may set `epochs`,
 `epoch_seconds` (nominal, x speed), `exit_code` and `fail_at_epoch`; the `train_exit_code` fault
-overrides the exit code.
+overrides the exit code. The `tao_progress_bars` and `tao_long_line_bytes` faults add what real
+training prints: tqdm `\r` redraws and one multi-megabyte line.
 """
 
 from __future__ import annotations
@@ -54,6 +55,38 @@ def _status(path: Path, status: str, message: str, **extra: Any) -> None:
 def _log(text: str) -> None:
     stamp = dt.datetime.now(tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%S,%f")[:-3]
     sys.stdout.write(f"{stamp} [TAO Toolkit] [INFO] {text}\n")
+    sys.stdout.flush()
+
+
+BAR_STEPS = 20
+
+
+def _progress_bar(epoch: int, epochs: int, epoch_s: float) -> None:
+    r"""tqdm's redraws on stderr: `\r`-separated, one `\n` only when the bar closes. Real docker
+    stores the whole run as ONE log line; a reader splitting on `\r` sees BAR_STEPS+1 lines."""
+    for step in range(BAR_STEPS + 1):
+        pct = step * 100 // BAR_STEPS
+        bar = "#" * (step // 2) + " " * (BAR_STEPS // 2 - step // 2)
+        sys.stderr.write(
+            f"\rEpoch {epoch}/{epochs}: {pct:3d}%|{bar}| {step}/{BAR_STEPS} [00:0{step % 10}<00:00, 9.87it/s]"
+        )
+        sys.stderr.flush()
+        if step < BAR_STEPS:
+            time.sleep(epoch_s / BAR_STEPS)
+    sys.stderr.write("\n")
+    sys.stderr.flush()
+
+
+def _long_line(nbytes: int) -> None:
+    r"""One log line of `nbytes` (a dumped config or tensor repr), written in chunks, no `\n` inside."""
+    prefix = "[TAO Toolkit] [INFO] experiment config: "
+    sys.stdout.write(prefix)
+    left = max(0, nbytes - len(prefix))
+    chunk = "x" * 65536
+    while left > 0:
+        sys.stdout.write(chunk[: min(left, len(chunk))])
+        left -= len(chunk)
+    sys.stdout.write("\n")
     sys.stdout.flush()
 
 
@@ -111,7 +144,7 @@ def main(state: str, instance_id: str, mounts: list[dict[str, Any]], rootfs: str
         float(sim.get("epoch_seconds", store.nominal("epoch_seconds", NOMINAL["epoch_seconds"])))
         * store.speed
     )
-    fault_code = store.faults().get("train_exit_code")
+    fault_code = store.fault("train_exit_code")
     exit_code = int(fault_code if fault_code is not None else sim.get("exit_code", 0))
     fail_at = sim.get("fail_at_epoch")
     results_ctr = overrides.get("results_dir") or str(spec.get("results_dir") or "/results")
@@ -129,8 +162,15 @@ def main(state: str, instance_id: str, mounts: list[dict[str, Any]], rootfs: str
     signal.signal(signal.SIGTERM, on_term)
     _log(f"Starting {network} {action} with spec {spec_path}")
     _status(status, "STARTED", f"Starting {network} {action}")
+    bars = bool(store.fault("tao_progress_bars"))
+    long_line = int(store.fault("tao_long_line_bytes") or 0)
+    if long_line > 0:
+        _long_line(long_line)
     for epoch in range(1, epochs + 1):
-        time.sleep(epoch_s)
+        if bars:
+            _progress_bar(epoch, epochs, epoch_s)
+        else:
+            time.sleep(epoch_s)
         if fail_at is not None and epoch == int(fail_at):
             sys.stderr.write(
                 f"Traceback (most recent call last):\nRuntimeError: simulated failure at epoch {epoch}\n"

@@ -1,6 +1,6 @@
 """`BrevCLI` + `Workload` against the Brev simulator's executables (real subprocesses) and a
 loopback S3 server: the client must work unchanged against the real CLI, so every behaviour here
-is one the real `brev`/`ssh`/`docker` have (brev-cli.md, SIM-CONTRACT.md)."""
+is one the real `brev`/`ssh`/`docker` have (tests/brevsim/SIM-CONTRACT.md)."""
 
 from __future__ import annotations
 
@@ -28,6 +28,8 @@ from controller.errors import (
     BrevPermanentError,
     BrevTransientError,
     EntitlementError,
+    InstanceAmbiguous,
+    InstanceFailedWorkspace,
     InstanceNotFound,
     SpecError,
     TransientError,
@@ -126,7 +128,7 @@ def test_headless_api_key_login_writes_the_credentials_file_and_never_uses_argv(
     creds_path = brev_sim.home / ".brev" / "credentials.json"
     assert json.loads(creds_path.read_text())["api_key"] == BrevSim.API_KEY
     assert creds_path.stat().st_mode & 0o777 == 0o600
-    assert brev_argvs(brev_sim, "ls") == [["ls", "--json"]]
+    assert brev_argvs(brev_sim, "ls") == [["ls", "--json", "--all"]]
     assert brev_argvs(brev_sim, "login") == []
     assert all(BrevSim.API_KEY not in " ".join(c.argv) for c in brev_sim.calls())
     assert asyncio.run(client.list_instances()) == []  # {"workspaces": null}
@@ -284,6 +286,74 @@ def test_start_of_a_running_instance_is_accepted(brev_sim: BrevSim, make_client:
     asyncio.run(make_client().start_instance("tbj-up"))
 
 
+# ---- identities, listings with --all, deletion by id ----------------------------------------------
+
+TEAMMATE = "user-teammate"
+
+
+def test_a_token_login_lists_teammates_instances_too(brev_sim: BrevSim, make_client: MakeClient) -> None:
+    """`ls --json` of a token login shows only its own instances; the client lists with `--all`,
+    so an instance created under another identity is never mistaken for gone."""
+    theirs = brev_sim.add_instance("tbj-theirs", owner=TEAMMATE)
+    client = make_client(BrevCredentials(token=brev_sim.mint_access_token(3600)))
+    listed = asyncio.run(client.list_instances())
+    assert [(i.name, i.id) for i in listed] == [("tbj-theirs", theirs)]
+    assert all(argv == ["ls", "--json", "--all"] for argv in brev_argvs(brev_sim, "ls"))
+
+
+def test_identity_is_stable_per_login_and_never_holds_the_secret(
+    brev_sim: BrevSim, make_client: MakeClient
+) -> None:
+    api = asyncio.run(make_client().identity())
+    assert api.startswith(f"api-key:{BrevSim.ORG_ID}:")
+    assert BrevSim.API_KEY not in api
+    assert asyncio.run(make_client().identity()) == api
+    mine = make_client(BrevCredentials(token=brev_sim.mint_access_token(3600)))
+    assert asyncio.run(mine.identity()) == f"user:{BrevSim.USER_ID}"
+    teammate = make_client(BrevCredentials(token=brev_sim.mint_access_token(3600, user_id=TEAMMATE)))
+    assert asyncio.run(teammate.identity()) == f"user:{TEAMMATE}"
+
+
+def test_identity_of_an_opaque_refresh_token_is_the_user_the_cli_refreshed_into(
+    brev_sim: BrevSim, make_client: MakeClient
+) -> None:
+    refresh = brev_sim.mint_refresh_token(user_id=TEAMMATE)
+    client = make_client(BrevCredentials(token=refresh))
+    ident = asyncio.run(client.identity())
+    assert ident == f"user:{TEAMMATE}"
+    assert refresh not in ident
+
+
+def test_delete_by_id_and_under_the_wrong_identity(brev_sim: BrevSim, make_client: MakeClient) -> None:
+    """Deletion addresses the id; a teammate's instance is not found for a token login although
+    `ls --all` lists it (only the creating identity can prove an instance gone)."""
+    brev_sim.set_speed(1.0)  # DELETING then lasts 30 s of clock: asserted inside that window
+    mine = brev_sim.add_instance("tbj-mine")
+    theirs = brev_sim.add_instance("tbj-theirs", owner=TEAMMATE)
+    client = make_client(BrevCredentials(token=brev_sim.mint_access_token(3600)))
+    with pytest.raises(InstanceNotFound):
+        asyncio.run(client.delete_instance(theirs))
+    asyncio.run(client.delete_instance(mine))
+    status = {i.id: i.status for i in asyncio.run(client.list_instances())}
+    assert status == {mine: "DELETING", theirs: "RUNNING"}
+
+
+def test_duplicate_names_are_ambiguous_or_failed_and_ids_still_work(
+    brev_sim: BrevSim, make_client: MakeClient
+) -> None:
+    first = brev_sim.add_instance("tbj-dup")
+    second = brev_sim.add_instance("tbj-dup")
+    brev_sim.add_instance("tbj-bad", status="FAILURE")
+    brev_sim.add_instance("tbj-bad", status="FAILURE")
+    client = make_client()
+    with pytest.raises(InstanceAmbiguous):
+        asyncio.run(client.delete_instance("tbj-dup"))
+    with pytest.raises(InstanceFailedWorkspace):
+        asyncio.run(client.delete_instance("tbj-bad"))
+    asyncio.run(client.delete_instance(first))
+    asyncio.run(client.delete_instance(second))
+
+
 # ---- exec and put_file ---------------------------------------------------------------------------
 
 TRICKY = [
@@ -370,6 +440,7 @@ def test_exec_on_a_deploying_or_vanished_instance_is_transient(
     brev_sim: BrevSim, make_client: MakeClient
 ) -> None:
     client = make_client()
+    brev_sim.set_speed(1.0)  # DEPLOYING is 1.2 s of wall time at 0.01: a loaded machine overruns it
     brev_sim.add_instance("tbj-deploying", status="DEPLOYING")
     with pytest.raises(BrevTransientError, match="DEPLOYING"):
         asyncio.run(client.exec("tbj-deploying", "echo ok", timeout=60))

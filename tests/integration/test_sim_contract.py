@@ -1,5 +1,6 @@
-"""Contract tests of the Brev simulator: each pins one behaviour of the real CLI (brev-cli.md) or of
-what runs on an instance (SIM-CONTRACT.md), by running the simulator's EXECUTABLES as subprocesses.
+"""Contract tests of the Brev simulator: each pins one behaviour of the real CLI (SIM-CONTRACT.md
+sections 2-5) or of what runs on an instance (section 6), by running the simulator's EXECUTABLES
+as subprocesses.
 
 Time: lifecycle steps are driven with `BrevSim.advance()` (the simulated clock), never fixed sleeps.
 """
@@ -7,6 +8,8 @@ Time: lifecycle steps are driven with `BrevSim.advance()` (the simulated clock),
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import time
 from collections.abc import Sequence
@@ -16,7 +19,9 @@ from typing import Any
 
 import pytest
 
+from tests.brevsim.faults import KNOBS, UnknownFault
 from tests.brevsim.harness import BrevSim
+from tests.brevsim.tao import BAR_STEPS
 from tests.devenv.s3 import S3Server
 
 pytestmark = pytest.mark.integration
@@ -425,6 +430,7 @@ def test_delete_shows_deleting_then_gone_and_is_not_idempotent(brev_sim: BrevSim
 
 
 def test_delete_reads_instance_names_from_piped_stdin(brev_sim: BrevSim) -> None:
+    real_seconds_per_nominal_second(brev_sim)
     brev_sim.login_api_key()
     brev_sim.add_instance("p1")
     brev_sim.add_instance("p2")
@@ -529,6 +535,7 @@ def test_exec_on_a_missing_instance(brev_sim: BrevSim) -> None:
 
 
 def test_exec_on_a_deploying_instance_does_not_wait(brev_sim: BrevSim) -> None:
+    real_seconds_per_nominal_second(brev_sim)  # DEPLOYING is 1.2 s of wall time at speed 0.01
     brev_sim.login_api_key()
     brev_sim.add_instance("dep", status="DEPLOYING")
     res = brev(brev_sim, "exec", "dep", "echo hi")
@@ -838,3 +845,238 @@ def test_ssh_agent_stand_in_binds_the_requested_socket(brev_sim: BrevSim, tmp_pa
     assert res.returncode == 0 and f"SSH_AUTH_SOCK={sock}; export SSH_AUTH_SOCK;" in res.stdout
     assert sock.is_socket()
     assert [c.argv for c in brev_sim.calls() if c.program == "ssh-agent"] == [["-s", "-a", str(sock)]]
+
+
+# -- declared knobs (faults.py) -----------------------------------------------------------------
+def test_a_misspelled_fault_is_refused_naming_the_declared_one(brev_sim: BrevSim) -> None:
+    with pytest.raises(UnknownFault, match="did you mean 'exec_never_ready'"):
+        brev_sim.set_faults(exec_never_redy=True)
+    assert not brev_sim.store.faults_path.exists(), "nothing was written"
+
+
+def test_a_hand_written_unknown_fault_fails_the_simulated_cli_loudly(brev_sim: BrevSim) -> None:
+    brev_sim.login_api_key()
+    brev_sim.store.faults_path.write_text('{"create_fail": "boom"}')
+    res = brev(brev_sim, "create", "x", "-t", "g6e.xlarge", "-d")
+    assert res.returncode != 0
+    assert "unknown simulator fault 'create_fail'" in res.stderr
+
+
+def test_every_knob_is_documented_in_sim_contract_md() -> None:
+    text = (Path(__file__).resolve().parents[1] / "brevsim" / "SIM-CONTRACT.md").read_text()
+    undocumented = [name for name in KNOBS if f"`{name}`" not in text]
+    assert undocumented == []
+
+
+# -- whose instances a login sees and touches (section 11 of the CLI contract) ---------------------
+TEAMMATE = "user-teammate"
+
+
+def names(rows: list[dict[str, Any]]) -> list[str]:
+    return sorted(str(w["name"]) for w in rows)
+
+
+def ls_all(sim: BrevSim) -> list[dict[str, Any]]:
+    res = brev(sim, "ls", "--json", "--all")
+    assert res.returncode == 0, res.stderr
+    return json.loads(res.stdout[res.stdout.index("{") :])["workspaces"] or []
+
+
+def test_api_key_login_lists_and_resolves_the_whole_org(brev_sim: BrevSim) -> None:
+    brev_sim.login_api_key()
+    brev_sim.add_instance("mine")
+    brev_sim.add_instance("theirs", owner=TEAMMATE)
+    assert names(ls_json(brev_sim)) == ["mine", "theirs"]
+    assert names(ls_all(brev_sim)) == ["mine", "theirs"]
+    res = brev(brev_sim, "delete", "theirs")
+    assert res.returncode == 0, res.stderr
+
+
+def test_token_login_lists_only_its_own_instances_unless_all(brev_sim: BrevSim) -> None:
+    brev_sim.add_instance("mine")
+    brev_sim.add_instance("theirs", owner=TEAMMATE)
+    brev_sim.login_as_user(BrevSim.USER_ID)
+    assert names(ls_json(brev_sim)) == ["mine"]
+    assert names(ls_all(brev_sim)) == ["mine", "theirs"]
+    brev_sim.login_as_user(TEAMMATE)
+    assert names(ls_json(brev_sim)) == ["theirs"]
+
+
+def test_token_login_cannot_delete_or_exec_a_teammates_instance_even_when_listed(
+    brev_sim: BrevSim,
+) -> None:
+    theirs = brev_sim.add_instance("theirs", owner=TEAMMATE)
+    brev_sim.login_as_user(BrevSim.USER_ID)
+    assert names(ls_all(brev_sim)) == ["theirs"]
+    for target in ("theirs", theirs):
+        res = brev(brev_sim, "delete", target)
+        assert res.returncode == 1
+        assert f"instance with id/name {target} not found" in res.stderr
+    assert brev(brev_sim, "refresh").returncode == 0
+    res = brev(brev_sim, "exec", "theirs", "echo hi")
+    assert res.returncode == 1
+    assert 'ssh connection failed and could not look up instance "theirs"' in res.stderr
+    assert [w["status"] for w in ls_all(brev_sim)] == ["RUNNING"]
+    brev_sim.login_as_user(TEAMMATE)
+    assert brev(brev_sim, "delete", "theirs").returncode == 0, "the owner can"
+
+
+def test_a_refresh_token_session_belongs_to_its_user(brev_sim: BrevSim) -> None:
+    brev_sim.add_instance("theirs", owner=TEAMMATE)
+    brev_sim.login_token(brev_sim.mint_refresh_token(user_id=TEAMMATE))
+    assert names(ls_json(brev_sim)) == ["theirs"]
+
+
+def test_delete_and_exec_by_id(brev_sim: BrevSim) -> None:
+    ready_instance(brev_sim)
+    real_seconds_per_nominal_second(brev_sim)
+    inst_id = ls_json(brev_sim)[0]["id"]
+    res = brev(brev_sim, "exec", inst_id, "echo hi")
+    assert res.returncode == 0, res.stderr
+    assert res.stdout == f"hi\n{inst_id}\n"
+    assert "Connection failed, checking instance status..." in res.stderr  # ids go the recovery path
+    assert brev(brev_sim, "delete", inst_id).returncode == 0
+    assert [w["status"] for w in ls_json(brev_sim)] == ["DELETING"]
+
+
+def test_duplicate_names_drop_failed_ones_then_refuse_to_pick(brev_sim: BrevSim) -> None:
+    real_seconds_per_nominal_second(brev_sim)
+    brev_sim.login_api_key()
+    brev_sim.add_instance("dup", status="FAILURE")
+    live = brev_sim.add_instance("dup")
+    assert brev(brev_sim, "delete", "dup").returncode == 0, "the one live instance is meant"
+    statuses = {w["id"]: w["status"] for w in ls_json(brev_sim)}
+    assert statuses[live] == "DELETING"
+    second = brev_sim.add_instance("dup")
+    third = brev_sim.add_instance("dup")
+    res = brev(brev_sim, "delete", "dup")
+    assert res.returncode == 1
+    assert "multiple instances found with id/name dup" in res.stderr
+    assert brev(brev_sim, "delete", second).returncode == 0
+    assert brev(brev_sim, "delete", third).returncode == 0
+
+
+def test_a_name_matching_only_failed_instances_is_a_failed_workspace(brev_sim: BrevSim) -> None:
+    brev_sim.login_api_key()
+    brev_sim.add_instance("bad", status="FAILURE")
+    brev_sim.add_instance("bad", status="FAILURE")
+    res = brev(brev_sim, "delete", "bad")
+    assert res.returncode == 1
+    assert "instance with id/name bad is a failed workspace" in res.stderr
+    brev_sim.add_instance("lone", status="FAILURE")
+    assert brev(brev_sim, "delete", "lone").returncode == 0, "a single match is taken as is"
+
+
+def test_duplicate_rules_hold_for_a_token_login_among_its_own(brev_sim: BrevSim) -> None:
+    brev_sim.add_instance("dup")
+    brev_sim.add_instance("dup")
+    brev_sim.add_instance("dup", owner=TEAMMATE)
+    brev_sim.login_as_user(TEAMMATE)
+    assert brev(brev_sim, "delete", "dup").returncode == 0, "only its own instance is a match"
+    brev_sim.login_as_user(BrevSim.USER_ID)
+    res = brev(brev_sim, "delete", "dup")
+    assert "multiple instances found with id/name dup" in res.stderr
+
+
+# -- a world as hostile as Brev -------------------------------------------------------------------
+def test_ls_omit_hides_an_instance_from_the_next_n_listings_only(brev_sim: BrevSim) -> None:
+    brev_sim.login_api_key()
+    brev_sim.add_instance("keep")
+    hidden = brev_sim.add_instance("blink")
+    brev_sim.set_faults(ls_omit={hidden: 2})
+    assert names(ls_json(brev_sim)) == ["keep"]
+    assert names(ls_all(brev_sim)) == ["keep"]
+    assert names(ls_json(brev_sim)) == ["blink", "keep"]
+    brev_sim.set_faults(ls_omit={"blink": 1})
+    assert names(ls_json(brev_sim)) == ["keep"]
+    assert brev(brev_sim, "delete", "blink").returncode == 0, "it exists all along"
+
+
+def test_an_accepted_delete_can_leave_the_instance_running_then_deleting(brev_sim: BrevSim) -> None:
+    real_seconds_per_nominal_second(brev_sim)
+    brev_sim.login_api_key()
+    brev_sim.add_instance("slow")
+    brev_sim.set_faults(delete_lag_s=60, delete_s=600)
+    assert brev(brev_sim, "delete", "slow").returncode == 0
+    assert [w["status"] for w in ls_json(brev_sim)] == ["RUNNING"]
+    again = brev(brev_sim, "delete", "slow")
+    assert again.returncode == 0, "still resolvable, accepted again"
+    stop = brev(brev_sim, "stop", "slow")
+    assert stop.returncode == 1
+    assert "is being deleted" in stop.stderr, "a listed-but-deleted instance is never resurrected"
+    brev_sim.advance(61)
+    assert [w["status"] for w in ls_json(brev_sim)] == ["DELETING"]
+    brev_sim.advance(600)
+    assert ls_json(brev_sim) == []
+
+
+def test_sshd_dead_while_ls_says_running_fails_exec_at_once(brev_sim: BrevSim) -> None:
+    inst = ready_instance(brev_sim)
+    brev_sim.set_faults(sshd_dead=[inst])
+    ws = ls_json(brev_sim)[0]
+    assert (ws["status"], ws["shell_status"]) == ("RUNNING", "READY")
+    direct = remote(brev_sim, inst, "echo hi")
+    assert direct.returncode == 255
+    assert "Connection reset by peer" in direct.stderr
+    res = brev(brev_sim, "exec", inst, "echo hi")
+    assert res.returncode == 1
+    assert f'could not connect to instance "{inst}"' in res.stderr
+
+
+def test_exec_hangs_while_ls_says_running(brev_sim: BrevSim) -> None:
+    inst = ready_instance(brev_sim)
+    brev_sim.set_faults(exec_hangs=True)
+    proc = subprocess.Popen(
+        ["brev", "exec", inst, "echo hi"],
+        env=brev_sim.env(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        start_new_session=True,
+    )
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            proc.wait(timeout=2)  # still hanging; only the caller's own deadline ends it
+        assert [w["status"] for w in ls_json(brev_sim)] == ["RUNNING"]
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=HANG_GUARD)
+
+
+def test_docker_dead_fails_every_docker_command(brev_sim: BrevSim) -> None:
+    inst = ready_instance(brev_sim)
+    brev_sim.set_faults(docker_dead=True)
+    res = remote(brev_sim, inst, "docker ps")
+    assert res.returncode == 1
+    assert "Cannot connect to the Docker daemon at unix:///var/run/docker.sock" in res.stderr
+    assert remote(brev_sim, inst, "echo alive").stdout == "alive\n"
+
+
+def test_training_output_has_progress_bars_and_a_huge_line_and_tail_counts_newlines_only(
+    brev_sim: BrevSim,
+) -> None:
+    inst = ready_instance(brev_sim)
+    docker_login(brev_sim, inst)
+    write_spec(brev_sim, inst, "bars", epochs=1)
+    brev_sim.set_faults(tao_progress_bars=True, tao_long_line_bytes=3_000_000)
+    assert remote(brev_sim, inst, run_tao("bars")).returncode == 0
+    assert remote(brev_sim, inst, "docker wait bars").stdout == "0\n"
+    logs = remote(brev_sim, inst, "docker logs --tail 4 bars").stdout
+    lines = logs.split("\n")
+    assert len(lines) == 5, "four \\n-terminated lines"
+    assert lines[-1] == ""
+    assert len(lines[0]) >= 3_000_000
+    assert lines[1].count("\r") == BAR_STEPS + 1, "a \\r-only run of redraws is ONE line"
+    assert "Epoch 1/1: loss=" in lines[2]
+    assert lines[3].endswith("train finished successfully")
+
+
+def test_targeted_faults_hit_only_the_named_instances(brev_sim: BrevSim) -> None:
+    ready_instance(brev_sim, "healthy")
+    sick = brev_sim.add_instance("sick")
+    assert brev(brev_sim, "refresh").returncode == 0
+    brev_sim.set_faults(exec_never_ready=[sick], docker_dead=["sick"])
+    assert remote(brev_sim, "healthy", "docker ps -q").returncode == 0
+    refused = remote(brev_sim, "sick", "true")
+    assert refused.returncode == 255
+    assert "Connection refused" in refused.stderr

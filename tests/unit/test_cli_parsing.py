@@ -1,5 +1,6 @@
 """Pure parts of the brev client: output parsers, argv builders, the exec sentinel, error mapping,
-credential documents. Each expectation comes from brev-cli.md (the CLI source)."""
+credential documents. Each expectation comes from the CLI source (restated in
+tests/brevsim/SIM-CONTRACT.md)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import base64
 import json
 import re
 import shlex
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +18,8 @@ from controller.brev.runner import RunResult
 from controller.errors import (
     BrevPermanentError,
     BrevTransientError,
+    InstanceAmbiguous,
+    InstanceFailedWorkspace,
     InstanceNotFound,
     SpecError,
 )
@@ -220,7 +224,7 @@ TRICKY_COMMANDS = [
 
 
 def _brev_local_form(command: str) -> str:
-    """How brev embeds the command in its local `bash -c` string (brev-cli.md section 3)."""
+    """How brev embeds the command in its local `bash -c` string (SIM-CONTRACT.md section 5)."""
     escaped = command.replace("'", "'\"'\"'")
     return f"ssh -T -o ConnectTimeout=5 -o LogLevel=ERROR inst '{escaped}'"
 
@@ -380,6 +384,22 @@ def test_delete_of_missing_instance_is_instance_not_found() -> None:
     output.delete_outcome("tbj-a", _r("tbj-a\n", "", 0))
 
 
+@pytest.mark.parametrize(
+    ("message", "error"),
+    [
+        ("multiple instances found with id/name tbj-a", InstanceAmbiguous),
+        ("instance with id/name tbj-a is a failed workspace", InstanceFailedWorkspace),
+        ("instance with id/name tbj-a not found", InstanceNotFound),
+    ],
+)
+def test_delete_resolution_failures_map_onto_their_own_errors(message: str, error: type[Exception]) -> None:
+    stderr = "1 error occurred:\n\t* " + TRACE + message + "\n\n"
+    with pytest.raises(error) as info:
+        output.delete_outcome("tbj-a", _r("", stderr))
+    assert type(info.value) is error
+    assert message in str(info.value)
+
+
 def test_start_of_missing_instance_exits_zero_but_is_instance_not_found() -> None:
     with pytest.raises(InstanceNotFound):
         output.start_outcome("tbj-a", _r("tried to start with local path but path not found\ntbj-a\n", "", 0))
@@ -473,3 +493,40 @@ def test_credentials_repr_never_shows_secret_values() -> None:
     text = repr(BrevCredentials(api_key="bak-supersecret", org_id="org-1", token="tok-supersecret"))
     assert "supersecret" not in text
     assert "org-1" in text
+
+
+# ---- identity ------------------------------------------------------------------------------------
+
+
+def test_api_key_identity_names_the_org_and_a_key_digest_never_the_key() -> None:
+    creds = BrevCredentials(api_key="bak-SECRETKEY", org_id="org-1")
+    ident, learn = credentials.identity_of(creds, "", {})
+    assert ident == f"api-key:org-1:{credentials.secret_digest('bak-SECRETKEY')}"
+    assert "SECRETKEY" not in ident
+    assert learn is None
+    other, _ = credentials.identity_of(BrevCredentials(api_key="bak-OTHER", org_id="org-1"), "", {})
+    assert other != ident
+
+
+def test_jwt_token_identity_is_its_subject() -> None:
+    token = _jwt({"sub": "user-42", "exp": 9e9})
+    assert credentials.identity_of(BrevCredentials(token=token), "", {}) == ("user:user-42", None)
+
+
+def test_opaque_token_identity_is_learnt_from_the_refreshed_access_jwt_and_stays_stable() -> None:
+    creds = BrevCredentials(token="sess:dev")
+    digest = credentials.secret_digest("sess:dev")
+    assert credentials.identity_of(creds, "auto-login", {}) == (f"token:{digest}", None)
+    ident, learn = credentials.identity_of(creds, _jwt({"sub": "user-7"}), {})
+    assert (ident, learn) == ("user:user-7", digest)
+    # a re-login puts "auto-login" back into credentials.json: the learnt identity stays
+    assert credentials.identity_of(creds, "auto-login", {digest: ident}) == ("user:user-7", None)
+
+
+def test_read_access_token_tolerates_missing_and_broken_files(tmp_path: Path) -> None:
+    path = tmp_path / "credentials.json"
+    assert credentials.read_access_token(path) == ""
+    path.write_text("{not json")
+    assert credentials.read_access_token(path) == ""
+    path.write_text('{"access_token": "abc"}')
+    assert credentials.read_access_token(path) == "abc"

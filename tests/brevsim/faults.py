@@ -1,0 +1,114 @@
+"""Every knob of the simulator, declared once: name, default and one line of meaning each.
+
+A knob is either a DURATION (nominal seconds of a lifecycle step; the harness multiplies by the
+speed factor) or a FAULT (a behaviour that makes the world hostile). Both live in the state
+directory's `faults.json`, written by `BrevSim.set_faults(...)`, read by each short-lived
+simulator process through `Store.fault(name)`. An undeclared name is an error on both sides, so a
+typo can never make a test that cannot fail. SIM-CONTRACT.md lists the same table for readers.
+
+Targeted faults take `True` (every instance) or a list of instance names and/or ids.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tests.brevsim.model import NOMINAL
+
+
+@dataclass(frozen=True)
+class Knob:
+    name: str
+    default: Any
+    doc: str
+
+
+_DURATION_DOCS: dict[str, str] = {
+    "deploy_s": "DEPLOYING lasts this long after `brev create`",
+    "ssh_delay_s": "after RUNNING, ssh is refused (Connection refused) for this long",
+    "build_s": "after RUNNING, build_status stays BUILDING (shell NOT READY) for this long",
+    "delete_s": "an accepted delete shows DELETING for this long, then the instance is gone",
+    "delete_lag_s": "an accepted delete keeps showing the pre-delete status (e.g. RUNNING) this long",
+    "stop_s": "STOPPING lasts this long",
+    "start_s": "STARTING lasts this long",
+    "pull_seconds": "`docker pull` of the TAO image takes this long",
+    "epoch_seconds": "one TAO epoch (a job's spec `simulation.epoch_seconds` wins)",
+    "upload_s": "an `aws s3 cp/sync/mv` upload takes this long",
+    "create_poll_s": "`brev create`/`brev start` poll interval while waiting",
+    "ssh_wait_interval_s": "WaitForSSHToBeAvailable sleep between ssh probes",
+    "device_login_s": "the device-flow login waits this long, then times out",
+}
+
+_FAULTS: tuple[Knob, ...] = (
+    Knob(
+        "auth_eof_once",
+        0,
+        "the next N CLI calls see a logged-out prompt and fail with `EOF`; a login ends it",
+    ),
+    Knob("token_ttl_s", None, "lifetime (nominal s) of access JWTs minted by KAS refresh; default 3600"),
+    Knob("capacity", [], "instance types `brev create` skips as `currently unavailable (no capacity)`"),
+    Knob(
+        "create_fails", None, "a message: every server create fails with `500 Internal Server Error: <msg>`"
+    ),
+    Knob("failure_status", None, "True or a message: created instances end in FAILURE (CREATE_FAILED)"),
+    Knob("disappear_after_s", None, "created instances vanish (no DELETING) this long after RUNNING"),
+    Knob("ls_omit", {}, "{name or id: N}: the next N `brev ls` listings that would show it leave it out"),
+    Knob("exec_never_ready", False, "targeted: ssh is refused forever although `ls` says RUNNING/READY"),
+    Knob("sshd_dead", False, "targeted: ssh gets `Connection reset by peer` (exit 255) while RUNNING"),
+    Knob("exec_hangs", False, "targeted: ssh connects, then never answers (until the caller kills it)"),
+    Knob("docker_dead", False, "targeted: every `docker` command fails: cannot connect to the daemon"),
+    Knob("slow_exec_s", 0, "every remote command starts this late (nominal s)"),
+    Knob("ngc_entitlement", False, "nvcr.io manifest/pull of the TAO image is denied (no entitlement)"),
+    Knob("pull_fails", None, "a message: `docker pull` fails with it"),
+    Knob("train_exit_code", None, "the TAO stand-in exits with this code after its epochs"),
+    Knob("tao_progress_bars", False, "the TAO stand-in draws tqdm-style `\\r` progress bars per epoch"),
+    Knob("tao_long_line_bytes", 0, "the TAO stand-in prints one line of this many bytes (no newline inside)"),
+    Knob("upload_fails", None, "a message: uploads through the aws-cli image fail with it"),
+)
+
+KNOBS: dict[str, Knob] = {
+    **{k: Knob(k, v, _DURATION_DOCS[k]) for k, v in NOMINAL.items()},
+    **{k.name: k for k in _FAULTS},
+}
+
+
+class UnknownFault(KeyError):
+    """A fault/duration name that is not declared in KNOBS."""
+
+    def __init__(self, name: str) -> None:
+        close = difflib.get_close_matches(name, KNOBS, n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        super().__init__(
+            f"unknown simulator fault {name!r}{hint} Declared knobs: {', '.join(sorted(KNOBS))} "
+            "(tests/brevsim/faults.py)"
+        )
+        self.name = name
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+def check(faults: Mapping[str, object]) -> None:
+    """Raise UnknownFault for the first undeclared name."""
+    for name in faults:
+        if name not in KNOBS:
+            raise UnknownFault(name)
+
+
+def default(name: str) -> Any:
+    if name not in KNOBS:
+        raise UnknownFault(name)
+    value = KNOBS[name].default
+    return value.copy() if isinstance(value, dict | list) else value
+
+
+def targets(value: object, name: str, instance_id: str) -> bool:
+    """Whether a targeted fault (`True` or a list of names/ids) hits this instance."""
+    if value is True:
+        return True
+    if isinstance(value, list | tuple | set | frozenset):
+        return name in value or instance_id in value
+    return False
