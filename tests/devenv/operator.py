@@ -35,6 +35,12 @@ FAST_SETTINGS: Mapping[str, str] = {
     "TAOBREV_CREATE_SETTLE": "5",
     "TAOBREV_BACKOFF_MAX": "5",
     "TAOBREV_WAIT_TIMEOUT": "30",
+    # Leader election on, with a shorter lease than the 15 s default: a SIGKILLed operator's
+    # successor waits for the dead holder's lease to expire (tests/e2e/test_leader_failover.py
+    # runs with the defaults). Generous against a loaded CI machine: 3 s renew budget per try.
+    "TAOBREV_LEADER_LEASE_DURATION": "8",
+    "TAOBREV_LEADER_RENEW_DEADLINE": "6",
+    "TAOBREV_LEADER_RETRY_PERIOD": "1",
 }
 
 
