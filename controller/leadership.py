@@ -37,11 +37,11 @@ log = structlog.get_logger("taobrev.leadership")
 T = TypeVar("T")
 
 
-class NotLeading(Exception):  # noqa: N818 - a state, not a failure of the caller
+class NotLeading(Exception):
     """This replica does not hold the Lease (standby, or its term just ended)."""
 
 
-class LeaseConflict(Exception):  # noqa: N818 - the API server's optimistic-concurrency answer
+class LeaseConflict(Exception):
     """Another replica wrote the Lease first (409 on create or on a stale resourceVersion)."""
 
 
@@ -241,7 +241,7 @@ class LeaderElector:
                 log.info("leader lease changed under us; will re-read", identity=self.identity)
             except TimeoutError:
                 log.warning("leader lease request timed out", identity=self.identity, budget=budget)
-            except Exception as exc:  # noqa: BLE001 - the loop must survive any API failure
+            except Exception as exc:
                 log.warning("leader lease request failed", identity=self.identity, error=str(exc))
         if ok:
             self._renewed_at = started
@@ -315,10 +315,8 @@ class LeaderElector:
         wall = self._now()
         released = replace(record, holder="", duration_seconds=1, renew_time=wall, acquire_time=wall)
         try:
-            self._observed = await asyncio.wait_for(
-                self._store.update(released), self.timing.request_timeout
-            )
-        except Exception as exc:  # noqa: BLE001 - at shutdown the lease simply expires instead
+            self._observed = await asyncio.wait_for(self._store.update(released), self.timing.request_timeout)
+        except Exception as exc:
             log.warning("could not release the leader lease", identity=self.identity, error=str(exc))
             return False
         log.info("released the leader lease", identity=self.identity)

@@ -57,7 +57,7 @@ def holder(cp: ControlPlane) -> str:
 
 
 def metrics(op: OperatorProcess) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    with urllib.request.urlopen(op.metrics_url, timeout=5) as resp:
+    with urllib.request.urlopen(op.metrics_url, timeout=5) as resp:  # noqa: S310 - loopback
         text = resp.read().decode()
     return {
         (s.name, tuple(sorted(s.labels.items()))): s.value
@@ -84,7 +84,9 @@ def wait_until(what: str, predicate: Any, timeout: float, *ops: OperatorProcess)
             assert op.proc is not None
             assert op.proc.poll() is None, f"operator died waiting for {what}:\n{op.log_tail()}"
         time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}:\n" + "\n".join(o.log_tail() for o in ops))
+    raise AssertionError(
+        f"timed out after {timeout}s waiting for {what}:\n" + "\n".join(o.log_tail() for o in ops)
+    )
 
 
 def assert_idle_standby(op: OperatorProcess) -> None:

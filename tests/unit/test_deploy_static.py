@@ -227,7 +227,10 @@ def test_deployment_shape(deployment: dict[str, Any]) -> None:
     never drops below 2, automount off, SA set."""
     spec = deployment["spec"]
     assert spec["replicas"] == 2
-    assert spec["strategy"] == {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}}
+    assert spec["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
     pod = spec["template"]["spec"]
     assert pod["automountServiceAccountToken"] is False
     assert pod["serviceAccountName"] == "taobrev-operator"

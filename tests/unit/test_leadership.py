@@ -27,6 +27,7 @@ from controller.leadership import (
 from controller.metrics import Recorder
 from controller.settings import Settings
 
+
 def in_loop(scenario: Callable[[], Coroutine[Any, Any, None]]) -> Callable[[], None]:
     """Run an async scenario in a fresh event loop (the suite has no asyncio plugin)."""
 
@@ -91,9 +92,7 @@ class FakeStore:
         return self._bump(record)
 
 
-def elector(
-    store: FakeStore, clock: Clock, name: str, changes: list[bool] | None = None
-) -> LeaderElector:
+def elector(store: FakeStore, clock: Clock, name: str, changes: list[bool] | None = None) -> LeaderElector:
     return LeaderElector(
         store,
         name,
@@ -317,7 +316,9 @@ async def test_run_loop_renews_every_retry_period_and_wakes_at_the_deadline() ->
         if len(delays) == 12:
             raise Stop
 
-    a = LeaderElector(store, "a", TIMING, clock=clock, now=clock.wall, sleep=fake_sleep, on_change=changes.append)
+    a = LeaderElector(
+        store, "a", TIMING, clock=clock, now=clock.wall, sleep=fake_sleep, on_change=changes.append
+    )
     with pytest.raises(Stop):
         await a.run()
     assert delays[:3] == [2.0, 2.0, 2.0]
