@@ -14,7 +14,6 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 import structlog
-from kubernetes import client as k8s
 from prometheus_client import CollectorRegistry
 
 from controller.actions import ActionRunner
@@ -50,8 +49,7 @@ class App:
 def build(settings: Settings, events: EventSink) -> App:
     registry = CollectorRegistry()
     recorder = Recorder(registry)
-    api = api_client(resolve_connection(settings))
-    kube = KubeAccess(api)
+    kube = KubeAccess(api_client(resolve_connection(settings)))
 
     async def credentials() -> BrevCredentials:
         # Read on every (re)login, so a rotated Secret is picked up without a restart.
@@ -103,13 +101,13 @@ def build(settings: Settings, events: EventSink) -> App:
 
     app = App(settings, registry, recorder, kube, brev, directory, new_reconciler())
     if settings.leader_election:
-        add_leader_election(app, api, new_reconciler)
+        add_leader_election(app, new_reconciler)
     else:
         recorder.leader(True)
     return app
 
 
-def add_leader_election(app: App, api: k8s.ApiClient, new_reconciler: Callable[[], Reconciler]) -> None:
+def add_leader_election(app: App, new_reconciler: Callable[[], Reconciler]) -> None:
     settings = app.settings
     timing = settings.leader_timing()
 
@@ -121,7 +119,7 @@ def add_leader_election(app: App, api: k8s.ApiClient, new_reconciler: Callable[[
             app.reconciler = new_reconciler()
 
     store = KubeLeaseStore(
-        api,
+        api_client(resolve_connection(settings)),  # its own connection pool: renewals never queue
         settings.operator_namespace,
         settings.leader_lease_name,
         timing.request_timeout,

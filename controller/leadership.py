@@ -25,6 +25,7 @@ import contextlib
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
@@ -329,13 +330,22 @@ def identity(pod_name: str | None) -> str:
 
 
 class KubeLeaseStore:
-    """The Lease `namespace/name` in the API server; every call bounded by `request_timeout`."""
+    """The Lease `namespace/name` in the API server; every call bounded by `request_timeout`.
+
+    Calls run on two threads of their own, not the loop's shared executor: a renewal must never
+    queue behind hundreds of jobs' status patches (give it its own ApiClient, too, for the same
+    reason: its own connection pool).
+    """
 
     def __init__(self, api: k8s.ApiClient, namespace: str, name: str, request_timeout: float) -> None:
         self._api = k8s.CoordinationV1Api(api)
         self.namespace = namespace
         self.name = name
         self._timeout = request_timeout
+        self._threads = ThreadPoolExecutor(max_workers=2, thread_name_prefix="leader-lease")
+
+    async def _call(self, fn: Callable[[], T]) -> T:
+        return await asyncio.get_running_loop().run_in_executor(self._threads, fn)
 
     async def get(self) -> LeaseRecord | None:
         def _get() -> LeaseRecord | None:
@@ -349,7 +359,7 @@ class KubeLeaseStore:
                 raise
             return _record(lease)
 
-        return await asyncio.to_thread(_get)
+        return await self._call(_get)
 
     async def create(self, record: LeaseRecord) -> LeaseRecord:
         def _create() -> LeaseRecord:
@@ -363,7 +373,7 @@ class KubeLeaseStore:
                 raise
             return _record(lease)
 
-        return await asyncio.to_thread(_create)
+        return await self._call(_create)
 
     async def update(self, record: LeaseRecord) -> LeaseRecord:
         def _update() -> LeaseRecord:
@@ -377,7 +387,7 @@ class KubeLeaseStore:
                 raise
             return _record(lease)
 
-        return await asyncio.to_thread(_update)
+        return await self._call(_update)
 
     def _body(self, record: LeaseRecord) -> dict[str, Any]:
         meta: dict[str, Any] = {
