@@ -147,6 +147,28 @@ class OperatorProcess:
             time.sleep(0.1)
         raise RuntimeError(f"operator not healthy after {timeout}s:\n{self.log_tail()}")
 
+    def wait_leading(self, timeout: float = 60) -> None:
+        """Until this process holds the leader Lease and its deferred `brev login` has run (its
+        first `brev ls` is counted): from then on it acts, as the single operator did at start-up.
+        A previous test's SIGKILLed operator may hold the Lease until it expires."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"operator exited with {self.proc.returncode}:\n{self.log_tail()}")
+            try:
+                with urllib.request.urlopen(self.metrics_url, timeout=2) as resp:  # noqa: S310 - loopback
+                    text = resp.read().decode()
+            except OSError:
+                text = ""
+            lines = text.splitlines()
+            if "taobrev_leader 1.0" in lines and any(
+                ln.startswith("taobrev_brev_cli_calls_total{") and 'verb="ls"' in ln for ln in lines
+            ):
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"operator did not become the leader within {timeout}s:\n{self.log_tail()}")
+
     def kill(self) -> None:
         """SIGKILL: no cleanup handlers run, as in an OOM kill or a node loss."""
         if self.proc is not None and self.proc.poll() is None:
