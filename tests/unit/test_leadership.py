@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Coroutine
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import kopf
 import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
+from controller import handlers
 from controller.leadership import (
     KubeLeaseStore,
     LeaderElector,
@@ -25,6 +27,7 @@ from controller.leadership import (
     identity,
 )
 from controller.metrics import Recorder
+from controller.reconciler import JobRef
 from controller.settings import Settings
 
 
@@ -404,3 +407,69 @@ def test_lease_rbac_is_one_named_lease_in_the_operator_namespace() -> None:
         if "coordination.k8s.io" in r["apiGroups"]
     ]
     assert lease_grants == [], "no cluster-wide Lease access"
+
+
+# -- the kopf handlers' gate (controller/handlers.py) with a fake app ------------------------------
+
+
+class FakeReconciler:
+    def __init__(self) -> None:
+        self.passes: list[str] = []
+
+    async def reconcile(self, ref: JobRef) -> float | None:
+        self.passes.append(ref.name)
+        return None  # finished
+
+    def forget(self, ref: JobRef) -> None:
+        pass
+
+
+@dataclass
+class FakeApp:
+    leadership: LeaderElector
+    reconciler: FakeReconciler = field(default_factory=FakeReconciler)
+    settings: Settings = field(default_factory=Settings)
+
+
+class NeverStopped:
+    def __bool__(self) -> bool:
+        return False
+
+    async def wait(self, timeout: float | None = None) -> None:  # noqa: ASYNC109
+        await asyncio.Event().wait()
+
+
+BODY = kopf.Body({"metadata": {"namespace": "ns", "name": "job", "uid": "u1"}, "spec": {}, "status": {}})
+
+
+def standby(store: FakeStore, clock: Clock) -> LeaderElector:
+    store.record = LeaseRecord("other", 15, clock.wall(), clock.wall(), 0, resource_version="1")
+    return elector(store, clock, "me")
+
+
+@in_loop
+async def test_delete_handler_on_a_standby_keeps_the_finalizer_and_touches_nothing() -> None:
+    store, clock = FakeStore(), Clock()
+    app = FakeApp(standby(store, clock))
+    await app.leadership.tick()
+    # Not a wait of a whole lease duration in a unit test: the handler gives up at once.
+    app.settings = app.settings.model_copy(update={"leader_lease_duration": 0})
+    with pytest.raises(kopf.TemporaryError):
+        await handlers.teardown(body=BODY, memo={"app": app})
+    assert app.reconciler.passes == []
+
+
+@in_loop
+async def test_daemon_on_a_standby_waits_and_acts_once_it_leads() -> None:
+    store, clock = FakeStore(), Clock()
+    app = FakeApp(standby(store, clock))
+    await app.leadership.tick()
+    daemon = asyncio.ensure_future(handlers.drive(stopped=NeverStopped(), body=BODY, memo={"app": app}))
+    for _ in range(20):
+        await asyncio.sleep(0)  # let the daemon run up to its wait
+    assert app.reconciler.passes == [], "no pass while standing by"
+    assert not daemon.done()
+    clock.t += 15  # the other holder's lease expires
+    assert await app.leadership.tick()
+    await daemon
+    assert app.reconciler.passes == ["job"]
