@@ -202,3 +202,54 @@ def test_sigterm_releases_the_lease_and_the_standby_takes_over_at_once(pair: Pai
     assert status["outcome"] == "Succeeded"
     assert stack.sim.created_count() == 1
     assert stack.live_instances() == []
+
+
+def steal_lease(cp: ControlPlane, thief: str) -> None:
+    """Write another holder into the Lease, as a replica that wrongly believed it expired would."""
+    for _ in range(10):
+        obj = json.loads(cp.kubectl("get", "lease", LEASE, "-n", OPERATOR_NAMESPACE, "-o", "json").stdout)
+        obj["spec"]["holderIdentity"] = thief
+        obj["spec"]["renewTime"] = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime())
+        # resourceVersion stays in the object: a leader renewal in between makes this a 409.
+        if cp.kubectl("replace", "-f", "-", input=json.dumps(obj), check=False).returncode == 0:
+            return
+    raise AssertionError("could not write the Lease ten times in a row")
+
+
+def test_a_leader_that_loses_its_lease_stops_acting_at_once(pair: Pair) -> None:
+    stack, a, b = pair.stack, pair.a, pair.b
+    names = [f"lost-{i}" for i in range(2)]
+    for name in names:
+        stack.apply(stack.job_manifest(name, simulation={"epochs": 6, "epoch_seconds": 200}))
+    for name in names:
+        stack.wait_for(name, lambda o: ((o or {}).get("status") or {}).get("phase") == "Running", "Running")
+
+    stolen = time.monotonic()
+    steal_lease(stack.cp, "thief")
+    lost = wait_until("operator-a to stop leading", lambda: metric_sum(a, "taobrev_leader") == 0, 30, a, b)
+    print(f"\nlost lease: the leader stopped {lost - stolen:.1f} s after another holder appeared")
+    assert lost - stolen <= RETRY_PERIOD + 4.0, "noticed at its next renewal attempt"
+    quiet_from = time.time() + 1.0  # passes in flight are cancelled by now
+    versions = {n: (stack.get(n) or {})["metadata"]["resourceVersion"] for n in names}
+
+    # Nobody may act until the thief's lease expires and a replica takes it over (either one:
+    # both saw the thief's record and wait for its expiry on their own clocks).
+    wait_until(
+        "a replica to take the Lease over from the thief",
+        lambda: holder(stack.cp).startswith(("operator-a_", "operator-b_")),
+        LEASE_DURATION + 60,
+        a,
+        b,
+    )
+    taken = time.time()
+    acted = [c for c in stack.sim.calls() if c.program == "brev" and quiet_from < c.ts < taken - 0.5]
+    assert acted == [], f"brev calls while no replica held the Lease: {acted}"
+    assert {n: (stack.get(n) or {})["metadata"]["resourceVersion"] for n in names} == versions, (
+        "no writes to the jobs while no replica held the Lease"
+    )
+
+    for name in names:
+        status = stack.wait_finished(name)
+        assert status["outcome"] == "Succeeded", (name, status)
+        assert stack.sim.created_count(status["instanceName"]) == 1
+    assert stack.live_instances() == []
