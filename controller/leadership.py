@@ -176,10 +176,6 @@ class LeaderElector:
             and self._clock() - self._renewed_at < self.timing.renew_deadline
         )
 
-    @property
-    def observed(self) -> LeaseRecord | None:
-        return self._observed
-
     async def wait_leading(self, timeout: float | None = None) -> bool:  # noqa: ASYNC109
         """Wait until this replica leads; False on timeout. No I/O: it waits for run()."""
         if self.is_leading():
