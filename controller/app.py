@@ -6,7 +6,10 @@ tests build the same graph with their own pieces.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
@@ -17,8 +20,9 @@ from controller.actions import ActionRunner
 from controller.brev.cli import BrevCLI, BrevCLISettings
 from controller.brev.client import BrevCredentials
 from controller.directory import InstanceDirectory
-from controller.errors import PermanentError
+from controller.errors import PermanentError, TaoBrevError
 from controller.kube import KubeAccess, api_client, resolve_connection
+from controller.leadership import KubeLeaseStore, LeaderElector, Leadership, SoleLeader, identity
 from controller.logs import register_secret
 from controller.metrics import Recorder
 from controller.reconciler import EventSink, Reconciler
@@ -37,6 +41,9 @@ class App:
     brev: BrevCLI
     directory: InstanceDirectory
     reconciler: Reconciler
+    # Leader election (None when disabled); `leadership` is what the handlers consult.
+    elector: LeaderElector | None = None
+    leadership: Leadership = field(default_factory=SoleLeader)
 
 
 def build(settings: Settings, events: EventSink) -> App:
@@ -80,26 +87,70 @@ def build(settings: Settings, events: EventSink) -> App:
         exec_timeout=settings.exec_timeout,
         pull_timeout=settings.pull_timeout,
     )
-    reconciler = Reconciler(
-        kube=kube,
-        directory=directory,
-        runner=runner,
-        recorder=recorder,
-        events=events,
-        tunables=settings.tunables(),
-        listing_max_age=settings.listing_max_age,
+
+    def new_reconciler() -> Reconciler:
+        return Reconciler(
+            kube=kube,
+            directory=directory,
+            runner=runner,
+            recorder=recorder,
+            events=events,
+            tunables=settings.tunables(),
+            listing_max_age=settings.listing_max_age,
+        )
+
+    app = App(settings, registry, recorder, kube, brev, directory, new_reconciler())
+    if settings.leader_election:
+        add_leader_election(app, new_reconciler)
+    else:
+        recorder.leader(True)
+    return app
+
+
+def add_leader_election(app: App, new_reconciler: Callable[[], Reconciler]) -> None:
+    settings = app.settings
+    timing = settings.leader_timing()
+
+    def changed(leading: bool) -> None:
+        app.recorder.leader(leading)
+        if leading:
+            # A new term starts from what the API server says, not from the status this replica
+            # remembered writing in an earlier term: the other leader has moved the jobs on since.
+            app.reconciler = new_reconciler()
+
+    store = KubeLeaseStore(
+        api_client(resolve_connection(settings)),  # its own connection pool: renewals never queue
+        settings.operator_namespace,
+        settings.leader_lease_name,
+        timing.request_timeout,
     )
-    return App(settings, registry, recorder, kube, brev, directory, reconciler)
+    # POD_ID is the pod name (downward API in deploy/base); the suffix tells restarts apart.
+    who = identity(os.environ.get("POD_ID") or socket.gethostname())
+    app.elector = LeaderElector(store, who, timing, on_change=changed)
+    app.leadership = app.elector
+    app.recorder.leader(False)
 
 
-async def start(app: App) -> None:
-    """Fail fast on a broken brev setup: environment, version, login."""
+async def start(app: App, *, login: bool = True) -> None:
+    """Fail fast on a broken brev setup: environment, version, login (a standby skips the login:
+    it must not call Brev; `login_when_leading` does it once the replica leads)."""
     app.brev.check_environment()
     warning = await app.brev.check_version()
     if warning:
         log.warning("brev CLI version differs from the pinned one", detail=warning)
-    await app.brev.ensure_login()
+    if login:
+        await app.brev.ensure_login()
     app.recorder.build_info(version=_package_version(), brev_cli_version=await app.brev.version())
+
+
+async def login_when_leading(app: App) -> None:
+    """The deferred start-up login of a replica that started as a standby (errors are logged; the
+    first reconcile pass logs in again anyway)."""
+    await app.leadership.wait_leading()
+    try:
+        await app.brev.ensure_login()
+    except TaoBrevError as exc:
+        log.warning("brev login after becoming leader failed; jobs will retry", error=str(exc))
 
 
 def _package_version() -> str:

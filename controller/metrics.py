@@ -138,6 +138,11 @@ class Recorder:
             ["version", "brev_cli_version"],
             registry=registry,
         )
+        self._leader = Gauge(
+            "taobrev_leader",
+            "1 while this replica holds the leader Lease and acts on jobs; 0 on a standby.",
+            registry=registry,
+        )
         self.build_info(version, brev_cli_version)
 
     # -- process ---------------------------------------------------------------------------------
@@ -146,6 +151,9 @@ class Recorder:
         """(Re)set build info, e.g. once `brev --version` has been read at startup."""
         self._build.clear()
         self._build.labels(version=version, brev_cli_version=brev_cli_version).set(1)
+
+    def leader(self, leading: bool) -> None:
+        self._leader.set(1 if leading else 0)
 
     # -- brev CLI and reconcile loop -------------------------------------------------------------
 

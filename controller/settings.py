@@ -9,8 +9,9 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from controller.leadership import Timing
 from controller.machine import Tunables
 
 PREFIX = "TAOBREV_"
@@ -62,6 +63,18 @@ class Settings(BaseModel):
         description="kopf's health endpoint (probes); empty disables",
     )
     namespaces: tuple[str, ...] = Field((), description="namespaces to watch (comma list); empty = all")
+    # --- leader election (controller/leadership.py; client-go's defaults 15 s / 10 s / 2 s)
+    leader_election: bool = Field(
+        True, description="elect one acting replica through a Lease; false only for a lone local run"
+    )
+    leader_lease_name: str = Field("taobrev-operator", description="Lease in the operator's namespace")
+    leader_lease_duration: int = Field(
+        15, ge=2, le=3600, description="seconds a standby waits after the last renewal before taking over"
+    )
+    leader_renew_deadline: float = Field(
+        10.0, gt=0, le=3600, description="the leader stops acting if it has not renewed for this long"
+    )
+    leader_retry_period: float = Field(2.0, gt=0, le=600, description="seconds between election attempts")
 
     def tunables(self) -> Tunables:
         return Tunables(
@@ -70,6 +83,14 @@ class Settings(BaseModel):
             create_settle=self.create_settle,
             backoff_max=self.backoff_max,
         )
+
+    def leader_timing(self) -> Timing:
+        return Timing(self.leader_lease_duration, self.leader_renew_deadline, self.leader_retry_period)
+
+    @model_validator(mode="after")
+    def _check_leader_timing(self) -> Settings:
+        self.leader_timing()  # raises ValueError naming the variables
+        return self
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:

@@ -35,6 +35,12 @@ FAST_SETTINGS: Mapping[str, str] = {
     "TAOBREV_CREATE_SETTLE": "5",
     "TAOBREV_BACKOFF_MAX": "5",
     "TAOBREV_WAIT_TIMEOUT": "30",
+    # Leader election on, with a shorter lease than the 15 s default: a SIGKILLed operator's
+    # successor waits for the dead holder's lease to expire (tests/e2e/test_leader_failover.py
+    # runs with the defaults). Generous against a loaded CI machine: 3 s renew budget per try.
+    "TAOBREV_LEADER_LEASE_DURATION": "8",
+    "TAOBREV_LEADER_RENEW_DEADLINE": "6",
+    "TAOBREV_LEADER_RETRY_PERIOD": "1",
 }
 
 
@@ -140,6 +146,28 @@ class OperatorProcess:
                 pass
             time.sleep(0.1)
         raise RuntimeError(f"operator not healthy after {timeout}s:\n{self.log_tail()}")
+
+    def wait_leading(self, timeout: float = 60) -> None:
+        """Until this process holds the leader Lease and its deferred `brev login` has run (its
+        first `brev ls` is counted): from then on it acts, as the single operator did at start-up.
+        A previous test's SIGKILLed operator may hold the Lease until it expires."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"operator exited with {self.proc.returncode}:\n{self.log_tail()}")
+            try:
+                with urllib.request.urlopen(self.metrics_url, timeout=2) as resp:  # noqa: S310 - loopback
+                    text = resp.read().decode()
+            except OSError:
+                text = ""
+            lines = text.splitlines()
+            if "taobrev_leader 1.0" in lines and any(
+                ln.startswith("taobrev_brev_cli_calls_total{") and 'verb="ls"' in ln for ln in lines
+            ):
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"operator did not become the leader within {timeout}s:\n{self.log_tail()}")
 
     def kill(self) -> None:
         """SIGKILL: no cleanup handlers run, as in an OOM kill or a node loss."""

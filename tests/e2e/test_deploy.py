@@ -357,6 +357,7 @@ def test_operator_without_its_cluster_role_binding_cannot_act_on_jobs(
     assert {b["roleRef"]["name"] for b in bindings} == {
         "taobrev-operator-job-secrets",  # the job namespace's RoleBinding
         "taobrev-operator-brev-credentials",
+        "taobrev-operator-leader-election",
     }
 
     token_file = tmp_path / "token" / "token"

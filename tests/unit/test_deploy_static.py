@@ -346,10 +346,14 @@ def test_service_account_token_is_not_automounted() -> None:
 
 
 def test_deployment_shape(deployment: dict[str, Any]) -> None:
-    """1 replica, Recreate (standalone kopf must never overlap), automount off, SA set."""
+    """2 replicas (leader + standby, the Lease keeps them from overlapping), rolling update that
+    never drops below 2, automount off, SA set."""
     spec = deployment["spec"]
-    assert spec["replicas"] == 1
-    assert spec["strategy"] == {"type": "Recreate"}
+    assert spec["replicas"] == 2
+    assert spec["strategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
+    }
     pod = spec["template"]["spec"]
     assert pod["automountServiceAccountToken"] is False
     assert pod["serviceAccountName"] == "taobrev-operator"

@@ -84,6 +84,7 @@ def test_exposed_names_types_and_labels(registry: CollectorRegistry, rec: Record
         "taobrev_instance_uptime_seconds": ("gauge", {"namespace", "name", "instance"}),
         "taobrev_exit_to_teardown_seconds": ("histogram", set()),
         "taobrev_build_info": ("gauge", {"version", "brev_cli_version"}),
+        "taobrev_leader": ("gauge", set()),
     }
     text = generate_latest(registry).decode()
     # prometheus_client also exposes <counter|histogram>_created gauges (the Deployment turns them
