@@ -145,3 +145,13 @@ def test_unknown_module_in_a_contract_is_an_error(pristine: Path, tmp_path: Path
     proc = _lint(root, "pure-core")
     assert proc.returncode != 0
     assert "controller.nameing" in proc.stdout + proc.stderr
+
+
+def test_tests_may_drive_the_handlers_with_kopf(pristine: Path, tmp_path: Path) -> None:
+    """The kopf edge binds the operator, not its tests: a test importing kopf and the handlers is fine."""
+    root = tmp_path / "tree"
+    shutil.copytree(pristine, root)
+    _append(root, "tests/unit/test_drives_handlers.py", "import kopf\nfrom controller import handlers")
+    for contract in ("kopf-edge", "handlers-top"):
+        proc = _lint(root, contract)
+        assert proc.returncode == 0, f"{contract}:\n{proc.stdout}\n{proc.stderr}"
