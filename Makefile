@@ -14,7 +14,7 @@ demo: $(STAMP) ## Run a sample TaoBrevJob end to end on the local stack (control
 	$(PY) -m tests.devenv demo
 
 .PHONY: test
-test: $(STAMP) system-deps ## Run the whole test suite (builds/reuses kube-apiserver + etcd, starts all servers)
+test: $(STAMP) lint typecheck system-deps ## What CI runs: lint + typecheck, then the whole test suite (builds/reuses kube-apiserver + etcd)
 	$(PY) -m pytest tests
 
 ##@ Development
@@ -38,7 +38,10 @@ system-deps: ## Install Debian packages the e2e tests use (Prometheus server) wh
 	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null); \
 	  rc=$$?; [ -n "$$made" ] && rm -f $$policy; \
 	  [ $$rc -eq 0 ] || { echo "failed to install prometheus (apt-get exit $$rc)"; exit 1; }; \
-	  pkill -x prometheus || true; }
+	  if service prometheus status >/dev/null 2>&1; then \
+	    echo "the prometheus package started its daemon despite policy-rc.d: stopping it through its service"; \
+	    service prometheus stop; \
+	  fi; }
 
 .PHONY: test-unit
 test-unit: $(STAMP) ## Unit tests only (no I/O, seconds)
@@ -53,14 +56,14 @@ test-e2e: $(STAMP) system-deps ## End-to-end against the real control plane and 
 	$(PY) -m pytest tests/e2e
 
 .PHONY: lint
-lint: $(STAMP) ## ruff check + format check + import layers + CRD drift check
-	$(VENV)/bin/ruff check controller tests
-	$(VENV)/bin/ruff format --check controller tests
-	$(PY) -m tests.devenv.layers
+lint: $(STAMP) ## ruff check + format check (whole repo) + import-layer contracts (.importlinter) + CRD drift
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/lint-imports --no-cache --no-logo
 	$(PY) -m tests.devenv.crdgen --check
 
 .PHONY: typecheck
-typecheck: $(STAMP) ## mypy --strict over the package
+typecheck: $(STAMP) ## mypy --strict over the operator and the tests
 	$(VENV)/bin/mypy
 
 .PHONY: crds

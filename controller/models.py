@@ -9,7 +9,7 @@ server parses, and a spec built in Python fails with the same message the server
 Attributes are snake_case with camelCase aliases. Serialize for Kubernetes with
 ``model_dump(by_alias=True, exclude_none=True, mode="json")``.
 
-Pure module: no kopf, kubernetes, os or subprocess imports (checked by `tests.devenv.layers`).
+Pure module: no kopf, kubernetes, os or subprocess imports, even transitively (`make lint`: .importlinter).
 """
 
 from __future__ import annotations

@@ -21,7 +21,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -36,6 +35,7 @@ import yaml
 
 from tests.devenv import kubebuild
 from tests.devenv.pki import create_pki
+from tests.devenv.ports import free_port
 
 ADMIN_USER = "taobrev-dev-admin"
 OPERATOR_USER = "taobrev-dev-operator"
@@ -51,14 +51,6 @@ class ControlPlaneError(RuntimeError):
 
 def _log(msg: str) -> None:
     print(f"[controlplane] {msg}", file=sys.stderr, flush=True)
-
-
-def free_port() -> int:
-    """A currently free TCP port on 127.0.0.1 (the kernel picks; a tiny race is accepted)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def kubectl_path() -> str:

@@ -21,7 +21,8 @@ from pathlib import Path
 import yaml
 
 from tests.brevsim.harness import BrevSim
-from tests.devenv.controlplane import ControlPlane, free_port
+from tests.devenv.controlplane import ControlPlane
+from tests.devenv.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 OPERATOR_NAMESPACE = "taobrev-system"

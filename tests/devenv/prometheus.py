@@ -37,7 +37,8 @@ from typing import Any
 
 import yaml
 
-from tests.devenv.controlplane import _die_with_parent, free_port
+from tests.devenv.controlplane import _die_with_parent
+from tests.devenv.ports import free_port
 
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 15.0

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.devenv.ports import free_port
+
 DUMMY_ACCESS_KEY = "AKIASIMULATEDS3KEY00"
 DUMMY_SECRET_KEY = "simulated-s3-secret-key-not-real-0000000"
 REGION = "us-east-1"
@@ -31,12 +32,6 @@ REGION = "us-east-1"
 
 class S3ServerError(RuntimeError):
     """The S3 server could not start; the message carries its log tail."""
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -28,7 +28,7 @@ def s3_keys(stack: Stack, prefix: str) -> dict[str, int]:
 
 
 def cond(status: dict[str, Any], ctype: str) -> str:
-    return next(c["status"] for c in status.get("conditions", []) if c["type"] == ctype)
+    return str(next(c["status"] for c in status.get("conditions", []) if c["type"] == ctype))
 
 
 def test_happy_path_ephemeral_instance_walks_every_phase_uploads_and_deletes(stack: Stack) -> None:
