@@ -251,9 +251,11 @@ def clean_log_tail(
         raw_lines.pop()  # the terminating newline, not an empty last line
     cleaned: list[str] = []
     for i, raw in enumerate(raw_lines):
-        segments = [s for s in raw.split("\r") if s.strip()]
-        line = segments[-1] if segments else ""
-        if i == 0 and head_cut and line:
+        segments = raw.split("\r")
+        shown = max((n for n, segment in enumerate(segments) if segment.strip()), default=0)
+        line = segments[shown] if segments[shown].strip() else ""
+        if i == 0 and head_cut and shown == 0 and line:
+            # Only the first segment of the first line can have lost its start to the byte cap.
             line = LINE_CUT.strip() + " " + line
         if len(line) > width:
             line = line[: width - len(LINE_CUT)] + LINE_CUT
