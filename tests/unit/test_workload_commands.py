@@ -8,13 +8,11 @@ import asyncio
 import json
 import re
 import shlex
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from controller.brev.client import CreateRequest, CreateResult, ExecResult, Instance, SearchResult
 from controller.brev.workload import (
     LINE_CUT,
     TAIL_LINE_CHARS,
@@ -36,73 +34,14 @@ from controller.brev.workload import (
     split_s3_uri,
 )
 from controller.errors import EntitlementError, PermanentError, SpecError, TransientError
+from tests.unit.fake_exec import FakeClient
 
 AWS_IMAGE = "public.ecr.aws/aws-cli/aws-cli:2.22.35"
 TAO_IMAGE = "nvcr.io/nvidia/tao/tao-toolkit:6.26.3-pyt"
 JOB_DIR = "~/taobrev/job-1234abcd"
-GONE = "TAOBREV_SECRETS_GONE"
 CREDS = S3Credentials(b"AKIAKEY", b"S3SECRET")
 NGC = b"nvapi-NGCSECRET"
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
-
-
-def _with_trap(command: str, out: str) -> str:
-    """What the remote shell prints: a command that set the removal trap ends with its marker."""
-    return out + (f"\n{GONE}\n" if GONE in command else "")
-
-
-@dataclass
-class FakeClient:
-    """Records every call in order; `answer` maps a command to (exit code, stdout) — the removal
-    marker is appended for commands that set the trap, as bash would print it."""
-
-    answer: Callable[[str], tuple[int, str]] = lambda _cmd: (0, "")
-    commands: list[str] = field(default_factory=list)
-    timeouts: list[float] = field(default_factory=list)
-    puts: list[tuple[str, str, bytes, int]] = field(default_factory=list)
-    # ("put", remote path) and ("exec", command) in call order.
-    events: list[tuple[str, str]] = field(default_factory=list)
-
-    async def exec(self, instance: str, command: str, *, timeout: float) -> ExecResult:  # noqa: ASYNC109
-        self.commands.append(command)
-        self.timeouts.append(timeout)
-        self.events.append(("exec", command))
-        rc, out = self.answer(command)
-        return ExecResult(rc, _with_trap(command, out))
-
-    async def put_file(
-        self,
-        instance: str,
-        remote_path: str,
-        content: bytes,
-        *,
-        mode: int = 0o600,
-        timeout: float,  # noqa: ASYNC109
-    ) -> None:
-        self.puts.append((instance, remote_path, content, mode))
-        self.timeouts.append(timeout)
-        self.events.append(("put", remote_path))
-
-    async def ensure_login(self) -> None: ...
-    async def version(self) -> str:
-        return "v0"
-
-    async def list_instances(self) -> Sequence[Instance]:
-        return []
-
-    async def get_instance(self, name: str) -> Instance | None:
-        return None
-
-    async def create_instance(self, request: CreateRequest) -> CreateResult:
-        return CreateResult(request.name, False)
-
-    async def delete_instance(self, name: str) -> None: ...
-    async def start_instance(self, name: str) -> None: ...
-    async def refresh(self) -> None: ...
-    async def search(
-        self, *, gpu_name: str | None = None, min_vram: float | None = None
-    ) -> Sequence[SearchResult]:
-        return []
 
 
 def _fake(rc: int, out: str) -> FakeClient:
@@ -225,25 +164,14 @@ def test_unknown_image_is_a_spec_error_and_network_trouble_while_pulling_is_tran
 
 def test_a_step_whose_secret_removal_is_not_confirmed_fails_transiently_even_when_it_succeeded() -> None:
     """No marker (the trap did not run) or the LEFT marker: retry the step, which removes again."""
-    no_marker = FakeClient(answer=lambda _c: (0, "Login Succeeded\n"))
-    no_marker.exec = _without_marker(no_marker)  # type: ignore[method-assign]
+    no_marker = FakeClient(answer=lambda _c: (0, "Login Succeeded\n"), trap_runs=False)
     with pytest.raises(TransientError) as missing:
         run(_job(no_marker).pull_image(TAO_IMAGE, ngc_api_key=NGC))
     assert missing.value.reason == "SecretCleanupFailed"
-    left = FakeClient(answer=lambda _c: (0, "Login Succeeded\nTAOBREV_SECRETS_LEFT\n"))
-    left.exec = _without_marker(left)  # type: ignore[method-assign]
+    left = FakeClient(answer=lambda _c: (0, "Login Succeeded\nTAOBREV_SECRETS_LEFT\n"), trap_runs=False)
     with pytest.raises(TransientError) as remains:
         run(_job(left).pull_image(TAO_IMAGE, ngc_api_key=NGC))
     assert remains.value.reason == "SecretCleanupFailed"
-
-
-def _without_marker(client: FakeClient) -> Callable[..., object]:
-    async def exec_(instance: str, command: str, *, timeout: float) -> ExecResult:  # noqa: ASYNC109
-        client.commands.append(command)
-        rc, out = client.answer(command)
-        return ExecResult(rc, out)
-
-    return exec_
 
 
 # ---- container start: the env file exists only until docker run has read it ------------------
