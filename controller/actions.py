@@ -14,14 +14,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from controller.brev.client import BrevClient
-from controller.brev.workload import (
-    TAIL_LINES,
-    ContainerNotFound,
-    ImageNotPresent,
-    S3Credentials,
-    Workload,
-    WorkloadSettings,
-)
+from controller.brev.envfile import S3Credentials
+from controller.brev.logtail import TAIL_LINES
+from controller.brev.workload import ContainerNotFound, ImageNotPresent, Workload, WorkloadSettings
 from controller.container_paths import SPEC_MOUNT_PATH
 from controller.directory import InstanceDirectory
 from controller.errors import InstanceNotFound, PermanentError, TaoBrevError, TransientError

@@ -31,6 +31,8 @@ from datetime import UTC, datetime
 from typing import Any, NoReturn
 
 from controller.brev.client import BrevClient, ExecResult
+from controller.brev.envfile import ENV_NAME_RE, S3Credentials, env_file, s3_env_file
+from controller.brev.logtail import TAIL_LINES, TAIL_MAX_BYTES, clean_log_tail
 from controller.container_paths import DATA_ROOT, RESULTS_DIR, SPEC_DIR, SPEC_MOUNT_PATH
 from controller.errors import (
     BrevTransientError,
@@ -43,20 +45,12 @@ from controller.errors import (
 from controller.versions import load_versions
 
 JOB_ID_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$")
-ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 STAGE_PATH_RE = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
 
 NGC_KEY_FILE = "ngc_api_key"
 DOCKER_CONFIG_DIR = "docker"
 S3_ENV_FILE = "s3.env"
 CONTAINER_ENV_FILE = "container.env"
-
-# What a status can hold of the training log (the CRD allows 20 items), and how much of the
-# remote log may cross ssh to produce it: a multi-megabyte line must not travel in full.
-TAIL_LINES = 20
-TAIL_LINE_CHARS = 512
-TAIL_MAX_BYTES = 65536
-LINE_CUT = " …[cut]"
 
 _STAGED = "TAOBREV_STAGED"
 _LISTING = "TAOBREV_LISTING"
@@ -98,15 +92,6 @@ class StageInput:
 
     uri: str
     path: str
-
-
-@dataclass(frozen=True)
-class S3Credentials:
-    """The keys the aws-cli container gets through `--env-file` (values kept out of repr)."""
-
-    access_key_id: bytes = field(repr=False)
-    secret_access_key: bytes = field(repr=False)
-    session_token: bytes | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -156,44 +141,6 @@ class WorkloadSettings:
 # ---- pure helpers ---------------------------------------------------------------------------------
 
 
-def env_file(values: Mapping[str, str | bytes], *, source: str = "environment variable") -> bytes:
-    """docker `--env-file` content: one `KEY=value` line each, no quoting. The one builder for
-    every env file the operator writes (container env, S3 keys). `source` names where the values
-    come from in the error (never the value itself: it may be a secret)."""
-    lines: list[bytes] = []
-    for key, raw in values.items():
-        if not ENV_NAME_RE.match(key):
-            raise SpecError(
-                f"{source} name {key!r} is invalid: use letters, digits and '_', not starting with a digit"
-            )
-        value = raw if isinstance(raw, bytes) else raw.encode()
-        if b"\n" in value or b"\r" in value or b"\0" in value:
-            raise SpecError(
-                f"{source} {key} has a value with a line break or NUL, which docker's --env-file "
-                "cannot carry: store the value on one line"
-            )
-        try:
-            value.decode()
-        except UnicodeDecodeError:
-            raise SpecError(
-                f"{source} {key} has a value that is not UTF-8, which docker's --env-file refuses"
-            ) from None
-        lines.append(key.encode() + b"=" + value + b"\n")
-    return b"".join(lines)
-
-
-def s3_env_file(credentials: S3Credentials, *, region: str | None = None) -> bytes:
-    values: dict[str, bytes | str] = {
-        "AWS_ACCESS_KEY_ID": credentials.access_key_id,
-        "AWS_SECRET_ACCESS_KEY": credentials.secret_access_key,
-    }
-    if credentials.session_token:
-        values["AWS_SESSION_TOKEN"] = credentials.session_token
-    if region:
-        values["AWS_DEFAULT_REGION"] = region
-    return env_file(values, source="S3 credential")
-
-
 def split_s3_uri(uri: str, field_name: str = "uri") -> tuple[str, str]:
     """``s3://bucket/a/b/`` -> (``bucket``, ``a/b``)."""
     if not uri.startswith("s3://"):
@@ -233,34 +180,6 @@ def parse_docker_time(text: str) -> datetime | None:
     except ValueError:
         return None
     return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
-
-
-def clean_log_tail(
-    text: str,
-    *,
-    lines: int = TAIL_LINES,
-    width: int = TAIL_LINE_CHARS,
-    head_cut: bool = False,
-) -> list[str]:
-    """The last `lines` log lines as a status can hold them. Real `docker logs --tail` counts
-    `\\n` only, so a tqdm bar's `\\r` redraws arrive as ONE line: each line keeps its last
-    non-blank `\\r` segment (what a terminal shows), and is cut to `width` characters, ending in
-    `LINE_CUT`. `head_cut` marks a first line whose start the remote byte cap dropped."""
-    raw_lines = text.split("\n")
-    if raw_lines and raw_lines[-1] == "":
-        raw_lines.pop()  # the terminating newline, not an empty last line
-    cleaned: list[str] = []
-    for i, raw in enumerate(raw_lines):
-        segments = raw.split("\r")
-        shown = max((n for n, segment in enumerate(segments) if segment.strip()), default=0)
-        line = segments[shown] if segments[shown].strip() else ""
-        if i == 0 and head_cut and shown == 0 and line:
-            # Only the first segment of the first line can have lost its start to the byte cap.
-            line = LINE_CUT.strip() + " " + line
-        if len(line) > width:
-            line = line[: width - len(LINE_CUT)] + LINE_CUT
-        cleaned.append(line)
-    return cleaned[-lines:] if lines > 0 else []
 
 
 def parse_listing(stdout: str) -> tuple[dict[str, int], dict[str, int]]:

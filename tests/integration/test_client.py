@@ -22,7 +22,8 @@ import structlog
 
 from controller.brev.cli import BrevCLI, BrevCLISettings, BrevConfigError
 from controller.brev.client import BrevCredentials, CreateRequest, Instance
-from controller.brev.workload import S3Credentials, StageInput, Workload, WorkloadSettings
+from controller.brev.envfile import S3Credentials
+from controller.brev.workload import StageInput, Workload, WorkloadSettings
 from controller.errors import (
     BrevAuthError,
     BrevPermanentError,

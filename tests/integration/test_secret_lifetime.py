@@ -18,7 +18,8 @@ import pytest
 
 from controller.brev.cli import BrevCLI, BrevCLISettings
 from controller.brev.client import BrevCredentials
-from controller.brev.workload import ImageNotPresent, S3Credentials, StageInput, Workload, WorkloadSettings
+from controller.brev.envfile import S3Credentials
+from controller.brev.workload import ImageNotPresent, StageInput, Workload, WorkloadSettings
 from controller.errors import EntitlementError, SpecError, TransientError
 from controller.versions import load_versions
 from tests.brevsim.harness import BrevSim

@@ -13,24 +13,18 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from controller.brev.envfile import S3Credentials, env_file, s3_env_file
+from controller.brev.logtail import LINE_CUT, TAIL_LINE_CHARS, TAIL_LINES, TAIL_MAX_BYTES, clean_log_tail
 from controller.brev.workload import (
-    LINE_CUT,
-    TAIL_LINE_CHARS,
-    TAIL_LINES,
-    TAIL_MAX_BYTES,
     ContainerNotFound,
     ExitInfo,
     ImageNotPresent,
-    S3Credentials,
     StageInput,
     Workload,
     WorkloadSettings,
-    clean_log_tail,
-    env_file,
     parse_docker_time,
     parse_listing,
     parse_state,
-    s3_env_file,
     split_s3_uri,
 )
 from controller.errors import EntitlementError, PermanentError, SpecError, TransientError
