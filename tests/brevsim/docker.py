@@ -581,7 +581,9 @@ def cmd_logs(docker: ct.Docker, argv: list[str]) -> int:
     tail = str(opts.get("tail", "all"))
     if tail != "all":
         n = int(tail)
-        lines = data.splitlines(keepends=True)
+        # Real docker counts "\n" only: a tqdm bar's "\r" redraws stay ONE line of the tail.
+        *whole, last = data.split(b"\n")
+        lines = [line + b"\n" for line in whole] + ([last] if last else [])
         data = b"".join(lines[-n:]) if n > 0 else b""
     sys.stdout.buffer.write(data)
     sys.stdout.flush()
