@@ -261,10 +261,14 @@ class Workload:
     @staticmethod
     def _secret_scope(*paths: str) -> str:
         """Shell prefix: whenever the command ends (success, failure, hang-up, kill by `timeout`),
-        remove `paths` and print `_SECRETS_GONE` only if none of them is left."""
-        words = " ".join(paths)
-        gone = " && ".join(f"test ! -e {p}" for p in paths)
-        body = f"rm -rf -- {words}; if {gone}; then echo {_SECRETS_GONE}; else echo {_SECRETS_LEFT}; fi"
+        remove `paths` and print `_SECRETS_GONE` only if none of them is left. `put_file`'s
+        temporary files (`<path>.tmp-<token>`, left by a delivery cut short) go too."""
+        words = " ".join(f"{p} {p}.tmp-*" for p in paths)
+        body = (
+            f"rm -rf -- {words}; "
+            f'if test -z "$(ls -d -- {words} 2>/dev/null)"; then echo {_SECRETS_GONE}; '
+            f"else echo {_SECRETS_LEFT}; fi"
+        )
         return (
             f"trap {shlex.quote(body)} EXIT; trap 'exit 129' HUP; trap 'exit 143' TERM; trap 'exit 130' INT; "
         )

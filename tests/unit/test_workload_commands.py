@@ -69,7 +69,10 @@ def _trap_removes(command: str) -> list[str]:
     assert words[0] == "trap", command
     removal = _words(words[1].split(";", 1)[0])
     assert removal[:3] == ["rm", "-rf", "--"], removal
-    return removal[3:]
+    paths = removal[3::2]
+    # Each path's leftovers of a delivery cut short (put_file's temporary names) go too.
+    assert removal[4::2] == [f"{path}.tmp-*" for path in paths], removal
+    return paths
 
 
 def _steps(rc: int, **outputs: str) -> Callable[[str], tuple[int, str]]:
