@@ -72,8 +72,12 @@ class JobContext:
 
 def _secrets(job: JobContext, action: str) -> JobSecrets:
     if job.secrets is None:
-        # The reconciler loads them in every phase whose actions deliver one (an operator bug).
-        raise PermanentError(f"{action} needs the job's secrets, which were not loaded for this pass")
+        # The reconciler loads them in every phase whose actions deliver one, so this is an
+        # operator bug; transient so that it backs off and the phase timeout still ends the job.
+        raise TransientError(
+            f"{action} needs the job's secrets, which were not loaded for this pass",
+            reason="SecretsNotLoaded",
+        )
     return job.secrets
 
 

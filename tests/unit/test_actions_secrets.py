@@ -140,7 +140,7 @@ def test_upload_delivers_the_s3_keys_and_a_pass_without_secrets_fails_naming_the
     without = FakeClient(answer=answer)
     failed = _run(without, UploadResults("tbj-inst"), _job(secrets=None)).failure
     assert failed is not None
-    assert failed.permanent
+    assert failed.reason == "SecretsNotLoaded"
     assert "UploadResults needs the job's secrets" in failed.message
     assert without.events == []
 
