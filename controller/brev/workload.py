@@ -448,9 +448,10 @@ class Workload:
                 f"printf '{_STAGED} {i} %s\\n' \"$(find {target} -type f | wc -l)\"; "
             )
         await self._put_secret(S3_ENV_FILE, s3_env, deadline)
+        # One command copies every input: each keeps the transfer budget it had on its own.
+        limit = self.settings.transfer_timeout * len(items)
         result = self._secrets_removed(
-            await self._run("".join(parts).rstrip("; "), self.settings.transfer_timeout, deadline, "staging"),
-            "staging inputs",
+            await self._run("".join(parts).rstrip("; "), limit, deadline, "staging"), "staging inputs"
         )
         if not result.ok:
             step, text = last_step(result.stdout)

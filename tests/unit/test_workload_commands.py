@@ -441,6 +441,7 @@ def test_stage_inputs_copies_every_prefix_in_one_command_with_the_keys_present_o
         )
     )
     assert count == 6
+    assert client.timeouts == [120, 2 * 3600], "each input keeps its own transfer budget"
     assert client.puts == [
         (
             "tbj-inst",
