@@ -738,8 +738,10 @@ class Workload:
             f"echo {_LISTING} && {listing}"
         )
         await self._put_secret(S3_ENV_FILE, s3_env, deadline)
+        # The copy, then the listing that verifies it (short), in the same call.
+        upload_limit = self.settings.transfer_timeout + self.settings.command_timeout
         result = self._secrets_removed(
-            await self._run(command, self.settings.transfer_timeout, deadline, "uploading results"),
+            await self._run(command, upload_limit, deadline, "uploading results"),
             "uploading results",
         )
         step, text = last_step(result.stdout)
