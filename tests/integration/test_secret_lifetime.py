@@ -91,9 +91,9 @@ def _instance(sim: BrevSim, s3: S3Server) -> Instance:
         s3=S3Credentials(f"AKIA{tag.upper()}".encode(), f"s3-secret-{tag}".encode()),
         hf=f"hf_{tag}".encode(),
     )
-    s3.create_bucket(f"in-{tag}")
-    s3.create_bucket(f"out-{tag}")
-    s3.client().put_object(Bucket=f"in-{tag}", Key="ds/train/images.txt", Body=b"img1\nimg2\n")
+    s3.create_bucket(f"lifetime-in-{tag}")
+    s3.create_bucket(f"lifetime-out-{tag}")
+    s3.client().put_object(Bucket=f"lifetime-in-{tag}", Key="ds/train/images.txt", Body=b"img1\nimg2\n")
     name = f"tbj-sec-{tag}"
     sim.add_instance(name)
     return Instance(sim, name, f"job-{tag}", keys)
@@ -130,7 +130,9 @@ def test_after_every_step_of_a_job_no_secret_is_left_on_the_instance(
         await job.pull_image(TAO, ngc_api_key=keys.ngc)
         after["pull_image"] = inst.leftovers()
         staged = await job.stage_inputs(
-            [StageInput(f"s3://in-{tag}/ds/train", "train")], s3_server.endpoint_url, credentials=keys.s3
+            [StageInput(f"s3://lifetime-in-{tag}/ds/train", "train")],
+            s3_server.endpoint_url,
+            credentials=keys.s3,
         )
         after["stage_inputs"] = inst.leftovers()
         assert await job.start_container(TAO, "visual_changenet", "train", secret_env={"HF_TOKEN": keys.hf})
@@ -138,7 +140,10 @@ def test_after_every_step_of_a_job_no_secret_is_left_on_the_instance(
         code = await _exit_code(job)
         after["wait"] = inst.leftovers()
         upload = await job.upload_results(
-            f"s3://out-{tag}/runs/{inst.job_id}", s3_server.endpoint_url, "us-east-1", credentials=keys.s3
+            f"s3://lifetime-out-{tag}/runs/{inst.job_id}",
+            s3_server.endpoint_url,
+            "us-east-1",
+            credentials=keys.s3,
         )
         after["upload_results"] = inst.leftovers()
         return staged, code, upload
