@@ -11,12 +11,16 @@ import asyncio
 import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from controller.brev.client import BrevClient
-from controller.brev.workload import ContainerNotFound, Workload, WorkloadSettings
+from controller.brev.envfile import S3Credentials
+from controller.brev.logtail import TAIL_LINES
+from controller.brev.workload import ContainerNotFound, ImageNotPresent, Workload, WorkloadSettings
+from controller.container_paths import SPEC_MOUNT_PATH
 from controller.directory import InstanceDirectory
 from controller.errors import InstanceNotFound, PermanentError, TaoBrevError, TransientError
-from controller.models import SPEC_MOUNT_PATH, TaoBrevJobSpec
+from controller.models import TaoBrevJobSpec
 from controller.steps import (
     Action,
     ActionFailure,
@@ -34,22 +38,27 @@ from controller.steps import (
     WaitForExit,
 )
 
-LOG_TAIL_LINES = 20
+LOG_TAIL_LINES = TAIL_LINES
 # Reported as the exit code when a container we were stopping does not exist (never started).
 CONTAINER_MISSING_EXIT = -1
 
 
 @dataclass(frozen=True)
 class JobSecrets:
-    """Secret values for one job, read from Kubernetes Secrets; never logged or put on argv."""
+    """Secret values for one job, read from Kubernetes Secrets; never logged, put on argv or
+    shown by repr. Each reaches the instance only for the step that reads it (see workload)."""
 
-    ngc_api_key: bytes
-    s3_access_key_id: bytes
-    s3_secret_access_key: bytes
-    extra_env: Mapping[str, bytes] = field(default_factory=dict)
+    ngc_api_key: bytes = field(repr=False)
+    s3_access_key_id: bytes = field(repr=False)
+    s3_secret_access_key: bytes = field(repr=False)
+    extra_env: Mapping[str, bytes] = field(default_factory=dict, repr=False)
 
     def values(self) -> list[bytes]:
         return [self.ngc_api_key, self.s3_access_key_id, self.s3_secret_access_key, *self.extra_env.values()]
+
+    @property
+    def s3(self) -> S3Credentials:
+        return S3Credentials(self.s3_access_key_id, self.s3_secret_access_key)
 
 
 @dataclass(frozen=True)
@@ -58,19 +67,18 @@ class JobContext:
     name: str
     job_id: str
     spec: TaoBrevJobSpec
-    secrets: JobSecrets | None
+    secrets: JobSecrets | None = field(repr=False)
 
 
-def _env_file(pairs: Sequence[tuple[str, bytes]]) -> bytes:
-    # docker's --env-file takes NAME=VALUE lines verbatim; a newline would split a value.
-    lines = []
-    for key, value in pairs:
-        if b"\n" in value or b"\r" in value:
-            raise PermanentError(
-                f"the Secret value for {key} contains a newline, which an env file cannot hold"
-            )
-        lines.append(key.encode() + b"=" + value)
-    return b"\n".join(lines) + b"\n"
+def _secrets(job: JobContext, action: str) -> JobSecrets:
+    if job.secrets is None:
+        # The reconciler loads them in every phase whose actions deliver one, so this is an
+        # operator bug; transient so that it backs off and the phase timeout still ends the job.
+        raise TransientError(
+            f"{action} needs the job's secrets, which were not loaded for this pass",
+            reason="SecretsNotLoaded",
+        )
+    return job.secrets
 
 
 class ActionRunner:
@@ -83,10 +91,13 @@ class ActionRunner:
         max_concurrent_waits: int,
         exec_timeout: float = 900.0,
         pull_timeout: float = 3600.0,
+        stop_grace_s: int = 30,
     ) -> None:
         self._brev = brev
         self._directory = directory
-        self._wl_settings = WorkloadSettings(probe_timeout=exec_timeout, pull_timeout=pull_timeout)
+        self._wl_settings = WorkloadSettings(
+            probe_timeout=exec_timeout, pull_timeout=pull_timeout, stop_grace_s=stop_grace_s
+        )
         # Short calls share a tight bound; blocking waits (up to wait_timeout each) have their own,
         # so twenty running jobs cannot starve provisioning of the others.
         self._calls = asyncio.Semaphore(max_concurrent_calls)
@@ -95,10 +106,19 @@ class ActionRunner:
     def _workload(self, instance: str, job: JobContext) -> Workload:
         return Workload(self._brev, instance, job.job_id, settings=self._wl_settings)
 
-    async def run(self, actions: Sequence[Action], job: JobContext, obs: Observation) -> Observation:
+    async def run(
+        self,
+        actions: Sequence[Action],
+        job: JobContext,
+        obs: Observation,
+        *,
+        deadline: datetime | None = None,
+    ) -> Observation:
+        """Perform `actions` in order. `deadline` (aware), when given, is the end of the phase
+        budget: every remote call of these actions gets at most the time left as its timeout."""
         for action in actions:
             try:
-                obs = await self._one(action, job, obs)
+                obs = await self._one(action, job, obs, deadline)
             except TaoBrevError as exc:
                 failure = ActionFailure(
                     action=type(action).__name__,
@@ -109,15 +129,17 @@ class ActionRunner:
                 return obs.with_(failure=failure)
         return obs
 
-    async def _one(self, action: Action, job: JobContext, obs: Observation) -> Observation:
+    async def _one(
+        self, action: Action, job: JobContext, obs: Observation, deadline: datetime | None
+    ) -> Observation:
         if isinstance(action, WaitForExit):
             async with self._waits:
-                return await self._wait(action, job, obs)
+                return await self._wait(action, job, obs, deadline)
         async with self._calls:
-            return await self._short(action, job, obs)
+            return await self._short(action, job, obs, deadline)
 
     async def _short(  # noqa: PLR0911 - one return per action kind
-        self, action: Action, job: JobContext, obs: Observation
+        self, action: Action, job: JobContext, obs: Observation, deadline: datetime | None
     ) -> Observation:
         match action:
             case CreateInstance(request=req):
@@ -129,27 +151,31 @@ class ActionRunner:
                 self._directory.invalidate()
                 return obs.with_(start_requested=True)
             case ProbeExec(instance=inst):
-                return obs.with_(probe_ok=await self._workload(inst, job).probe())
+                return obs.with_(probe_ok=await self._workload(inst, job).probe(deadline=deadline))
             case PrepareWorkload(instance=inst):
-                await self._prepare(self._workload(inst, job), job)
+                await self._prepare(self._workload(inst, job), job, deadline)
                 return obs.with_(prepared=True)
             case StartContainer(instance=inst):
-                await self._start(self._workload(inst, job), job)
+                await self._start(self._workload(inst, job), job, deadline)
                 return obs.with_(container_started=True)
             case StopContainer(instance=inst):
-                await self._workload(inst, job).stop_container()
+                await self._workload(inst, job).stop_container(deadline=deadline)
                 return obs.with_(container_stopped=True)
             case UploadResults(instance=inst):
                 data = job.spec.data
                 objects, size = await self._workload(inst, job).upload_results(
-                    data.results_uri, data.s3_endpoint_url, data.s3_region
+                    data.results_uri,
+                    data.s3_endpoint_url,
+                    data.s3_region,
+                    credentials=_secrets(job, "UploadResults").s3,
+                    deadline=deadline,
                 )
                 return obs.with_(upload=UploadSummary(objects=objects, bytes=size))
             case CleanupWorkload(instance=inst, must_succeed=must):
                 wl = self._workload(inst, job)
                 try:
-                    await wl.remove_container()
-                    await wl.cleanup()
+                    await wl.remove_container(deadline=deadline)
+                    await wl.cleanup(deadline=deadline)
                 except TransientError:
                     if must:
                         raise
@@ -161,57 +187,59 @@ class ActionRunner:
                 return obs.with_(delete_requested=True)
         raise AssertionError(f"unhandled action {action!r}")
 
-    async def _wait(self, action: WaitForExit, job: JobContext, obs: Observation) -> Observation:
+    async def _wait(
+        self, action: WaitForExit, job: JobContext, obs: Observation, deadline: datetime | None
+    ) -> Observation:
         wl = self._workload(action.instance, job)
         try:
-            code, tail = await wl.wait_exit_with_tail(int(action.timeout_seconds), LOG_TAIL_LINES)
+            info = await wl.wait_exit_with_tail(
+                int(action.timeout_seconds), LOG_TAIL_LINES, deadline=deadline
+            )
         except ContainerNotFound:
             if not action.start_if_missing:
                 # Stopping a container that is not there: nothing will ever exit; say so.
                 return obs.with_(exit_code=CONTAINER_MISSING_EXIT)
             # Crashed between writing containerStartedAt and `docker run`: start it (idempotent).
-            await self._start(wl, job)
+            await self._start(wl, job, deadline)
             return obs.with_(exit_code=None, container_started=True)
-        return obs.with_(exit_code=code, log_tail=tuple(tail))
+        # info.finished_at (the container's own FinishedAt) waits for an Observation field.
+        return obs.with_(exit_code=info.code, log_tail=info.tail)
 
-    async def _prepare(self, wl: Workload, job: JobContext) -> None:
-        if job.secrets is None:
-            raise PermanentError("job secrets were not loaded")
-        spec, secrets = job.spec, job.secrets
-        files = {
-            "ngc_api_key": secrets.ngc_api_key,
-            "s3.env": _env_file(
-                [
-                    ("AWS_ACCESS_KEY_ID", secrets.s3_access_key_id),
-                    ("AWS_SECRET_ACCESS_KEY", secrets.s3_secret_access_key),
-                    ("AWS_DEFAULT_REGION", spec.data.s3_region.encode()),
-                ]
-            ),
-            "container.env": _env_file(sorted(secrets.extra_env.items())),
-        }
-        await wl.deliver_secrets(files)
+    async def _prepare(self, wl: Workload, job: JobContext, deadline: datetime | None) -> None:
+        spec, secrets = job.spec, _secrets(job, "PrepareWorkload")
         if spec.task.spec_content is not None:
-            await wl.write_spec(spec.task.spec_content)
-        await wl.registry_login()
-        await wl.verify_entitlement(spec.task.image)
-        await wl.pull(spec.task.image)
+            await wl.write_spec(spec.task.spec_content, deadline=deadline)
+        await wl.pull_image(spec.task.image, ngc_api_key=secrets.ngc_api_key, deadline=deadline)
         if spec.data.inputs:
             await wl.stage_inputs(
                 [(i.uri, i.path) for i in spec.data.inputs],
                 spec.data.s3_endpoint_url,
                 spec.data.s3_region,
+                credentials=secrets.s3,
+                deadline=deadline,
             )
 
-    async def _start(self, wl: Workload, job: JobContext) -> None:
-        task = job.spec.task
-        spec_path = task.spec_path or SPEC_MOUNT_PATH
-        await wl.start_container(
-            image=task.image,
-            network_arch=task.network_arch,
-            action=task.action,
-            spec_path=spec_path,
-            args=list(task.args or ()),
-            env={e.name: e.value for e in task.env or ()},
-            gpus=task.gpus,
-            shm_size=task.shm_size,
-        )
+    async def _start(self, wl: Workload, job: JobContext, deadline: datetime | None) -> None:
+        task, secrets = job.spec.task, _secrets(job, "StartContainer")
+
+        async def start() -> None:
+            await wl.start_container(
+                image=task.image,
+                network_arch=task.network_arch,
+                action=task.action,
+                spec_path=task.spec_path or SPEC_MOUNT_PATH,
+                args=list(task.args or ()),
+                env={e.name: e.value for e in task.env or ()},
+                secret_env=dict(sorted(secrets.extra_env.items())),
+                gpus=task.gpus,
+                shm_size=task.shm_size,
+                deadline=deadline,
+            )
+
+        try:
+            await start()
+        except ImageNotPresent:
+            # The image went away since Pulling (a replaced or pruned disk): the registry login
+            # was removed after the pull, so deliver it again for this pull only.
+            await wl.pull_image(task.image, ngc_api_key=secrets.ngc_api_key, deadline=deadline)
+            await start()

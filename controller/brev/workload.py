@@ -4,15 +4,20 @@ Every method composes one shell command string that is exactly what would run on
 (docker is the only tool an instance is sure to have; S3 transfers run the aws-cli image). Commands
 are idempotent, because the transport may run them twice. Layout under the instance's home:
 
-    ~/taobrev/<job>/secrets/    0700; ngc_api_key, s3.env, container.env (0600), docker/ (login)
+    ~/taobrev/<job>/secrets/    0700; a secret file exists only DURING the step that reads it:
+                                ngc_api_key + docker/ (the registry login)   pull_image
+                                s3.env                   stage_inputs, upload_results
+                                container.env            start_container, until `docker run` read it
     ~/taobrev/<job>/spec/spec.yaml
     ~/taobrev/<job>/data/<path>/...     staged inputs, mounted at /workspace/data
     ~/taobrev/<job>/results/...         TAO's results_dir, mounted at /workspace/results
     ~/taobrev/<job>/logs/container.log  `docker logs` copy uploaded with the results
 
 Secrets never appear in a command string: they reach the instance through `put_file` (ssh stdin)
-and are read there by `--password-stdin` and `--env-file`. The registry login is kept in the job's
-own DOCKER_CONFIG under secrets/, so `cleanup()` removes it with the rest.
+and are read there by `--password-stdin` and `--env-file`. The remote command of the step that
+reads them removes them in an EXIT trap (so a failing or interrupted step removes them too) and
+prints a marker only when it verified they are gone; without that marker the step raises a
+`TransientError`, so it runs again (delivering and removing again) instead of leaving them behind.
 """
 
 from __future__ import annotations
@@ -20,40 +25,48 @@ from __future__ import annotations
 import json
 import re
 import shlex
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, NoReturn
 
 from controller.brev.client import BrevClient, ExecResult
+from controller.brev.envfile import ENV_NAME_RE, S3Credentials, env_file, s3_env_file
+from controller.brev.logtail import TAIL_LINES, TAIL_MAX_BYTES, clean_log_tail
+from controller.container_paths import DATA_ROOT, RESULTS_DIR, SPEC_DIR, SPEC_MOUNT_PATH
 from controller.errors import (
     BrevTransientError,
     EntitlementError,
     PermanentError,
     SpecError,
+    TaoBrevError,
     TransientError,
 )
 from controller.versions import load_versions
 
 JOB_ID_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$")
-SECRET_FILE_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 STAGE_PATH_RE = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
 
 NGC_KEY_FILE = "ngc_api_key"
+DOCKER_CONFIG_DIR = "docker"
 S3_ENV_FILE = "s3.env"
 CONTAINER_ENV_FILE = "container.env"
-
-# Container-side layout of the TAO container.
-SPEC_IN_CONTAINER = "/workspace/spec/spec.yaml"
-RESULTS_IN_CONTAINER = "/workspace/results"
-DATA_IN_CONTAINER = "/workspace/data"
 
 _STAGED = "TAOBREV_STAGED"
 _LISTING = "TAOBREV_LISTING"
 _EXISTS = "TAOBREV_CONTAINER_EXISTS"
+_IMAGE_MISSING = "TAOBREV_IMAGE_MISSING"
+_STEP = "TAOBREV_STEP"
+_SECRETS_GONE = "TAOBREV_SECRETS_GONE"
+_SECRETS_LEFT = "TAOBREV_SECRETS_LEFT"
 _TIMEOUT_RC = 124  # coreutils `timeout` when the time limit was hit
-# Separates `docker wait`'s answer from the log tail in one combined remote command.
+# Separate `docker wait`'s answer, the container's State and the log tail in one remote command.
+_STATE_MARK = "__taobrev_state__"
 _TAIL_MARK = "__taobrev_log_tail__"
+# Below this much phase budget a remote call is not worth starting.
+_MIN_CALL_S = 1.0
+# Docker's zero time: FinishedAt of a container that has not exited.
+_ZERO_TIME_PREFIX = "0001-01-01"
 
 _AUTH_MARKERS = ("unauthorized", "denied", "forbidden", "incorrect username or password", "401", "403")
 _NETWORK_MARKERS = ("timeout", "timed out", "connection refused", "no such host", "tls handshake", "eof")
@@ -64,6 +77,13 @@ class ContainerNotFound(PermanentError):
     """The job's container is not on the instance (removed, or the instance was replaced)."""
 
     reason = "ContainerNotFound"
+
+
+class ImageNotPresent(TransientError):
+    """`docker run` was not attempted: the image is not on the instance (pull it, with the
+    registry credentials, then start again). `docker run` never pulls on its own."""
+
+    reason = "ImageNotPresent"
 
 
 @dataclass(frozen=True)
@@ -88,6 +108,17 @@ class ContainerState:
 
 
 @dataclass(frozen=True)
+class ExitInfo:
+    """One bounded wait for the container: `code` None while it still runs; `finished_at` is the
+    container's own State.FinishedAt once it exited (so time the operator was down is not counted
+    as run time); `tail` its last log lines, cleaned for status (see `clean_log_tail`)."""
+
+    code: int | None
+    finished_at: datetime | None
+    tail: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class WorkloadSettings:
     aws_cli_image: str = field(default_factory=lambda: load_versions().images.aws_cli)
     registry: str = "nvcr.io"
@@ -100,36 +131,14 @@ class WorkloadSettings:
     # Added to a bounded remote wait (`timeout T docker wait`) for the transport itself.
     wait_margin: float = 60
     stop_grace_s: int = 30
+    # Added to the stop grace for docker's SIGKILL step and the transport: a stop on an
+    # unreachable instance fails after grace + stop_margin, never later.
+    stop_margin: float = 30
     # PyTorch data loaders need more than docker's 64 MB default /dev/shm.
     shm_size: str | None = "16g"
 
 
 # ---- pure helpers ---------------------------------------------------------------------------------
-
-
-def env_file(values: Mapping[str, str]) -> bytes:
-    """docker `--env-file` content (`KEY=value` lines, no quoting, no multi-line values)."""
-    lines = []
-    for key, value in values.items():
-        if not ENV_NAME_RE.match(key):
-            raise SpecError(f"environment variable name {key!r} is invalid: use letters, digits, '_'")
-        if "\n" in value or "\r" in value or "\0" in value:
-            raise SpecError(
-                f"environment variable {key} has a multi-line value, which --env-file cannot carry"
-            )
-        lines.append(f"{key}={value}\n")
-    return "".join(lines).encode()
-
-
-def s3_env_file(
-    access_key_id: str, secret_access_key: str, *, region: str | None = None, session_token: str | None = None
-) -> bytes:
-    values = {"AWS_ACCESS_KEY_ID": access_key_id, "AWS_SECRET_ACCESS_KEY": secret_access_key}
-    if session_token:
-        values["AWS_SESSION_TOKEN"] = session_token
-    if region:
-        values["AWS_DEFAULT_REGION"] = region
-    return env_file(values)
 
 
 def split_s3_uri(uri: str, field_name: str = "uri") -> tuple[str, str]:
@@ -158,6 +167,21 @@ def parse_state(text: str) -> ContainerState:
     )
 
 
+def parse_docker_time(text: str) -> datetime | None:
+    """Docker's RFC 3339 time (nanoseconds, `Z`) as an aware datetime; None for docker's zero
+    time (not happened yet), an empty or an unreadable value."""
+    text = text.strip()
+    if not text or text.startswith(_ZERO_TIME_PREFIX):
+        return None
+    # fromisoformat takes at most microseconds: drop digits beyond six.
+    text = re.sub(r"(\.\d{6})\d+", r"\1", text)
+    try:
+        value = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+
+
 def parse_listing(stdout: str) -> tuple[dict[str, int], dict[str, int]]:
     """(local relative path -> size, remote key -> size) from the verification command's output."""
     local_part, sep, remote_part = stdout.partition(f"{_LISTING}\n")
@@ -177,6 +201,15 @@ def parse_listing(stdout: str) -> tuple[dict[str, int], dict[str, int]]:
     return local, remote
 
 
+def last_step(stdout: str) -> tuple[str, str]:
+    """(name of the last step a multi-step command began, that step's own output)."""
+    _head, sep, rest = stdout.rpartition(f"{_STEP} ")
+    if not sep:
+        return "", stdout
+    name, _, text = rest.partition("\n")
+    return name.strip(), text
+
+
 def _lower(result: ExecResult) -> str:
     return f"{result.stdout}\n{result.stderr}".lower()
 
@@ -185,10 +218,18 @@ def _message(result: ExecResult) -> str:
     return (result.stdout.strip() or result.stderr.strip())[-2000:]
 
 
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
 # ---- the remote job ------------------------------------------------------------------------------
 
 
 class Workload:
+    """Every step takes an optional `deadline` (aware datetime): the end of the caller's phase
+    budget. Each remote call then gets at most the remaining budget as its timeout, and a step
+    is not started once less than a second of it is left (TransientError `PhaseBudgetSpent`)."""
+
     def __init__(
         self,
         client: BrevClient,
@@ -196,6 +237,7 @@ class Workload:
         job_id: str,
         *,
         settings: WorkloadSettings | None = None,
+        clock: Callable[[], datetime] = _utcnow,
     ) -> None:
         if not JOB_ID_RE.match(job_id):
             raise SpecError(f"job id {job_id!r} is not a valid container name ([a-zA-Z0-9][a-zA-Z0-9_.-]*)")
@@ -204,6 +246,7 @@ class Workload:
         self.job_id = job_id
         self.settings = settings or WorkloadSettings()
         self.remote_dir = f"~/taobrev/{job_id}"
+        self._clock = clock
 
     # -- shell fragments ------------------------------------------------------------------------
 
@@ -212,22 +255,33 @@ class Workload:
         rel = f"taobrev/{self.job_id}" + (f"/{sub}" if sub else "")
         return '"$HOME"/' + shlex.quote(rel)
 
-    def _docker_config(self) -> str:
-        return f"DOCKER_CONFIG={self._path('secrets/docker')}"
+    def _secret(self, name: str) -> str:
+        return self._path(f"secrets/{name}")
+
+    @staticmethod
+    def _secret_scope(*paths: str) -> str:
+        """Shell prefix: whenever the command ends (success, failure, hang-up, kill by `timeout`),
+        remove `paths` and print `_SECRETS_GONE` only if none of them is left. `put_file`'s
+        temporary files (`<path>.tmp-<token>`, left by a delivery cut short) go too."""
+        words = " ".join(f"{p} {p}.tmp-*" for p in paths)
+        body = (
+            f"rm -rf -- {words}; "
+            f'if test -z "$(ls -d -- {words} 2>/dev/null)"; then echo {_SECRETS_GONE}; '
+            f"else echo {_SECRETS_LEFT}; fi"
+        )
+        return (
+            f"trap {shlex.quote(body)} EXIT; trap 'exit 129' HUP; trap 'exit 143' TERM; trap 'exit 130' INT; "
+        )
 
     def _aws(
-        self, args: Sequence[str], mounts: Sequence[str], endpoint: str | None, region: str | None
+        self,
+        args: Sequence[str],
+        mounts: Sequence[str],
+        endpoint: str | None,
+        region: str | None,
     ) -> str:
         # AWS_PAGER= : aws-cli v2 would otherwise try to page its output through `less`.
-        parts = [
-            "docker",
-            "run",
-            "--rm",
-            "--env-file",
-            self._path(f"secrets/{S3_ENV_FILE}"),
-            "-e",
-            "AWS_PAGER=",
-        ]
+        parts = ["docker", "run", "--rm", "--env-file", self._secret(S3_ENV_FILE), "-e", "AWS_PAGER="]
         for mount in mounts:
             parts += ["-v", mount]
         parts.append(shlex.quote(self.settings.aws_cli_image))
@@ -238,20 +292,52 @@ class Workload:
         parts += [shlex.quote(a) for a in args]
         return " ".join(parts)
 
-    async def _run(self, command: str, limit: float | None = None) -> ExecResult:
-        return await self.client.exec(
-            self.instance, command, timeout=limit if limit is not None else self.settings.command_timeout
+    def _limit(self, default: float, deadline: datetime | None, what: str) -> float:
+        """The timeout of one remote call: `default`, or less when the phase budget ends sooner."""
+        if deadline is None:
+            return default
+        remaining = (deadline - self._clock()).total_seconds()
+        if remaining < _MIN_CALL_S:
+            raise TransientError(
+                f"{what} on {self.instance} not attempted: the phase's time budget is spent",
+                reason="PhaseBudgetSpent",
+            )
+        return min(default, remaining)
+
+    async def _run(
+        self, command: str, limit: float, deadline: datetime | None = None, what: str = "remote command"
+    ) -> ExecResult:
+        return await self.client.exec(self.instance, command, timeout=self._limit(limit, deadline, what))
+
+    async def _put_secret(self, name: str, content: bytes, deadline: datetime | None) -> None:
+        await self.client.put_file(
+            self.instance,
+            f"{self.remote_dir}/secrets/{name}",
+            content,
+            mode=0o600,
+            timeout=self._limit(self.settings.put_timeout, deadline, f"delivering {name}"),
         )
+
+    def _secrets_removed(self, result: ExecResult, what: str) -> ExecResult:
+        """`result` without the removal marker line; raises when the step's secret files may
+        still be on the instance (the step is then retried, which removes them again)."""
+        lines = result.stdout.split("\n")
+        kept = [line for line in lines if line.strip() not in (_SECRETS_GONE, _SECRETS_LEFT)]
+        if _SECRETS_GONE not in (line.strip() for line in lines):
+            raise TransientError(
+                f"{what} on {self.instance}: could not verify that its secret files were removed",
+                reason="SecretCleanupFailed",
+                cli_message=_message(result),
+            )
+        return ExecResult(result.exit_code, "\n".join(kept), result.stderr)
 
     # -- steps ----------------------------------------------------------------------------------
 
-    async def probe(self, limit: float | None = None) -> bool:
+    async def probe(self, limit: float | None = None, *, deadline: datetime | None = None) -> bool:
         """A two-word command; True once exec works end to end (RUNNING is not ssh-ready)."""
         try:
-            result = await self.client.exec(
-                self.instance,
-                "echo ok",
-                timeout=limit if limit is not None else self.settings.probe_timeout,
+            result = await self._run(
+                "echo ok", limit if limit is not None else self.settings.probe_timeout, deadline, "probe"
             )
         except BrevTransientError as exc:
             if exc.reason == "BrevAuthFailed":
@@ -259,39 +345,45 @@ class Workload:
             return False
         return result.ok and result.stdout.strip() == "ok"
 
-    async def deliver_secrets(self, files: Mapping[str, bytes]) -> None:
-        """Write each secret file to secrets/<name> (dir 0700, files 0600) over ssh stdin."""
-        for name, content in files.items():
-            if not SECRET_FILE_RE.match(name) or name in (".", ".."):
-                raise SpecError(f"secret file name {name!r} is invalid")
-            await self.client.put_file(
-                self.instance,
-                f"{self.remote_dir}/secrets/{name}",
-                content,
-                mode=0o600,
-                timeout=self.settings.put_timeout,
-            )
-
-    async def write_spec(self, content: str | bytes) -> None:
+    async def write_spec(self, content: str | bytes, *, deadline: datetime | None = None) -> None:
         data = content.encode() if isinstance(content, str) else content
         await self.client.put_file(
             self.instance,
             f"{self.remote_dir}/spec/spec.yaml",
             data,
             mode=0o644,
-            timeout=self.settings.put_timeout,
+            timeout=self._limit(self.settings.put_timeout, deadline, "writing the spec"),
         )
 
-    async def registry_login(self) -> None:
-        """`docker login <registry> --password-stdin` from secrets/ngc_api_key (never argv)."""
+    async def pull_image(self, image: str, *, ngc_api_key: bytes, deadline: datetime | None = None) -> None:
+        """Registry login (`--password-stdin` from the key file), `docker manifest inspect` (fails
+        before GPU time is spent on an image we may not pull), then pull unless present: one
+        remote command, with the key file and the job's DOCKER_CONFIG (the stored login) removed
+        when it ends, whatever the outcome."""
+        key, config = self._secret(NGC_KEY_FILE), self._secret(DOCKER_CONFIG_DIR)
+        img = shlex.quote(image)
         registry = shlex.quote(self.settings.registry)
+        await self._put_secret(NGC_KEY_FILE, ngc_api_key, deadline)
         command = (
-            f"{self._docker_config()} docker login {registry} --username {shlex.quote('$oauthtoken')} "
-            f"--password-stdin < {self._path(f'secrets/{NGC_KEY_FILE}')} 2>&1"
+            f"{self._secret_scope(key, config)}export DOCKER_CONFIG={config}; "
+            f"echo {_STEP} login; docker login {registry} --username {shlex.quote('$oauthtoken')} "
+            f"--password-stdin < {key} 2>&1 || exit $?; "
+            f"echo {_STEP} manifest; docker manifest inspect {img} 2>&1 >/dev/null || exit $?; "
+            f"echo {_STEP} pull; docker image inspect {img} >/dev/null 2>&1 || docker pull {img} 2>&1"
         )
-        result = await self._run(command)
+        result = self._secrets_removed(
+            await self._run(command, self.settings.pull_timeout, deadline, f"pulling {image}"),
+            f"pulling {image}",
+        )
         if result.ok:
             return
+        step, text = last_step(result.stdout)
+        output = ExecResult(result.exit_code, text, result.stderr)
+        if step == "login":
+            self._raise_login_error(output)
+        self._raise_registry_error(image, output, "manifest inspect" if step == "manifest" else "pull")
+
+    def _raise_login_error(self, result: ExecResult) -> NoReturn:
         text = _lower(result)
         if any(m in text for m in _AUTH_MARKERS) or "password" in text:
             raise EntitlementError(
@@ -305,15 +397,7 @@ class Workload:
             cli_message=_message(result),
         )
 
-    async def verify_entitlement(self, image: str) -> None:
-        """`docker manifest inspect`: fails before any GPU time is spent on an image we may not pull."""
-        command = f"{self._docker_config()} docker manifest inspect {shlex.quote(image)} 2>&1 >/dev/null"
-        result = await self._run(command)
-        if result.ok:
-            return
-        self._raise_registry_error(image, result, "manifest inspect")
-
-    def _raise_registry_error(self, image: str, result: ExecResult, what: str) -> None:
+    def _raise_registry_error(self, image: str, result: ExecResult, what: str) -> NoReturn:
         text = _lower(result)
         if any(m in text for m in _AUTH_MARKERS):
             raise EntitlementError(
@@ -330,31 +414,28 @@ class Workload:
             f"docker {what} of {image} failed", reason="RegistryUnavailable", cli_message=_message(result)
         )
 
-    async def pull(self, image: str) -> None:
-        """Pull before the run (a first pull is billed GPU-idle time either way; this separates a
-        pull failure from a training failure). A present image is not pulled again."""
-        img = shlex.quote(image)
-        command = (
-            f"docker image inspect {img} >/dev/null 2>&1 || {self._docker_config()} docker pull {img} 2>&1"
-        )
-        result = await self._run(command, self.settings.pull_timeout)
-        if not result.ok:
-            self._raise_registry_error(image, result, "pull")
-
     async def stage_inputs(
         self,
         inputs: Sequence[StageInput | tuple[str, str]],
         s3_endpoint: str | None = None,
         region: str | None = None,
+        *,
+        credentials: S3Credentials,
+        deadline: datetime | None = None,
     ) -> int:
         """Copy each S3 prefix (uri, path) to data/<path>; returns the number of files staged. A
-        prefix that holds no objects is a spec error (TAO would fail later, less clearly)."""
-        total = 0
-        for i, raw in enumerate(inputs):
-            item = raw if isinstance(raw, StageInput) else StageInput(*raw)
+        prefix that holds no objects is a spec error (TAO would fail later, less clearly). The S3
+        keys are on the instance only while this one remote command runs."""
+        items = [raw if isinstance(raw, StageInput) else StageInput(*raw) for raw in inputs]
+        for i, item in enumerate(items):
             split_s3_uri(item.uri, f"inputs[{i}].uri")
             if not STAGE_PATH_RE.match(item.path) or ".." in item.path.split("/"):
                 raise SpecError(f"inputs[{i}].path {item.path!r} must be a relative path without '..'")
+        if not items:
+            return 0
+        s3_env = s3_env_file(credentials, region=region)
+        parts = [self._secret_scope(self._secret(S3_ENV_FILE))]
+        for i, item in enumerate(items):
             target = self._path(f"data/{item.path}")
             aws = self._aws(
                 ["s3", "cp", item.uri, f"/job/data/{item.path}", "--recursive", "--only-show-errors"],
@@ -362,36 +443,44 @@ class Workload:
                 s3_endpoint,
                 region,
             )
-            command = (
-                f"mkdir -p {target} && {aws} 2>&1 && "
-                f"printf '{_STAGED} %s\\n' \"$(find {target} -type f | wc -l)\""
+            parts.append(
+                f"echo {_STEP} {i}; mkdir -p {target} && {aws} 2>&1 || exit $?; "
+                f"printf '{_STAGED} {i} %s\\n' \"$(find {target} -type f | wc -l)\"; "
             )
-            result = await self._run(command, self.settings.transfer_timeout)
-            if not result.ok:
-                text = _lower(result)
-                if "nosuchbucket" in text or "does not exist" in text:
-                    raise SpecError(
-                        f"inputs[{i}].uri {item.uri}: bucket does not exist", cli_message=_message(result)
-                    )
-                if any(
-                    m in text for m in ("accessdenied", "invalidaccesskeyid", "signaturedoesnotmatch", "403")
-                ):
-                    raise PermanentError(
-                        f"S3 refused reading inputs[{i}].uri {item.uri}: check the S3 credentials Secret",
-                        reason="S3AccessDenied",
-                        cli_message=_message(result),
-                    )
-                raise TransientError(
-                    f"staging inputs[{i}] from {item.uri} failed",
-                    reason="StagingFailed",
-                    cli_message=_message(result),
-                )
-            match = re.search(rf"{_STAGED} (\d+)", result.stdout)
-            count = int(match.group(1)) if match else 0
-            if count == 0:
+        await self._put_secret(S3_ENV_FILE, s3_env, deadline)
+        # One command copies every input: each keeps the transfer budget it had on its own.
+        limit = self.settings.transfer_timeout * len(items)
+        result = self._secrets_removed(
+            await self._run("".join(parts).rstrip("; "), limit, deadline, "staging"), "staging inputs"
+        )
+        if not result.ok:
+            step, text = last_step(result.stdout)
+            i = int(step) if step.isdigit() else 0
+            self._raise_staging_error(
+                i, items[min(i, len(items) - 1)].uri, ExecResult(result.exit_code, text)
+            )
+        counts = {
+            int(m.group(1)): int(m.group(2)) for m in re.finditer(rf"{_STAGED} (\d+) (\d+)", result.stdout)
+        }
+        for i, item in enumerate(items):
+            if counts.get(i, 0) == 0:
                 raise SpecError(f"inputs[{i}].uri {item.uri} holds no objects")
-            total += count
-        return total
+        return sum(counts.values())
+
+    @staticmethod
+    def _raise_staging_error(i: int, uri: str, result: ExecResult) -> NoReturn:
+        text = _lower(result)
+        if "nosuchbucket" in text or "does not exist" in text:
+            raise SpecError(f"inputs[{i}].uri {uri}: bucket does not exist", cli_message=_message(result))
+        if any(m in text for m in ("accessdenied", "invalidaccesskeyid", "signaturedoesnotmatch", "403")):
+            raise PermanentError(
+                f"S3 refused reading inputs[{i}].uri {uri}: check the S3 credentials Secret",
+                reason="S3AccessDenied",
+                cli_message=_message(result),
+            )
+        raise TransientError(
+            f"staging inputs[{i}] from {uri} failed", reason="StagingFailed", cli_message=_message(result)
+        )
 
     async def start_container(
         self,
@@ -399,22 +488,31 @@ class Workload:
         network_arch: str,
         action: str,
         *,
-        spec_path: str = SPEC_IN_CONTAINER,
+        spec_path: str = SPEC_MOUNT_PATH,
         gpus: int | None = None,
         env: Mapping[str, str] | None = None,
+        secret_env: Mapping[str, bytes | str] | None = None,
         args: Sequence[str] = (),
         shm_size: str | None = None,
+        deadline: datetime | None = None,
     ) -> bool:
         """`docker run -d` the TAO container unless one of that name exists. Returns True if this
-        call started it. Non-secret env goes as `-e K=V`; secret env only via container.env."""
+        call started it. Non-secret env goes as `-e K=V`; `secret_env` only through an env file
+        that exists until `docker run` has read it. Raises `ImageNotPresent` instead of letting
+        `docker run` pull (the registry login is gone by now)."""
         for key in env or {}:
             if not ENV_NAME_RE.match(key):
                 raise SpecError(f"env name {key!r} is invalid: use letters, digits and '_'")
+        secret_file = env_file(secret_env, source="secret environment variable") if secret_env else None
         name = shlex.quote(self.job_id)
+        img = shlex.quote(image)
+        env_path = self._secret(CONTAINER_ENV_FILE)
         run = [
             "docker",
             "run",
             "-d",
+            "--pull",
+            "never",
             "--name",
             name,
             "--label",
@@ -427,28 +525,36 @@ class Workload:
             run += ["--shm-size", shlex.quote(shm)]
         run += [
             "-v",
-            self._path("spec") + ":/workspace/spec:ro",
+            self._path("spec") + f":{SPEC_DIR}:ro",
             "-v",
-            self._path("data") + f":{DATA_IN_CONTAINER}",
+            self._path("data") + f":{DATA_ROOT}",
             "-v",
-            self._path("results") + f":{RESULTS_IN_CONTAINER}",
-            "--env-file",
-            self._path(f"secrets/{CONTAINER_ENV_FILE}"),
+            self._path("results") + f":{RESULTS_DIR}",
         ]
+        if secret_file is not None:
+            run += ["--env-file", env_path]
         for key, value in (env or {}).items():
             run += ["-e", shlex.quote(f"{key}={value}")]
-        run += [shlex.quote(image), shlex.quote(network_arch), shlex.quote(action)]
-        run += ["-e", shlex.quote(spec_path), f"results_dir={RESULTS_IN_CONTAINER}"]
+        run += [img, shlex.quote(network_arch), shlex.quote(action)]
+        run += ["-e", shlex.quote(spec_path), f"results_dir={RESULTS_DIR}"]
         run += [shlex.quote(a) for a in args]
         command = (
-            f"umask 077 && mkdir -p {self._path('spec')} {self._path('data')} {self._path('results')} "
-            f"{self._path('logs')} {self._path('secrets')} && "
-            f"touch {self._path(f'secrets/{CONTAINER_ENV_FILE}')} && "
-            f"if docker inspect {name} >/dev/null 2>&1; then echo {_EXISTS}; else {' '.join(run)} 2>&1; fi"
+            f"{self._secret_scope(env_path)}umask 077 && "
+            f"mkdir -p {self._path('spec')} {self._path('data')} {self._path('results')} "
+            f"{self._path('logs')} || exit $?; "
+            f"if docker inspect {name} >/dev/null 2>&1; then echo {_EXISTS}; "
+            f"elif ! docker image inspect {img} >/dev/null 2>&1; then echo {_IMAGE_MISSING}; exit 3; "
+            f"else {' '.join(run)} 2>&1; fi"
         )
-        result = await self._run(command)
+        if secret_file is not None:
+            await self._put_secret(CONTAINER_ENV_FILE, secret_file, deadline)
+        result = self._secrets_removed(
+            await self._run(command, self.settings.command_timeout, deadline, "docker run"), "docker run"
+        )
         if result.ok:
             return _EXISTS not in result.stdout
+        if _IMAGE_MISSING in result.stdout:
+            raise ImageNotPresent(f"image {image} is not on {self.instance}; it must be pulled first")
         if "is already in use" in result.stdout:  # a concurrent/duplicated run won the name
             return False
         raise TransientError(
@@ -457,10 +563,13 @@ class Workload:
             cli_message=_message(result),
         )
 
-    async def container_state(self) -> ContainerState | None:
+    async def container_state(self, *, deadline: datetime | None = None) -> ContainerState | None:
         """The container's State, or None if there is no such container."""
         result = await self._run(
-            f"docker inspect --format '{{{{json .State}}}}' {shlex.quote(self.job_id)} 2>&1"
+            f"docker inspect --format '{{{{json .State}}}}' {shlex.quote(self.job_id)} 2>&1",
+            self.settings.command_timeout,
+            deadline,
+            "docker inspect",
         )
         if not result.ok:
             if "no such" in _lower(result):
@@ -477,51 +586,76 @@ class Workload:
                 cli_message=_message(result),
             ) from exc
 
-    async def wait_exit(self, timeout_s: int) -> int | None:
+    def _wait_seconds(self, timeout_s: float, deadline: datetime | None) -> int:
+        """The remote `timeout` of a blocking wait: `timeout_s`, shortened so that the wait plus
+        its transport margin ends within the phase budget."""
+        seconds = max(1, int(timeout_s))
+        if deadline is not None:
+            remaining = (deadline - self._clock()).total_seconds() - self.settings.wait_margin
+            seconds = max(1, min(seconds, int(remaining)))
+        return seconds
+
+    async def wait_exit(self, timeout_s: int, *, deadline: datetime | None = None) -> int | None:
         """Block on the instance up to `timeout_s` for the container to exit: its exit code, or
         None if it is still running. One brev call notices an exit within about a second."""
-        seconds = max(1, int(timeout_s))
+        seconds = self._wait_seconds(timeout_s, deadline)
         command = f"timeout {seconds} docker wait {shlex.quote(self.job_id)} 2>&1"
-        result = await self._run(command, seconds + self.settings.wait_margin)
+        result = await self._run(command, seconds + self.settings.wait_margin, deadline, "docker wait")
         if result.exit_code == _TIMEOUT_RC:
             return None
         if result.ok:
             lines = result.stdout.strip().splitlines()
             if lines and lines[-1].strip().lstrip("-").isdigit():
                 return int(lines[-1].strip())
+        raise self._wait_error(result)
+
+    def _wait_error(self, result: ExecResult) -> TaoBrevError:
         if "no such container" in _lower(result):
-            raise ContainerNotFound(
+            return ContainerNotFound(
                 f"container {self.job_id} is not on {self.instance}", cli_message=_message(result)
             )
-        raise TransientError("docker wait failed", reason="ContainerWaitFailed", cli_message=_message(result))
+        return TransientError(
+            "docker wait failed", reason="ContainerWaitFailed", cli_message=_message(result)
+        )
 
-    async def wait_exit_with_tail(self, timeout_s: int, tail: int) -> tuple[int | None, list[str]]:
-        """`wait_exit` plus the container's last `tail` log lines, in the SAME brev call: the tail
-        costs no extra round trip between the exit and the next step."""
-        seconds = max(1, int(timeout_s))
+    def _tail_command(self, tail: int) -> str:
+        # `--tail` counts "\n" only: cap the bytes too, so one huge line never crosses ssh whole.
+        return f"docker logs --tail {int(tail)} {shlex.quote(self.job_id)} 2>&1 | tail -c {TAIL_MAX_BYTES}"
+
+    async def wait_exit_with_tail(
+        self, timeout_s: int, tail: int = TAIL_LINES, *, deadline: datetime | None = None
+    ) -> ExitInfo:
+        """`wait_exit` plus the container's State.FinishedAt and its last `tail` log lines, in the
+        SAME brev call: no extra round trip between the exit and the next step."""
+        seconds = self._wait_seconds(timeout_s, deadline)
         name = shlex.quote(self.job_id)
         # The tail also comes back while it still runs: progress in status every wait, for free.
         command = (
-            f"timeout {seconds} docker wait {name} 2>&1; rc=$?; "
-            f"echo {_TAIL_MARK}; docker logs --tail {int(tail)} {name} 2>&1; exit $rc"
+            f"timeout {seconds} docker wait {name} 2>&1; rc=$?; echo {_STATE_MARK}; "
+            f"if [ $rc -eq 0 ]; then docker inspect --format '{{{{json .State}}}}' {name} 2>/dev/null; fi; "
+            f"echo {_TAIL_MARK}; {self._tail_command(tail)}; exit $rc"
         )
-        result = await self._run(command, seconds + self.settings.wait_margin)
-        head, _, logs = result.stdout.partition(f"{_TAIL_MARK}\n")
+        result = await self._run(command, seconds + self.settings.wait_margin, deadline, "docker wait")
+        head, _, rest = result.stdout.partition(f"{_STATE_MARK}\n")
+        state_text, _, logs = rest.partition(f"{_TAIL_MARK}\n")
+        lines = clean_log_tail(logs, lines=tail, head_cut=len(logs.encode()) >= TAIL_MAX_BYTES)
         if result.exit_code == _TIMEOUT_RC:
-            return None, logs.splitlines()
+            return ExitInfo(None, None, tuple(lines))
         if result.ok:
-            lines = head.strip().splitlines()
-            if lines and lines[-1].strip().lstrip("-").isdigit():
-                return int(lines[-1].strip()), logs.splitlines()
-        if "no such container" in _lower(result):
-            raise ContainerNotFound(
-                f"container {self.job_id} is not on {self.instance}", cli_message=_message(result)
-            )
-        raise TransientError("docker wait failed", reason="ContainerWaitFailed", cli_message=_message(result))
+            words = head.strip().splitlines()
+            if words and words[-1].strip().lstrip("-").isdigit():
+                return ExitInfo(int(words[-1].strip()), _finished_at(state_text), tuple(lines))
+        raise self._wait_error(result)
 
-    async def logs(self, tail: int = 200) -> list[str]:
-        """The last `tail` lines the container printed (stdout and stderr)."""
-        result = await self._run(f"docker logs --tail {int(tail)} {shlex.quote(self.job_id)} 2>&1")
+    async def logs(self, tail: int = 200, *, deadline: datetime | None = None) -> list[str]:
+        """The last `tail` lines the container printed (stdout and stderr), cleaned like the
+        status tail (`clean_log_tail`)."""
+        result = await self._run(
+            f"set -o pipefail; {self._tail_command(tail)}",
+            self.settings.command_timeout,
+            deadline,
+            "docker logs",
+        )
         if not result.ok:
             if "no such container" in _lower(result):
                 raise ContainerNotFound(
@@ -530,26 +664,45 @@ class Workload:
             raise TransientError(
                 "docker logs failed", reason="ContainerLogsFailed", cli_message=_message(result)
             )
-        return result.stdout.splitlines()
+        return clean_log_tail(
+            result.stdout, lines=tail, head_cut=len(result.stdout.encode()) >= TAIL_MAX_BYTES
+        )
 
-    async def stop_container(self) -> None:
-        """SIGTERM, then SIGKILL after the grace period; a missing container counts as stopped."""
+    async def stop_container(self, grace_s: int | None = None, *, deadline: datetime | None = None) -> None:
+        """SIGTERM, then SIGKILL after `grace_s` (default: settings.stop_grace_s); a missing
+        container counts as stopped. Bounded on both sides: the remote `timeout` ends a hung
+        docker, the call timeout (grace + stop_margin, or less by `deadline`) an unreachable
+        instance, so a stop always ends with success or a TransientError."""
         name = shlex.quote(self.job_id)
-        grace = int(self.settings.stop_grace_s)
-        command = f"docker stop -t {grace} {name} >/dev/null 2>&1 || ! docker inspect {name} >/dev/null 2>&1"
-        result = await self._run(command, self.settings.command_timeout + grace)
-        if not result.ok:
+        grace = max(0, int(self.settings.stop_grace_s if grace_s is None else grace_s))
+        # docker stop waits `grace`, then SIGKILLs and waits for the exit: give it 10 s for that.
+        command = f"timeout -k 5 {grace + 10} docker stop -t {grace} {name} 2>&1"
+        result = await self._run(command, grace + self.settings.stop_margin, deadline, "docker stop")
+        if result.ok or "no such container" in _lower(result):
+            return
+        if result.exit_code == _TIMEOUT_RC:
             raise TransientError(
-                "docker stop failed", reason="ContainerStopFailed", cli_message=_message(result)
+                f"docker stop of {self.job_id} did not return within {grace + 10} s",
+                reason="ContainerStopFailed",
+                cli_message=_message(result),
             )
+        raise TransientError("docker stop failed", reason="ContainerStopFailed", cli_message=_message(result))
 
     async def upload_results(
-        self, results_uri: str, endpoint: str | None = None, region: str | None = None
+        self,
+        results_uri: str,
+        endpoint: str | None = None,
+        region: str | None = None,
+        *,
+        credentials: S3Credentials,
+        deadline: datetime | None = None,
     ) -> tuple[int, int]:
         """Save `docker logs` to logs/container.log, copy results/ and logs/ to <uri>/results and
-        <uri>/logs, then verify the bucket holds every local file with its size.
+        <uri>/logs, then verify the bucket holds every local file with its size, in ONE remote
+        command during which alone the S3 keys are on the instance.
         Returns (objects, bytes) verified; raises TransientError on any mismatch."""
         bucket, prefix = split_s3_uri(results_uri, "resultsUri")
+        s3_env = s3_env_file(credentials, region=region)
         base = results_uri.rstrip("/")
         name = shlex.quote(self.job_id)
         logs_dir = self._path("logs")
@@ -571,43 +724,49 @@ class Workload:
             endpoint,
             region,
         )
-        command = (
-            f"mkdir -p {self._path('results')} {logs_dir} && {save_log} && "
-            f"{copy_results} 2>&1 && {copy_logs} 2>&1"
-        )
-        result = await self._run(command, self.settings.transfer_timeout)
-        if not result.ok:
-            raise TransientError(
-                f"uploading results to {results_uri} failed",
-                reason="UploadFailed",
-                cli_message=_message(result),
-            )
-        return await self._verify_upload(bucket, prefix, endpoint, region)
-
-    async def _verify_upload(
-        self, bucket: str, prefix: str, endpoint: str | None, region: str | None
-    ) -> tuple[int, int]:
         list_args = ["s3api", "list-objects-v2", "--bucket", bucket]
         if prefix:
             list_args += ["--prefix", f"{prefix}/"]
         list_args += ["--query", "Contents[].[Key,Size]", "--output", "json"]
         listing = self._aws(list_args, [], endpoint, region)
         command = (
-            f"cd {self._path()} && find results logs -type f -printf 'F\\t%s\\t%p\\n' && "
+            f"{self._secret_scope(self._secret(S3_ENV_FILE))}"
+            f"echo {_STEP} upload; mkdir -p {self._path('results')} {logs_dir} && {save_log} && "
+            f"{copy_results} 2>&1 && {copy_logs} 2>&1 || exit $?; "
+            f"echo {_STEP} verify; cd {self._path()} && "
+            f"find results logs -type f -printf 'F\\t%s\\t%p\\n' && "
             f"echo {_LISTING} && {listing}"
         )
-        result = await self._run(command, self.settings.transfer_timeout)
+        await self._put_secret(S3_ENV_FILE, s3_env, deadline)
+        # The copy, then the listing that verifies it (short), in the same call.
+        upload_limit = self.settings.transfer_timeout + self.settings.command_timeout
+        result = self._secrets_removed(
+            await self._run(command, upload_limit, deadline, "uploading results"),
+            "uploading results",
+        )
+        step, text = last_step(result.stdout)
         if not result.ok:
+            failed = ExecResult(result.exit_code, text, result.stderr)
+            if step == "verify":
+                raise TransientError(
+                    "listing uploaded results failed", reason="UploadFailed", cli_message=_message(failed)
+                )
             raise TransientError(
-                "listing uploaded results failed", reason="UploadFailed", cli_message=_message(result)
+                f"uploading results to {results_uri} failed",
+                reason="UploadFailed",
+                cli_message=_message(failed),
             )
+        return self._verified(bucket, prefix, text)
+
+    @staticmethod
+    def _verified(bucket: str, prefix: str, listing_output: str) -> tuple[int, int]:
         try:
-            local, remote = parse_listing(result.stdout)
+            local, remote = parse_listing(listing_output)
         except (ValueError, IndexError, TypeError) as exc:
             raise TransientError(
                 "could not read the upload verification listing",
                 reason="UploadFailed",
-                cli_message=_message(result),
+                cli_message=listing_output.strip()[-2000:],
             ) from exc
         key_prefix = f"{prefix}/" if prefix else ""
         missing = [path for path, size in local.items() if remote.get(f"{key_prefix}{path}") != size]
@@ -619,24 +778,31 @@ class Workload:
             )
         return len(local), sum(local.values())
 
-    async def remove_container(self) -> None:
+    async def remove_container(self, *, deadline: datetime | None = None) -> None:
         name = shlex.quote(self.job_id)
         command = f"docker rm -f {name} >/dev/null 2>&1; ! docker inspect {name} >/dev/null 2>&1"
-        result = await self._run(command)
+        result = await self._run(command, self.settings.command_timeout, deadline, "docker rm")
         if not result.ok:
             raise TransientError(
                 "docker rm -f failed", reason="ContainerRemoveFailed", cli_message=_message(result)
             )
 
-    async def cleanup(self) -> None:
-        """Remove ~/taobrev/<job> (secrets and the job's registry login included). Containers write
+    async def cleanup(self, *, deadline: datetime | None = None) -> None:
+        """Remove ~/taobrev/<job> (and any secret file an interrupted step left). Containers write
         results as root, hence the non-interactive sudo fallback on a real VM."""
         path = self._path()
         command = f"rm -rf {path} 2>/dev/null || sudo -n rm -rf {path}; test ! -e {path}"
-        result = await self._run(command)
+        result = await self._run(command, self.settings.command_timeout, deadline, "cleanup")
         if not result.ok:
             raise TransientError(
                 f"could not remove {self.remote_dir} on {self.instance}",
                 reason="CleanupFailed",
                 cli_message=_message(result),
             )
+
+
+def _finished_at(state_text: str) -> datetime | None:
+    try:
+        return parse_docker_time(parse_state(state_text).finished_at)
+    except (ValueError, IndexError):
+        return None

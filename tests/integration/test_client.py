@@ -22,7 +22,8 @@ import structlog
 
 from controller.brev.cli import BrevCLI, BrevCLISettings, BrevConfigError
 from controller.brev.client import BrevCredentials, CreateRequest, Instance
-from controller.brev.workload import StageInput, Workload, WorkloadSettings, env_file, s3_env_file
+from controller.brev.envfile import S3Credentials
+from controller.brev.workload import StageInput, Workload, WorkloadSettings
 from controller.errors import (
     BrevAuthError,
     BrevPermanentError,
@@ -467,12 +468,7 @@ def _prepared_job(sim: BrevSim, client: BrevCLI, name: str, **simulation: Any) -
     job = Workload(client, name, f"job-{name}", settings=WorkloadSettings())
     spec = {"simulation": {"epochs": 1, "epoch_seconds": 1, **simulation}}
 
-    async def prepare() -> None:
-        await job.deliver_secrets({"ngc_api_key": b"nvapi-k", "s3.env": s3_env_file("AKIAX", "sx")})
-        await job.write_spec(json.dumps(spec))
-        await job.registry_login()
-
-    asyncio.run(prepare())
+    asyncio.run(job.write_spec(json.dumps(spec)))
     return job
 
 
@@ -482,11 +478,11 @@ def test_registry_and_pull_faults_map_onto_the_hierarchy(brev_sim: BrevSim, make
     job = _prepared_job(brev_sim, make_client(), "tbj-reg")
     brev_sim.set_faults(ngc_entitlement=True)
     with pytest.raises(EntitlementError) as denied:
-        asyncio.run(job.verify_entitlement(TAO))
+        asyncio.run(job.pull_image(TAO, ngc_api_key=b"nvapi-k"))
     assert "unauthorized" in denied.value.cli_message
     brev_sim.set_faults(ngc_entitlement=False, pull_fails="net/http: TLS handshake timeout")
     with pytest.raises(TransientError) as pull:
-        asyncio.run(job.pull(TAO))
+        asyncio.run(job.pull_image(TAO, ngc_api_key=b"nvapi-k"))
     assert "TLS handshake timeout" in pull.value.cli_message
 
 
@@ -499,7 +495,7 @@ def test_exit_codes_reach_the_caller_training_failure_and_stop(
 
     async def scenario() -> tuple[int, int | None, int]:
         for job in (failing, long):
-            await job.pull(TAO)
+            await job.pull_image(TAO, ngc_api_key=b"nvapi-k")
             assert await job.start_container(TAO, "visual_changenet", "train")
         (failed,) = await eventually(lambda: _exited(failing), "failing container exit")
         still = await long.wait_exit(1)
@@ -519,7 +515,11 @@ def test_a_failed_upload_is_transient_and_keeps_the_message(
     s3_server.create_bucket("h4-upload-fail")
     brev_sim.set_faults(upload_fails="simulated outage")
     with pytest.raises(TransientError) as info:
-        asyncio.run(job.upload_results("s3://h4-upload-fail/x", s3_server.endpoint_url))
+        asyncio.run(
+            job.upload_results(
+                "s3://h4-upload-fail/x", s3_server.endpoint_url, credentials=S3Credentials(b"AKIAX", b"sx")
+            )
+        )
     assert "simulated outage" in info.value.cli_message
 
 
@@ -560,26 +560,24 @@ def full_run(sim: BrevSim, s3: S3Server, make_client: MakeClient, caplog: LogCap
         await running(client, name)
         job = Workload(client, name, job_id, settings=WorkloadSettings())
         await exec_ready(job)
-        await job.deliver_secrets(
-            {
-                "ngc_api_key": ngc_key.encode(),
-                "s3.env": s3_env_file(s3_key_id, s3_secret, region="us-east-1"),
-                "container.env": env_file({"HF_TOKEN": hf_token}),
-            }
-        )
+        s3_creds = S3Credentials(s3_key_id.encode(), s3_secret.encode())
         await job.write_spec(json.dumps(spec))
-        await job.registry_login()
-        await job.verify_entitlement(TAO)
-        await job.pull(TAO)
-        staged = await job.stage_inputs([StageInput(f"s3://in-{tag}/ds/train", "train")], s3.endpoint_url)
+        await job.pull_image(TAO, ngc_api_key=ngc_key.encode())
+        staged = await job.stage_inputs(
+            [StageInput(f"s3://in-{tag}/ds/train", "train")], s3.endpoint_url, credentials=s3_creds
+        )
         assert staged == 1
-        assert await job.start_container(TAO, "visual_changenet", "train", env={"PUBLIC_FLAG": "1"})
+        assert await job.start_container(
+            TAO, "visual_changenet", "train", env={"PUBLIC_FLAG": "1"}, secret_env={"HF_TOKEN": hf_token}
+        )
         assert not await job.start_container(TAO, "visual_changenet", "train")  # idempotent
         (code,) = await eventually(lambda: _exited(job), "container exit")
         assert code == 0
         tail = await job.logs(5)
         assert tail[-1].endswith("train finished successfully")
-        upload = await job.upload_results(f"s3://out-{tag}/runs/{job_id}", s3.endpoint_url, "us-east-1")
+        upload = await job.upload_results(
+            f"s3://out-{tag}/runs/{job_id}", s3.endpoint_url, "us-east-1", credentials=s3_creds
+        )
         await job.remove_container()
         assert await job.container_state() is None
         await job.cleanup()

@@ -1,0 +1,18 @@
+"""Where things are inside the TAO container (PURE, data only): the one home of these paths.
+
+The API (`models`) documents them to users (specPath, inputs' paths) and the workload mounts the
+job's directories on them; both import from here so they cannot drift apart.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+WORKSPACE: Final = "/workspace"
+# spec/ is mounted read-only; the operator writes spec.yaml there from spec.task.specContent.
+SPEC_DIR: Final = f"{WORKSPACE}/spec"
+SPEC_MOUNT_PATH: Final = f"{SPEC_DIR}/spec.yaml"
+# Inputs staged from S3 land under data/<path>.
+DATA_ROOT: Final = f"{WORKSPACE}/data"
+# TAO's results_dir: everything written here is uploaded to spec.data.resultsUri/results.
+RESULTS_DIR: Final = f"{WORKSPACE}/results"

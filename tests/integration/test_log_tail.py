@@ -1,0 +1,105 @@
+"""The log tail that reaches status is bounded at the source (issue 9.3), through the real client
+and the simulator's docker: a tqdm progress bar (one `\\n`-line of `\\r` redraws, as real docker's
+`--tail` counts it) collapses to what a terminal shows, and a 5 MB line crosses ssh capped and
+lands in status cut to one marked line."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from controller.brev.cli import BrevCLI, BrevCLISettings
+from controller.brev.client import BrevCredentials
+from controller.brev.logtail import LINE_CUT, TAIL_LINE_CHARS, TAIL_LINES
+from controller.brev.workload import Workload, WorkloadSettings
+from controller.versions import load_versions
+from tests.brevsim.harness import BrevSim
+
+pytestmark = pytest.mark.integration
+
+TAO = load_versions().images.tao_toolkit.pyt
+HANG_GUARD_WAITS = 24  # bounded 5 s waits: only guards against hangs
+
+
+@pytest.fixture
+def client(brev_sim: BrevSim, tmp_path: Path) -> Iterator[BrevCLI]:
+    made = BrevCLI(
+        BrevCLISettings(
+            home=brev_sim.home,
+            expected_version=load_versions().brev.cli_version,
+            sa_token_path=tmp_path / "no-service-account-token",
+        ),
+        BrevCredentials(api_key=BrevSim.API_KEY, org_id=BrevSim.ORG_ID),
+        env=brev_sim.env(),
+    )
+    yield made
+    made.close()
+
+
+def test_a_progress_bar_and_a_five_megabyte_line_reach_status_bounded(
+    brev_sim: BrevSim, client: BrevCLI
+) -> None:
+    name = "tbj-tail"
+    brev_sim.add_instance(name)
+    job = Workload(client, name, "job-tail", settings=WorkloadSettings())
+
+    async def exited() -> None:
+        await job.write_spec(json.dumps({"simulation": {"epochs": 1, "epoch_seconds": 1}}))
+        await job.pull_image(TAO, ngc_api_key=b"nvapi-k")
+        assert await job.start_container(TAO, "visual_changenet", "train")
+        for _ in range(HANG_GUARD_WAITS):
+            if (await job.wait_exit_with_tail(5)).code is not None:
+                return
+        raise AssertionError("container did not exit")
+
+    asyncio.run(exited())
+    # What the training printed last: a bar redrawn with \r, then one 5 MB line of output.
+    bar = "".join(f"\r{pct:3d}%|{'#' * (pct // 10):<10}| {pct}/100" for pct in range(101))
+    huge = "".join(f"{i:07d} " for i in range(700_000))
+    assert len(huge) > 5_000_000
+    [container] = brev_sim.containers(name)
+    with Path(container["LogPath"]).open("a") as log:
+        log.write(f"{bar}\n{huge}\n")
+
+    info = asyncio.run(job.wait_exit_with_tail(5))
+    assert info.code == 0
+    assert len(info.tail) <= TAIL_LINES
+    assert all(len(line) <= TAIL_LINE_CHARS for line in info.tail)
+    # Only the last 64 KiB of the 5 MB line crossed: its start is gone and marked, its end cut.
+    last = info.tail[-1]
+    assert last.startswith("…[cut] ")
+    assert last.endswith(LINE_CUT)
+    assert "0000000" not in last
+    # The bar came before the huge line: the byte cap left it out, so nothing else crossed.
+    assert info.tail == (last,)
+    # logs() reads through the same cap.
+    assert asyncio.run(job.logs(3)) == [last]
+
+
+def test_a_progress_bar_collapses_to_its_last_redraw(brev_sim: BrevSim, client: BrevCLI) -> None:
+    name = "tbj-bar"
+    brev_sim.add_instance(name)
+    job = Workload(client, name, "job-bar", settings=WorkloadSettings())
+
+    async def exited() -> None:
+        await job.write_spec(json.dumps({"simulation": {"epochs": 1, "epoch_seconds": 1}}))
+        await job.pull_image(TAO, ngc_api_key=b"nvapi-k")
+        assert await job.start_container(TAO, "visual_changenet", "train")
+        for _ in range(HANG_GUARD_WAITS):
+            if (await job.wait_exit_with_tail(5)).code is not None:
+                return
+        raise AssertionError("container did not exit")
+
+    asyncio.run(exited())
+    bar = "".join(f"\r{pct:3d}%|{'#' * (pct // 10):<10}| {pct}/100" for pct in range(101))
+    [container] = brev_sim.containers(name)
+    with Path(container["LogPath"]).open("a") as log:
+        log.write(f"Epoch 1/1\n{bar}\nvalidation loss 0.12\n")
+
+    info = asyncio.run(job.wait_exit_with_tail(5))
+    assert info.tail[-3:] == ("Epoch 1/1", "100%|##########| 100/100", "validation loss 0.12")
+    assert len(info.tail) <= TAIL_LINES
