@@ -18,9 +18,10 @@ from controller.brev.cli import BrevCLI, BrevCLISettings
 from controller.brev.client import BrevCredentials
 from controller.directory import InstanceDirectory
 from controller.errors import PermanentError
+from controller.health import Watchdog
 from controller.kube import KubeAccess, api_client, resolve_connection
 from controller.logs import register_secret
-from controller.metrics import Recorder
+from controller.metrics import Recorder, RedactingRegistry
 from controller.reconciler import EventSink, Reconciler
 from controller.settings import Settings
 from controller.versions import load_versions
@@ -37,16 +38,23 @@ class App:
     brev: BrevCLI
     directory: InstanceDirectory
     reconciler: Reconciler
+    watchdog: Watchdog
 
 
 def build(settings: Settings, events: EventSink) -> App:
-    registry = CollectorRegistry()
+    registry: CollectorRegistry = RedactingRegistry()
     recorder = Recorder(registry)
-    kube = KubeAccess(api_client(resolve_connection(settings)))
+    kube = KubeAccess(
+        api_client(resolve_connection(settings)),
+        request_timeout=settings.kube_request_timeout,
+        require_secret_label=settings.require_secret_label,
+    )
 
     async def credentials() -> BrevCredentials:
         # Read on every (re)login, so a rotated Secret is picked up without a restart.
-        data = await kube.read_secret(settings.operator_namespace, settings.brev_credentials_secret)
+        data = await kube.read_secret(
+            settings.operator_namespace, settings.brev_credentials_secret, operator_own=True
+        )
         where = f"Secret {settings.operator_namespace}/{settings.brev_credentials_secret}"
         if data is None:
             raise PermanentError(f"{where} (TAOBREV_BREV_CREDENTIALS_SECRET) does not exist")
@@ -89,7 +97,8 @@ def build(settings: Settings, events: EventSink) -> App:
         tunables=settings.tunables(),
         listing_max_age=settings.listing_max_age,
     )
-    return App(settings, registry, recorder, kube, brev, directory, reconciler)
+    watchdog = Watchdog(grace=settings.liveness_grace, pass_ceiling=settings.pass_ceiling())
+    return App(settings, registry, recorder, kube, brev, directory, reconciler, watchdog)
 
 
 async def start(app: App) -> None:

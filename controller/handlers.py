@@ -3,12 +3,17 @@
 Level-based driving (kopf's own recommendation for state machines): one daemon per TaoBrevJob
 loops `reconcile()` with the delay it asks for; the delete handler calls the same reconciler until
 teardown is confirmed, and only then lets kopf release the finalizer.
+
+Both report each pass to the liveness watchdog (controller.health). Text that leaves through
+kopf (Events, the TemporaryError message kopf stores in its progress annotation) is redacted
+here, because kopf's own posting never passes our logging filter.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from http.server import ThreadingHTTPServer
 from typing import Any
 
 import kopf
@@ -16,7 +21,9 @@ import structlog
 
 from controller import app as app_module
 from controller.errors import PermanentError, TransientError
+from controller.health import serve_health
 from controller.kube import GROUP, PLURAL, VERSION, resolve_connection
+from controller.logs import redact_text
 from controller.metrics import serve_metrics
 from controller.reconciler import JobRef
 from controller.settings import Settings
@@ -28,7 +35,20 @@ RESOURCE = (GROUP, VERSION, PLURAL)
 
 def _post_event(ref: JobRef, type_: str, reason: str, message: str) -> None:
     if ref.body is not None:
-        kopf.event(ref.body, type=type_, reason=reason, message=message[:1024])
+        # Redact before cutting, so a cut cannot split a secret into an unrecognisable prefix.
+        kopf.event(
+            ref.body, type=type_, reason=redact_text(reason)[:128], message=redact_text(message)[:1024]
+        )
+
+
+def _job_key(body: kopf.Body) -> str:
+    return f"{body.metadata.get('namespace')}/{body.metadata.get('name')}"
+
+
+def _retry_delay(app: app_module.App, failures: int) -> float:
+    """Exponential backoff for transient errors (an API server that is down, 403 after a restart)."""
+    base: float = app.settings.poll_interval
+    return float(min(base * 2 ** max(failures - 1, 0), max(app.settings.backoff_max, base)))
 
 
 @kopf.on.startup()
@@ -42,7 +62,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.watching.connect_timeout = 30
-    settings.networking.request_timeout = 60
+    settings.networking.request_timeout = ours.kube_request_timeout
     settings.networking.connect_timeout = 30
     # Only our explicit Events are posted (their text is ours and redacted), not every log line.
     settings.posting.loggers = False
@@ -54,13 +74,16 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     memo["app"] = app
     if ours.metrics_port:
         serve_metrics(app.registry, ours.metrics_host, ours.metrics_port)
+    if ours.liveness_endpoint:
+        memo["health"] = serve_health(app.watchdog, ours.liveness_endpoint)
     try:
         await app_module.start(app)
     except PermanentError as exc:
         # A misconfigured operator must not look healthy: stop with the reason.
-        raise kopf.PermanentError(str(exc)) from exc
+        raise kopf.PermanentError(redact_text(str(exc))) from exc
     except TransientError as exc:
         log.warning("brev not ready at start-up; jobs will retry", error=str(exc))
+    app.watchdog.started = True
 
 
 @kopf.on.login()
@@ -82,36 +105,84 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     app = memo.get("app")
     if app is not None:
         app.brev.close()
+    health: ThreadingHTTPServer | None = memo.get("health")
+    if health is not None:
+        health.shutdown()
+        health.server_close()
 
 
 # backoff: an unexpected exception restarts the loop after 5 s (kopf default: 60 s).
 @kopf.daemon(*RESOURCE, cancellation_timeout=2.0, initial_delay=0, backoff=5.0)
 async def drive(stopped: kopf.DaemonStopped, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     app = memo["app"]
-    while not stopped:
-        if body.metadata.get("deletionTimestamp"):
-            return  # the delete handler takes over
-        try:
-            delay = await app.reconciler.reconcile(JobRef.from_body(body, deleting=False))
-        except TransientError as exc:
-            log.warning("reconcile failed; retrying", error=str(exc), name=body.metadata.get("name"))
-            delay = app.settings.poll_interval
-        if delay is None:
-            return  # finished: nothing more to watch until the object is deleted
-        if delay > 0:
-            await stopped.wait(delay)
+    key = _job_key(body)
+    failures = 0
+    crashed = False
+    try:
+        while not stopped:
+            if body.metadata.get("deletionTimestamp"):
+                return  # the delete handler takes over
+            app.watchdog.pass_started(key)
+            try:
+                delay = await app.reconciler.reconcile(JobRef.from_body(body, deleting=False))
+                failures = 0
+            except TransientError as exc:
+                # Expected (API server or Brev briefly unavailable): one line, no traceback.
+                failures += 1
+                delay = _retry_delay(app, failures)
+                app.recorder.reconcile_error(exc.reason)
+                log.warning(
+                    "reconcile failed; retrying",
+                    error=str(exc),
+                    reason=exc.reason,
+                    retry_in=delay,
+                    name=body.metadata.get("name"),
+                    namespace=body.metadata.get("namespace"),
+                )
+            if delay is None:
+                return  # finished: nothing more to watch until the object is deleted
+            app.watchdog.pass_finished(key, delay)
+            if delay > 0:
+                await stopped.wait(delay)
+    except Exception:
+        # A bug: kopf logs it and restarts the daemon after `backoff`; the watchdog expects that.
+        crashed = True
+        app.watchdog.pass_finished(key, 5.0)
+        raise
+    finally:
+        if not crashed:
+            app.watchdog.forget(key)
 
 
 @kopf.on.delete(*RESOURCE, retries=None, backoff=1.0)
 async def teardown(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     app = memo["app"]
     ref = JobRef.from_body(body, deleting=True)
+    key = _job_key(body)
     while True:
+        app.watchdog.pass_started(key)
         try:
             delay = await app.reconciler.reconcile(ref)
         except TransientError as exc:
-            raise kopf.TemporaryError(str(exc), delay=app.settings.poll_interval) from exc
+            retry = app.settings.poll_interval
+            app.watchdog.pass_finished(key, retry)
+            app.recorder.reconcile_error(exc.reason)
+            # kopf stores this text in the object's progress annotation: redacted, no traceback.
+            raise kopf.TemporaryError(redact_text(str(exc)), delay=retry) from None
+        except asyncio.CancelledError:
+            app.watchdog.forget(key)
+            raise
+        except Exception as exc:
+            app.watchdog.pass_finished(key, app.settings.poll_interval)
+            log.exception(
+                "teardown pass failed unexpectedly; retrying", name=ref.name, namespace=ref.namespace
+            )
+            raise kopf.TemporaryError(
+                redact_text(f"{type(exc).__name__}: {exc}")[:1024], delay=app.settings.poll_interval
+            ) from None
         if delay is None:
+            app.watchdog.forget(key)
             app.reconciler.forget(ref)
             return  # finalizer released by kopf
+        app.watchdog.pass_finished(key, delay)
         await asyncio.sleep(delay)
