@@ -72,10 +72,11 @@ def finish_cleanly(stack: Stack, name: str) -> None:
 
 
 def test_apiserver_sigkilled_for_20s_then_restarted(stack: Stack, control_plane: ControlPlane) -> None:
-    # Pulling lasts long enough to kill the server in it; every pass there reads the job's Secrets.
-    stack.sim.set_faults(pull_seconds=1500)
+    # WaitingExec lasts long enough to fault the server in it, and passes there come every
+    # poll interval, each reading the job's Secrets: the outage is certain to be met.
+    stack.sim.set_faults(ssh_delay_s=6000)
     stack.apply(stack.job_manifest("apikill"))
-    stack.wait_for("apikill", in_phase("Pulling"), "the job to start pulling")
+    stack.wait_for("apikill", in_phase("WaitingExec"), "the job to wait for exec")
     control_plane.kill("kube-apiserver")
     time.sleep(20)  # the outage under test
     control_plane.restart("kube-apiserver")
@@ -85,9 +86,9 @@ def test_apiserver_sigkilled_for_20s_then_restarted(stack: Stack, control_plane:
 
 
 def test_etcd_sigkilled_for_10s_then_restarted(stack: Stack, control_plane: ControlPlane) -> None:
-    stack.sim.set_faults(pull_seconds=1500)
+    stack.sim.set_faults(ssh_delay_s=6000)
     stack.apply(stack.job_manifest("etcdkill"))
-    stack.wait_for("etcdkill", in_phase("Pulling"), "the job to start pulling")
+    stack.wait_for("etcdkill", in_phase("WaitingExec"), "the job to wait for exec")
     control_plane.kill("etcd")
     time.sleep(10)  # the outage under test
     control_plane.restart("etcd")
@@ -99,9 +100,9 @@ def test_etcd_sigkilled_for_10s_then_restarted(stack: Stack, control_plane: Cont
 def test_apiserver_paused_passes_time_out_and_say_so_then_the_job_finishes(
     stack: Stack, control_plane: ControlPlane
 ) -> None:
-    stack.sim.set_faults(pull_seconds=1500)
+    stack.sim.set_faults(ssh_delay_s=6000)
     stack.apply(stack.job_manifest("apipause"))
-    stack.wait_for("apipause", in_phase("Pulling"), "the job to start pulling")
+    stack.wait_for("apipause", in_phase("WaitingExec"), "the job to wait for exec")
     control_plane.pause("kube-apiserver")
     try:
         # The observable signal: a pass gave up on the hung server and logged it (a client
