@@ -13,9 +13,11 @@ Redaction masks
       keys (bak-...), AWS access key ids and 40-character secret keys next to their key name,
       JWTs, `Bearer xyz`, and `--password xyz` / `--token=xyz` / `login ... -p xyz` argv pairs.
 
-kopf posts what its object loggers log as Kubernetes Events; `configure_logging()` also puts a
-redacting filter on the `kopf.objects` logger so those Events are masked too. Text the operator
-puts into Events or status itself should go through `redact_text()`.
+`redact_text()` is the ONE redaction step of the operator, applied at every sink rather than by
+callers: log lines (here), Events and kopf's TemporaryError text (handlers.py), every status string
+(kube.patch_status), metric label values (metrics.RedactingRegistry). kopf posts what its object
+loggers log as Kubernetes Events; `configure_logging()` also puts a redacting filter on the
+`kopf.objects` logger so those Events are masked too.
 """
 
 from __future__ import annotations
