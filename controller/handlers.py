@@ -117,6 +117,7 @@ async def drive(stopped: kopf.DaemonStopped, body: kopf.Body, memo: kopf.Memo, *
     app = memo["app"]
     key = _job_key(body)
     failures = 0
+    last_reason: str | None = None
     crashed = False
     try:
         while not stopped:
@@ -125,12 +126,17 @@ async def drive(stopped: kopf.DaemonStopped, body: kopf.Body, memo: kopf.Memo, *
             app.watchdog.pass_started(key)
             try:
                 delay = await app.reconciler.reconcile(JobRef.from_body(body, deleting=False))
-                failures = 0
+                failures, last_reason = 0, None
             except TransientError as exc:
                 # Expected (API server or Brev briefly unavailable): one line, no traceback.
                 failures += 1
                 delay = _retry_delay(app, failures)
                 app.recorder.reconcile_error(exc.reason)
+                if exc.reason != last_reason:
+                    # Once per streak: the pass may have failed before writing any status (a
+                    # forbidden Secret), and the user needs to see why the job does not move.
+                    _post_event(JobRef.from_body(body, deleting=False), "Warning", exc.reason, str(exc))
+                last_reason = exc.reason
                 log.warning(
                     "reconcile failed; retrying",
                     error=str(exc),

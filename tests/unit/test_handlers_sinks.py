@@ -132,9 +132,25 @@ class Stopped:
 
 def test_daemon_survives_transient_api_errors_with_growing_backoff() -> None:
     errors: list[BaseException | float | None] = [KubeUnavailable("apiserver down") for _ in range(4)]
+    errors.append(SecretAccessDenied(f"may not read it: {SECRET}"))
     app = fake_app(FakeReconciler([*errors, 0.5, None]))
     stopped = Stopped()
-    asyncio.run(handlers.drive(stopped=stopped, body=kopf.Body(BODY), memo=kopf.Memo(app=app)))
-    assert stopped.waits == [0.01, 0.02, 0.04, 0.05, 0.5]
-    assert app.recorder.errors == ["KubernetesUnavailable"] * 4
+
+    async def scenario() -> list[posting.K8sEvent]:
+        queue: asyncio.Queue[posting.K8sEvent] = asyncio.Queue()
+        posting.settings_var.set(kopf.OperatorSettings())
+        posting.event_queue_loop_var.set(asyncio.get_running_loop())
+        posting.event_queue_var.set(queue)
+        await handlers.drive(stopped=stopped, body=kopf.Body(BODY), memo=kopf.Memo(app=app))
+        return [queue.get_nowait() for _ in range(queue.qsize())]
+
+    events = asyncio.run(scenario())
+    assert stopped.waits == [0.01, 0.02, 0.04, 0.05, 0.05, 0.5]
+    assert app.recorder.errors == ["KubernetesUnavailable"] * 4 + ["SecretAccessDenied"]
     assert app.watchdog.report() == (True, {"ok": True, "jobs": 0})
+    # One Warning Event per streak of the same reason, redacted.
+    assert [(e.type, e.reason) for e in events] == [
+        ("Warning", "KubernetesUnavailable"),
+        ("Warning", "SecretAccessDenied"),
+    ]
+    assert events[1].message == "may not read it: ***"
