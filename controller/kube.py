@@ -191,10 +191,11 @@ class KubeAccess:
         names and ids) so the job's progress is recorded; only if that is refused too does it
         raise `StatusRejected` (transient: the pass backs off instead of crash-looping).
         """
-        redacted = redact_status(status)
         where = f"status of TaoBrevJob {namespace}/{name}"
 
         def _patch() -> bool:
+            # In the worker thread: a long log tail must not block the event loop while masked.
+            redacted = redact_status(status)
             attempts = (redacted, trimmed_status(redacted), minimal_status(redacted))
             last: ApiException | None = None
             for body in attempts:
