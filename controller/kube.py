@@ -110,6 +110,9 @@ def api_client(conn: Connection) -> k8s.ApiClient:
     cfg.verify_ssl = not conn.insecure
     cfg.cert_file = conn.cert_path
     cfg.key_file = conn.key_path
+    # One attempt per call: urllib3's default 3 retries would turn a hung server into 4 request
+    # timeouts per call; our callers back off and retry a TransientError themselves.
+    cfg.retries = 0
     if conn.token_path is not None or conn.token is not None:
         cfg.api_key = {"authorization": f"Bearer {conn.current_token()}"}
 
