@@ -68,7 +68,7 @@ class Settings(BaseModel):
     )
     liveness_endpoint: str = Field(
         "http://0.0.0.0:8080/healthz",
-        description="kopf's health endpoint (probes); empty disables",
+        description="/healthz of the progress watchdog (probes); empty disables",
     )
     liveness_grace: float = Field(
         120.0, ge=1, le=3600, description="/healthz turns red when a due reconcile pass is this late"
