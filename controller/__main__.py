@@ -16,7 +16,8 @@ def main() -> None:
         standalone=True,
         clusterwide=not settings.namespaces,
         namespaces=settings.namespaces,
-        liveness_endpoint=settings.liveness_endpoint or None,
+        # /healthz is served by controller.health (progress-aware), not by kopf.
+        liveness_endpoint=None,
     )
 
 

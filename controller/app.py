@@ -21,10 +21,11 @@ from controller.brev.cli import BrevCLI, BrevCLISettings
 from controller.brev.client import BrevCredentials
 from controller.directory import InstanceDirectory
 from controller.errors import PermanentError, TaoBrevError
+from controller.health import Watchdog
 from controller.kube import KubeAccess, api_client, resolve_connection
 from controller.leadership import KubeLeaseStore, LeaderElector, Leadership, SoleLeader, identity
 from controller.logs import register_secret
-from controller.metrics import Recorder
+from controller.metrics import Recorder, RedactingRegistry
 from controller.reconciler import EventSink, Reconciler
 from controller.settings import Settings
 from controller.versions import load_versions
@@ -41,19 +42,26 @@ class App:
     brev: BrevCLI
     directory: InstanceDirectory
     reconciler: Reconciler
+    watchdog: Watchdog
     # Leader election (None when disabled); `leadership` is what the handlers consult.
     elector: LeaderElector | None = None
     leadership: Leadership = field(default_factory=SoleLeader)
 
 
 def build(settings: Settings, events: EventSink) -> App:
-    registry = CollectorRegistry()
+    registry: CollectorRegistry = RedactingRegistry()
     recorder = Recorder(registry)
-    kube = KubeAccess(api_client(resolve_connection(settings)))
+    kube = KubeAccess(
+        api_client(resolve_connection(settings)),
+        request_timeout=settings.kube_request_timeout,
+        require_secret_label=settings.require_secret_label,
+    )
 
     async def credentials() -> BrevCredentials:
         # Read on every (re)login, so a rotated Secret is picked up without a restart.
-        data = await kube.read_secret(settings.operator_namespace, settings.brev_credentials_secret)
+        data = await kube.read_secret(
+            settings.operator_namespace, settings.brev_credentials_secret, operator_own=True
+        )
         where = f"Secret {settings.operator_namespace}/{settings.brev_credentials_secret}"
         if data is None:
             raise PermanentError(f"{where} (TAOBREV_BREV_CREDENTIALS_SECRET) does not exist")
@@ -99,7 +107,8 @@ def build(settings: Settings, events: EventSink) -> App:
             listing_max_age=settings.listing_max_age,
         )
 
-    app = App(settings, registry, recorder, kube, brev, directory, new_reconciler())
+    watchdog = Watchdog(grace=settings.liveness_grace, pass_ceiling=settings.pass_ceiling())
+    app = App(settings, registry, recorder, kube, brev, directory, new_reconciler(), watchdog)
     if settings.leader_election:
         add_leader_election(app, new_reconciler)
     else:

@@ -2,11 +2,16 @@
 
     TaoBrevError
     ├── TransientError                 retry with backoff; the job keeps its phase
-    │   └── BrevTransientError         CLI timeout, network, capacity, ssh not ready yet
-    │       └── BrevAuthError          auth EOF / unauthorized: re-login once, then retry once
+    │   ├── BrevTransientError         CLI timeout, network, capacity, ssh not ready yet
+    │   │   └── BrevAuthError          auth EOF / unauthorized: re-login once, then retry once
+    │   └── KubeUnavailable            API server timeout, connection error, 429, 5xx (kube.py)
+    │       ├── KubeAccessDenied       401/403: normal for ~1 s after an API server restart
+    │       │   └── SecretAccessDenied 403 reading a job's Secret: RBAC (or a restart) - names the fix
+    │       └── StatusRejected         the status patch was refused even trimmed to a minimum
     └── PermanentError                 fail the job now with a reason the user can act on
         ├── SpecError                  bad or unsupported spec (e.g. a seed-only brev flag)
         ├── MissingSecretError         a referenced Secret or key does not exist
+        ├── SecretNotAllowed           TAOBREV_REQUIRE_SECRET_LABEL is on and the Secret lacks the label
         ├── EntitlementError           NGC login/manifest check failed: stop before billing on
         ├── BrevConfigError            the operator's own brev setup is broken (not a job's fault)
         └── BrevPermanentError         the CLI refused the request (validation, FAILURE status)
@@ -90,3 +95,32 @@ class InstanceFailedWorkspace(BrevPermanentError):
     """`instance with id/name X is a failed workspace`: only FAILURE instances carry that name."""
 
     reason = "InstanceFailedWorkspace"
+
+
+class KubeUnavailable(TransientError):
+    """The Kubernetes API did not answer usefully (timeout, connection, 429, 5xx): retry later."""
+
+    reason = "KubernetesUnavailable"
+
+
+class KubeAccessDenied(KubeUnavailable):
+    """401/403. A restarted API server answers 403 until its RBAC cache loads, so this is retried;
+    if it persists, the message names the grant the operator lacks."""
+
+    reason = "KubernetesAccessDenied"
+
+
+class SecretAccessDenied(KubeAccessDenied):
+    reason = "SecretAccessDenied"
+
+
+class StatusRejected(KubeUnavailable):
+    """The API server refused the status patch (422/409/413) even trimmed to its essential fields."""
+
+    reason = "StatusRejected"
+
+
+class SecretNotAllowed(PermanentError):
+    """The Secret exists but is not labelled usable while the operator enforces the allow-list."""
+
+    reason = "SecretNotAllowed"

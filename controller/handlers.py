@@ -11,12 +11,17 @@ Lease semantics); our gate sits in the two handlers that act:
   the Lease cancels it mid-way (names are in status before `brev create`: the next leader adopts);
 - the delete handler raises kopf.TemporaryError on a standby, so the finalizer stays on the
   object until the leader has confirmed the teardown (returning would let kopf drop it).
+
+Both report each pass to the liveness watchdog (controller.health). Text that leaves through
+kopf (Events, the TemporaryError message kopf stores in its progress annotation) is redacted
+here, because kopf's own posting never passes our logging filter.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from http.server import ThreadingHTTPServer
 from typing import Any
 
 import kopf
@@ -24,8 +29,10 @@ import structlog
 
 from controller import app as app_module
 from controller.errors import PermanentError, TransientError
+from controller.health import serve_health
 from controller.kube import GROUP, PLURAL, VERSION, resolve_connection
 from controller.leadership import NotLeading
+from controller.logs import redact_text
 from controller.metrics import serve_metrics
 from controller.reconciler import JobRef
 from controller.settings import Settings
@@ -37,7 +44,20 @@ RESOURCE = (GROUP, VERSION, PLURAL)
 
 def _post_event(ref: JobRef, type_: str, reason: str, message: str) -> None:
     if ref.body is not None:
-        kopf.event(ref.body, type=type_, reason=reason, message=message[:1024])
+        # Redact before cutting, so a cut cannot split a secret into an unrecognisable prefix.
+        kopf.event(
+            ref.body, type=type_, reason=redact_text(reason)[:128], message=redact_text(message)[:1024]
+        )
+
+
+def _job_key(body: kopf.Body) -> str:
+    return f"{body.metadata.get('namespace')}/{body.metadata.get('name')}"
+
+
+def _retry_delay(app: app_module.App, failures: int) -> float:
+    """Exponential backoff for transient errors (an API server that is down, 403 after a restart)."""
+    base: float = app.settings.poll_interval
+    return float(min(base * 2 ** max(failures - 1, 0), max(app.settings.backoff_max, base)))
 
 
 @kopf.on.startup()
@@ -51,7 +71,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     settings.watching.server_timeout = 300
     settings.watching.client_timeout = 330
     settings.watching.connect_timeout = 30
-    settings.networking.request_timeout = 60
+    settings.networking.request_timeout = ours.kube_request_timeout
     settings.networking.connect_timeout = 30
     # Only our explicit Events are posted (their text is ours and redacted), not every log line.
     settings.posting.loggers = False
@@ -63,13 +83,16 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     memo["app"] = app
     if ours.metrics_port:
         serve_metrics(app.registry, ours.metrics_host, ours.metrics_port)
+    if ours.liveness_endpoint:
+        memo["health"] = serve_health(app.watchdog, ours.liveness_endpoint)
     try:
         await app_module.start(app, login=app.elector is None)
     except PermanentError as exc:
         # A misconfigured operator must not look healthy: stop with the reason.
-        raise kopf.PermanentError(str(exc)) from exc
+        raise kopf.PermanentError(redact_text(str(exc))) from exc
     except TransientError as exc:
         log.warning("brev not ready at start-up; jobs will retry", error=str(exc))
+    app.watchdog.started = True
     if app.elector is not None:
         # Only a replica that passed the start-up checks campaigns. Kept in memo so cleanup can
         # stop the loop before releasing the Lease.
@@ -104,6 +127,10 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
         await app.elector.release()
     if app is not None:
         app.brev.close()
+    health: ThreadingHTTPServer | None = memo.get("health")
+    if health is not None:
+        health.shutdown()
+        health.server_close()
 
 
 @kopf.on.probe(id="leader")
@@ -118,43 +145,97 @@ async def leader_probe(memo: kopf.Memo, **_: Any) -> bool:
 @kopf.daemon(*RESOURCE, cancellation_timeout=2.0, initial_delay=0, backoff=5.0)
 async def drive(stopped: kopf.DaemonStopped, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     app = memo["app"]
-    while not stopped:
-        if body.metadata.get("deletionTimestamp"):
-            return  # the delete handler takes over
-        # A standby idles here (no I/O); the bounded wait re-checks `stopped` and deletion.
-        if not await app.leadership.wait_leading(timeout=1.0):
-            continue
-        try:
-            delay = await app.leadership.while_leading(
-                app.reconciler.reconcile(JobRef.from_body(body, deleting=False))
-            )
-        except NotLeading:
-            continue  # cancelled mid-pass: wait for the next term
-        except TransientError as exc:
-            log.warning("reconcile failed; retrying", error=str(exc), name=body.metadata.get("name"))
-            delay = app.settings.poll_interval
-        if delay is None:
-            return  # finished: nothing more to watch until the object is deleted
-        if delay > 0:
-            await stopped.wait(delay)
+    key = _job_key(body)
+    failures = 0
+    last_reason: str | None = None
+    crashed = False
+    try:
+        while not stopped:
+            if body.metadata.get("deletionTimestamp"):
+                return  # the delete handler takes over
+            # A standby idles here (no I/O, nothing the watchdog waits for); the bounded wait
+            # re-checks `stopped` and deletion.
+            if not await app.leadership.wait_leading(timeout=1.0):
+                app.watchdog.forget(key)
+                continue
+            app.watchdog.pass_started(key)
+            try:
+                delay = await app.leadership.while_leading(
+                    app.reconciler.reconcile(JobRef.from_body(body, deleting=False))
+                )
+                failures, last_reason = 0, None
+            except NotLeading:
+                app.watchdog.forget(key)
+                continue  # cancelled mid-pass: wait for the next term
+            except TransientError as exc:
+                # Expected (API server or Brev briefly unavailable): one line, no traceback.
+                failures += 1
+                delay = _retry_delay(app, failures)
+                app.recorder.reconcile_error(exc.reason)
+                if exc.reason != last_reason:
+                    # Once per streak: the pass may have failed before writing any status (a
+                    # forbidden Secret), and the user needs to see why the job does not move.
+                    _post_event(JobRef.from_body(body, deleting=False), "Warning", exc.reason, str(exc))
+                last_reason = exc.reason
+                log.warning(
+                    "reconcile failed; retrying",
+                    error=str(exc),
+                    reason=exc.reason,
+                    retry_in=delay,
+                    name=body.metadata.get("name"),
+                    namespace=body.metadata.get("namespace"),
+                )
+            if delay is None:
+                return  # finished: nothing more to watch until the object is deleted
+            app.watchdog.pass_finished(key, delay)
+            if delay > 0:
+                await stopped.wait(delay)
+    except Exception:
+        # A bug: kopf logs it and restarts the daemon after `backoff`; the watchdog expects that.
+        crashed = True
+        app.watchdog.pass_finished(key, 5.0)
+        raise
+    finally:
+        if not crashed:
+            app.watchdog.forget(key)
 
 
 @kopf.on.delete(*RESOURCE, retries=None, backoff=1.0)
 async def teardown(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     app = memo["app"]
     ref = JobRef.from_body(body, deleting=True)
+    key = _job_key(body)
     while True:
         # Waiting up to one lease duration lets a takeover continue here at once, while a
         # long-idle standby still hands the object back to kopf (finalizer kept) now and then.
         if not await app.leadership.wait_leading(timeout=float(app.settings.leader_lease_duration)):
             raise kopf.TemporaryError("not the leader: the leader replica tears this job down", delay=1)
+        app.watchdog.pass_started(key)
         try:
             delay = await app.leadership.while_leading(app.reconciler.reconcile(ref))
         except NotLeading as exc:
+            app.watchdog.forget(key)
             raise kopf.TemporaryError(str(exc), delay=1) from exc
         except TransientError as exc:
-            raise kopf.TemporaryError(str(exc), delay=app.settings.poll_interval) from exc
+            retry = app.settings.poll_interval
+            app.watchdog.pass_finished(key, retry)
+            app.recorder.reconcile_error(exc.reason)
+            # kopf stores this text in the object's progress annotation: redacted, no traceback.
+            raise kopf.TemporaryError(redact_text(str(exc)), delay=retry) from None
+        except asyncio.CancelledError:
+            app.watchdog.forget(key)
+            raise
+        except Exception as exc:
+            app.watchdog.pass_finished(key, app.settings.poll_interval)
+            log.exception(
+                "teardown pass failed unexpectedly; retrying", name=ref.name, namespace=ref.namespace
+            )
+            raise kopf.TemporaryError(
+                redact_text(f"{type(exc).__name__}: {exc}")[:1024], delay=app.settings.poll_interval
+            ) from None
         if delay is None:
+            app.watchdog.forget(key)
             app.reconciler.forget(ref)
             return  # finalizer released by kopf
+        app.watchdog.pass_finished(key, delay)
         await asyncio.sleep(delay)

@@ -1,5 +1,10 @@
 """Kubernetes access the reconciler needs: read Secrets, patch status. Nothing else.
 
+The API server is a fault source like Brev: every call carries `_request_timeout` (a paused or
+half-open server must not hold a pass forever), and every failure leaves this module as a
+`controller.errors` type, never a raw `ApiException` (see `_translate`). Text written to status is
+redacted here, at the sink, so no caller can forget it.
+
 Connection settings are resolved once (`resolve_connection`) and shared with kopf's login handler,
 so both clients authenticate the same way. In the cluster the pod's token is NOT at the default
 service-account path (the brev CLI would take it as its own Brev token, brev-cli.md section 1):
@@ -20,12 +25,34 @@ from typing import Any
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.rest import ApiException
+from urllib3.exceptions import HTTPError as Urllib3Error
 
+from controller.errors import (
+    KubeAccessDenied,
+    KubeUnavailable,
+    SecretAccessDenied,
+    SecretNotAllowed,
+    StatusRejected,
+    TaoBrevError,
+)
+from controller.logs import redact_text
 from controller.settings import Settings
 
 GROUP = "taobrev.io"
 VERSION = "v1alpha1"
 PLURAL = "taobrevjobs"
+# The allow-list label (TAOBREV_REQUIRE_SECRET_LABEL): a Secret must carry it to be used by a job.
+USABLE_LABEL = "taobrev.io/usable"
+USABLE_VALUE = "true"
+RBAC_HINT = "deploy/base/rbac.yaml (or the per-namespace RoleBinding of deploy/)"
+
+# Status fields that carry free text (logs, CLI output): trimmed first when a patch is refused.
+_LOG_LINES_KEPT = 5
+_LINE_CHARS = 240
+_MESSAGE_CHARS = 512
+_MINIMAL_MESSAGE_CHARS = 200
+# Left out of the minimal status: bulky, free text, or rebuilt on the next pass.
+_NOT_MINIMAL = frozenset({"lastLogLines", "teardownMessage", "conditions", "results"})
 
 
 @dataclass(frozen=True)
@@ -83,6 +110,9 @@ def api_client(conn: Connection) -> k8s.ApiClient:
     cfg.verify_ssl = not conn.insecure
     cfg.cert_file = conn.cert_path
     cfg.key_file = conn.key_path
+    # One attempt per call: urllib3's default 3 retries would turn a hung server into 4 request
+    # timeouts per call; our callers back off and retry a TransientError themselves.
+    cfg.retries = 0
     if conn.token_path is not None or conn.token is not None:
         cfg.api_key = {"authorization": f"Bearer {conn.current_token()}"}
 
@@ -95,39 +125,172 @@ def api_client(conn: Connection) -> k8s.ApiClient:
 
 
 class KubeAccess:
-    """Async facade over the (blocking) kubernetes client; calls run in worker threads."""
+    """Async facade over the (blocking) kubernetes client; calls run in worker threads.
 
-    def __init__(self, api: k8s.ApiClient) -> None:
-        self._core = k8s.CoreV1Api(api)
-        self._custom = k8s.CustomObjectsApi(api)
+    Raises only `controller.errors` types: `KubeUnavailable` (timeouts, connection errors, 429,
+    5xx, unexpected answers), `KubeAccessDenied` (401/403), `SecretAccessDenied` (403 on a Secret),
+    `StatusRejected` (a status refused even when minimal), all `TransientError`; and
+    `SecretNotAllowed` (`PermanentError`) when the allow-list label is required and missing.
+    """
 
-    async def read_secret(self, namespace: str, name: str) -> Mapping[str, bytes] | None:
-        """The Secret's decoded data, or None if it does not exist."""
+    def __init__(
+        self,
+        api: k8s.ApiClient | None = None,
+        *,
+        request_timeout: float = 30.0,
+        require_secret_label: bool = False,
+        core: Any = None,
+        custom: Any = None,
+    ) -> None:
+        # `core`/`custom` let tests inject fakes of CoreV1Api / CustomObjectsApi.
+        self._core = core if core is not None else k8s.CoreV1Api(api)
+        self._custom = custom if custom is not None else k8s.CustomObjectsApi(api)
+        # (connect, read): connecting to a dead server fails fast; a paused one times out the read.
+        self._timeout = (min(request_timeout, 10.0), request_timeout)
+        self._require_label = require_secret_label
+
+    async def read_secret(
+        self, namespace: str, name: str, *, operator_own: bool = False
+    ) -> Mapping[str, bytes] | None:
+        """The Secret's decoded data, or None if it does not exist.
+
+        `operator_own` marks the operator's own Secret (Brev credentials), which the allow-list
+        label does not apply to: it is installed by the admin, not referenced by a job's author.
+        """
+        where = f"Secret {namespace}/{name}"
 
         def _read() -> Mapping[str, bytes] | None:
             try:
-                secret = self._core.read_namespaced_secret(name, namespace)
+                secret = self._core.read_namespaced_secret(name, namespace, _request_timeout=self._timeout)
             except ApiException as exc:
                 if exc.status == 404:
                     return None
-                raise
+                if exc.status == 403:
+                    raise SecretAccessDenied(
+                        f"the operator may not read {where} (403 Forbidden). Right after an API "
+                        f"server restart this passes by itself; otherwise grant `get` on secrets in "
+                        f"namespace {namespace} to the operator's ServiceAccount ({RBAC_HINT})"
+                    ) from None
+                raise _translate(exc, f"reading {where}") from None
+            except (Urllib3Error, OSError) as exc:
+                raise _translate(exc, f"reading {where}") from None
+            labels = (secret.metadata.labels if secret.metadata is not None else None) or {}
+            if self._require_label and not operator_own and labels.get(USABLE_LABEL) != USABLE_VALUE:
+                raise SecretNotAllowed(
+                    f"{where} is not labelled {USABLE_LABEL}={USABLE_VALUE}, which this operator "
+                    f"requires (TAOBREV_REQUIRE_SECRET_LABEL=true); if jobs may use it, run "
+                    f"`kubectl label secret -n {namespace} {name} {USABLE_LABEL}={USABLE_VALUE}`"
+                )
             data = secret.data or {}
             return {k: base64.b64decode(v) for k, v in data.items()}
 
         return await asyncio.to_thread(_read)
 
     async def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> bool:
-        """Merge-patch the status subresource. False if the object is already gone."""
+        """Merge-patch the status subresource, every string redacted. False if the object is gone.
+
+        A refused patch (422 invalid, 409 conflict, 413 too large) is retried trimmed (log tail,
+        messages), then as a minimal status (phase, outcome, reason, short message, timestamps,
+        names and ids) so the job's progress is recorded; only if that is refused too does it
+        raise `StatusRejected` (transient: the pass backs off instead of crash-looping).
+        """
+        where = f"status of TaoBrevJob {namespace}/{name}"
 
         def _patch() -> bool:
-            try:
-                self._custom.patch_namespaced_custom_object_status(
-                    GROUP, VERSION, namespace, PLURAL, name, {"status": dict(status)}
-                )
-            except ApiException as exc:
-                if exc.status == 404:
-                    return False
-                raise
-            return True
+            # In the worker thread: a long log tail must not block the event loop while masked.
+            redacted = redact_status(status)
+            attempts = (redacted, trimmed_status(redacted), minimal_status(redacted))
+            last: ApiException | None = None
+            for body in attempts:
+                try:
+                    self._custom.patch_namespaced_custom_object_status(
+                        GROUP,
+                        VERSION,
+                        namespace,
+                        PLURAL,
+                        name,
+                        {"status": body},
+                        _request_timeout=self._timeout,
+                    )
+                except ApiException as exc:
+                    if exc.status == 404:
+                        return False
+                    if exc.status not in (409, 413, 422):
+                        raise _translate(exc, f"patching the {where}") from None
+                    last = exc
+                    continue
+                except (Urllib3Error, OSError) as exc:
+                    raise _translate(exc, f"patching the {where}") from None
+                return True
+            assert last is not None
+            raise StatusRejected(
+                f"the API server refused the {where} even trimmed to a minimum: {_answer(last)}"
+            )
 
         return await asyncio.to_thread(_patch)
+
+
+def redact_status(value: Any) -> Any:
+    """`value` with every string (at any depth) passed through the one redaction step."""
+    if isinstance(value, str):
+        return redact_text(value)
+    if isinstance(value, Mapping):
+        return {k: redact_status(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact_status(v) for v in value]
+    return value
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def trimmed_status(status: Mapping[str, Any]) -> dict[str, Any]:
+    """The status with its free-text fields cut to sizes any sane schema accepts."""
+    out = dict(status)
+    if isinstance(out.get("lastLogLines"), list):
+        out["lastLogLines"] = [
+            _cut(str(line), _LINE_CHARS) for line in out["lastLogLines"][-_LOG_LINES_KEPT:]
+        ]
+    for key in ("message", "teardownMessage"):
+        if isinstance(out.get(key), str):
+            out[key] = _cut(out[key], _MESSAGE_CHARS)
+    if isinstance(out.get("conditions"), list):
+        out["conditions"] = [
+            {**c, "message": _cut(str(c["message"]), _MESSAGE_CHARS)}
+            if isinstance(c, Mapping) and isinstance(c.get("message"), str)
+            else c
+            for c in out["conditions"]
+        ]
+    return out
+
+
+def minimal_status(status: Mapping[str, Any]) -> dict[str, Any]:
+    """Phase, outcome, reason, a short message, timestamps, names and ids: what the job's
+    progress and teardown need, without the bulky or free-text fields."""
+    out = {k: v for k, v in status.items() if k not in _NOT_MINIMAL}
+    if isinstance(out.get("message"), str):
+        out["message"] = _cut(out["message"], _MINIMAL_MESSAGE_CHARS)
+    return out
+
+
+def _answer(exc: ApiException) -> str:
+    body = exc.body.decode(errors="replace") if isinstance(exc.body, bytes) else str(exc.body or "")
+    return redact_text(_cut(f"{exc.status} {exc.reason}: {body}".strip(), 400))
+
+
+def _translate(exc: BaseException, doing: str) -> TaoBrevError:
+    """Every failure of an API call as a transient `controller.errors` type with a clear message."""
+    if isinstance(exc, ApiException):
+        if exc.status in (401, 403):
+            return KubeAccessDenied(
+                f"{doing}: {_answer(exc)}. Right after an API server restart this passes by itself; "
+                f"if it persists, check the operator's token and RBAC ({RBAC_HINT})"
+            )
+        if exc.status == 0:  # the client's own failure (e.g. a timeout wrapped by the client)
+            return KubeUnavailable(f"{doing}: no answer from the API server: {redact_text(str(exc.reason))}")
+        return KubeUnavailable(f"{doing}: the API server answered {_answer(exc)}")
+    kind = type(exc).__name__
+    return KubeUnavailable(
+        f"{doing}: no answer from the API server ({kind}: {redact_text(_cut(str(exc), 300))})"
+    )

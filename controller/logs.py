@@ -13,9 +13,11 @@ Redaction masks
       keys (bak-...), AWS access key ids and 40-character secret keys next to their key name,
       JWTs, `Bearer xyz`, and `--password xyz` / `--token=xyz` / `login ... -p xyz` argv pairs.
 
-kopf posts what its object loggers log as Kubernetes Events; `configure_logging()` also puts a
-redacting filter on the `kopf.objects` logger so those Events are masked too. Text the operator
-puts into Events or status itself should go through `redact_text()`.
+`redact_text()` is the ONE redaction step of the operator, applied at every sink rather than by
+callers: log lines (here), Events and kopf's TemporaryError text (handlers.py), every status string
+(kube.patch_status), metric label values (metrics.RedactingRegistry). kopf posts what its object
+loggers log as Kubernetes Events; `configure_logging()` also puts a redacting filter on the
+`kopf.objects` logger so those Events are masked too.
 """
 
 from __future__ import annotations
@@ -42,18 +44,22 @@ _SENSITIVE_KEY = re.compile(_SENSITIVE_WORDS, re.IGNORECASE)
 # user needs to read to fix a reference.
 _REFERENCE_KEY = re.compile(r"(?:name|names|ref|path|file|dir|keykey|seconds|type|kind)$", re.IGNORECASE)
 
-# key=value / key: value / "key": "value" with a sensitive key.
+# key=value / key: value / "key": "value" with a sensitive key. Anchored at the start of a word
+# (lookbehind) and checked for the sensitive word by a lookahead that stays inside that word, so a
+# long run of word characters (a multi-megabyte log line) costs linear time, not cubic.
 _KEY_VALUE = re.compile(
-    r"""(?P<key>[A-Za-z0-9_.-]*"""
+    r"""(?<![A-Za-z0-9_.-])(?=[A-Za-z0-9_.-]*?"""
     + _SENSITIVE_WORDS
-    + r"""[A-Za-z0-9_.-]*)
+    + r""")(?P<key>[A-Za-z0-9_.-]+)
         (?P<sep>["']?[ \t]*[:=][ \t]*)
         (?![{\[])(?P<value>"[^"\n]*"|'[^'\n]*'|[^\s,;&"'}\])]+)""",
     re.IGNORECASE | re.VERBOSE,
 )
 # --password xyz, --api-key=xyz, --token xyz (brev login --token, docker login --password ...).
 _FLAG_VALUE = re.compile(
-    r"(?P<flag>--[A-Za-z0-9-]*" + _SENSITIVE_WORDS.replace("_", "-") + r"[A-Za-z0-9-]*)(?P<sep>=|[ \t]+)"
+    r"(?<![A-Za-z0-9-])(?=--[A-Za-z0-9-]*?"
+    + _SENSITIVE_WORDS.replace("_", "-")
+    + r")(?P<flag>--[A-Za-z0-9-]+)(?P<sep>=|[ \t]+)"
     r"(?P<value>[^\s\"']+|\"[^\"]*\"|'[^']*')",
     re.IGNORECASE,
 )

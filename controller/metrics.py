@@ -12,12 +12,15 @@ their cardinality follows the number of TaoBrevJob objects in the cluster, not t
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from threading import Thread
 from typing import Final
 from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.metrics_core import Metric
+
+from controller.logs import redact_text
 
 # The status.phase values of the TaoBrevJob API, in lifecycle order (SPEC.md).
 PHASES: Final = ("Pending", "Provisioning", "WaitingExec", "Pulling", "Running", "Uploading", "Deleted")
@@ -33,6 +36,23 @@ BREV_CALL_BUCKETS: Final = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600
 RECONCILE_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 # Container exit -> instance deleted: upload + brev delete + confirmation, seconds to an hour.
 TEARDOWN_BUCKETS: Final = (5, 10, 30, 60, 120, 300, 600, 900, 1800, 3600)
+
+
+class RedactingRegistry(CollectorRegistry):
+    """A registry whose every exposed label value passes the operator's one redaction step.
+
+    Masking at exposition (the sink) covers every label, present and future, whatever a caller
+    passed: reasons and instance names can come from brev's output.
+    """
+
+    def collect(self) -> Iterable[Metric]:
+        for metric in super().collect():
+            # collect() builds fresh Metric objects on each scrape, so rewriting them is safe.
+            metric.samples = [
+                sample._replace(labels={k: redact_text(v) for k, v in sample.labels.items()})
+                for sample in metric.samples
+            ]
+            yield metric
 
 
 class Recorder:

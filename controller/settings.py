@@ -51,6 +51,15 @@ class Settings(BaseModel):
     kube_token_path: Path | None = Field(None, description="bearer token file (projected, rotated)")
     kube_ca_path: Path | None = Field(None, description="CA bundle of the API server")
     kube_server: str | None = Field(None, description="API server URL; default from KUBERNETES_SERVICE_*")
+    kube_request_timeout: float = Field(
+        30.0,
+        ge=1,
+        le=600,
+        description="timeout of one Kubernetes API call (a paused server must not hold a pass)",
+    )
+    require_secret_label: bool = Field(
+        False, description="jobs may use only Secrets labelled taobrev.io/usable=true"
+    )
     # --- observability
     metrics_host: str = Field("0.0.0.0", description="metrics bind address")  # noqa: S104 - in-pod
     metrics_port: int = Field(8000, ge=0, le=65535, description="metrics port; 0 disables")
@@ -60,7 +69,15 @@ class Settings(BaseModel):
     )
     liveness_endpoint: str = Field(
         "http://0.0.0.0:8080/healthz",
-        description="kopf's health endpoint (probes); empty disables",
+        description="/healthz of the progress watchdog (probes); empty disables",
+    )
+    liveness_grace: float = Field(
+        120.0, ge=1, le=3600, description="/healthz turns red when a due reconcile pass is this late"
+    )
+    liveness_pass_timeout: float = Field(
+        0.0,
+        ge=0,
+        description="/healthz turns red when one pass runs longer; 0 = pull_timeout + exec_timeout",
     )
     namespaces: tuple[str, ...] = Field((), description="namespaces to watch (comma list); empty = all")
     # --- leader election (controller/leadership.py; client-go's defaults 15 s / 10 s / 2 s)
@@ -75,6 +92,10 @@ class Settings(BaseModel):
         10.0, gt=0, le=3600, description="the leader stops acting if it has not renewed for this long"
     )
     leader_retry_period: float = Field(2.0, gt=0, le=600, description="seconds between election attempts")
+
+    def pass_ceiling(self) -> float:
+        """The longest a single reconcile pass may legitimately run (a registry pull plus an exec)."""
+        return self.liveness_pass_timeout or (self.pull_timeout + self.exec_timeout)
 
     def tunables(self) -> Tunables:
         return Tunables(

@@ -316,6 +316,82 @@ class ControlPlane:
                 _terminate_pid(pid)
         (self.workdir / STATE_FILE).unlink(missing_ok=True)
 
+    # ---------------------------------------------------------------- faults (tests only)
+    # The control plane is a fault source too: tests kill, restart and pause its processes
+    # mid-run. Only processes this ControlPlane object started (it holds their argv) qualify.
+
+    def _proc(self, name: str) -> subprocess.Popen[bytes]:
+        proc = self._procs.get(name)
+        if proc is None:
+            raise ControlPlaneError(
+                f"{name} was not started by this process (load()ed control plane): cannot fault it"
+            )
+        return proc
+
+    def kill(self, name: str) -> None:
+        """SIGKILL ``name`` ("etcd" or "kube-apiserver") and reap it: no graceful shutdown."""
+        proc = self._proc(name)
+        if proc.poll() is None:
+            # SIGKILL ends a SIGSTOPped process too.
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=STOP_TIMEOUT_S)
+        _log(f"{name} (pid {proc.pid}) killed")
+
+    def restart(self, name: str, timeout: float = READY_TIMEOUT_S) -> None:
+        """Start ``name`` again with its original argv (same port, certs, data), wait until ready."""
+        old = self._proc(name)
+        if old.poll() is None:
+            raise ControlPlaneError(f"{name} (pid {old.pid}) is still running; kill it first")
+        logs = self.workdir / "logs"
+        began = time.monotonic()
+        argv = [str(a) for a in old.args]  # type: ignore[union-attr]
+        proc = _spawn(argv, logs / f"{name}.log", detach=False)
+        self._procs[name] = proc
+        if name == "etcd":
+            self._state.etcd_pid = proc.pid
+            url = f"http://127.0.0.1:{self._state.etcd_port}/health"
+            _wait_http_ok(url, "etcd", proc, logs / "etcd.log", began, timeout=timeout)
+        else:
+            self._state.apiserver_pid = proc.pid
+            _wait_readyz(
+                self.server,
+                token=self.admin_token,
+                ca_file=self.ca_file,
+                procs={name: proc},
+                logs=logs,
+                began=began,
+                timeout=timeout,
+            )
+        (self.workdir / STATE_FILE).write_text(json.dumps(asdict(self._state), indent=2) + "\n")
+        _log(f"{name} restarted as pid {proc.pid} in {time.monotonic() - began:.1f}s")
+
+    def pause(self, name: str) -> None:
+        """SIGSTOP ``name``: its sockets stay open but nothing answers (a hung server)."""
+        self._proc(name).send_signal(signal.SIGSTOP)
+        _log(f"{name} paused (SIGSTOP)")
+
+    def resume(self, name: str) -> None:
+        proc = self._proc(name)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGCONT)
+        _log(f"{name} resumed (SIGCONT)")
+
+    def ensure_running(self) -> None:
+        """Undo any fault a test left behind: resume paused processes, restart dead ones."""
+        for name in ("etcd", "kube-apiserver"):
+            proc = self._procs.get(name)
+            if proc is None:
+                continue
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)
+            else:
+                self.restart(name)
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while not self.healthy(timeout=2):
+            if time.monotonic() > deadline:
+                raise ControlPlaneError("control plane not healthy after restoring it")
+            time.sleep(0.2)
+
     # ---------------------------------------------------------------- kubectl
 
     def kubectl(
@@ -412,8 +488,15 @@ def _fail(what: str, log: Path, why: str) -> ControlPlaneError:
     return ControlPlaneError(f"{what} {why}; last lines of {log}:\n{_log_tail(log)}")
 
 
-def _wait_http_ok(url: str, what: str, proc: subprocess.Popen[bytes], log: Path, began: float) -> None:
-    deadline = began + READY_TIMEOUT_S
+def _wait_http_ok(
+    url: str,
+    what: str,
+    proc: subprocess.Popen[bytes],
+    log: Path,
+    began: float,
+    timeout: float = READY_TIMEOUT_S,
+) -> None:
+    deadline = began + timeout
     while True:
         if proc.poll() is not None:
             raise _fail(what, log, f"exited with code {proc.returncode} during startup")
@@ -424,7 +507,7 @@ def _wait_http_ok(url: str, what: str, proc: subprocess.Popen[bytes], log: Path,
         except (urllib.error.URLError, OSError):
             pass
         if time.monotonic() > deadline:
-            raise _fail(what, log, f"not healthy at {url} after {READY_TIMEOUT_S:.0f}s")
+            raise _fail(what, log, f"not healthy at {url} after {timeout:.0f}s")
         time.sleep(0.1)
 
 
@@ -447,16 +530,15 @@ def _wait_readyz(
     procs: dict[str, subprocess.Popen[bytes]],
     logs: Path,
     began: float,
+    timeout: float = READY_TIMEOUT_S,
 ) -> None:
-    deadline = began + READY_TIMEOUT_S
+    deadline = began + timeout
     while not _readyz_ok(server, token, ca_file, timeout=2):
         for name, proc in procs.items():
             if proc.poll() is not None:
                 raise _fail(name, logs / f"{name}.log", f"exited with code {proc.returncode} during startup")
         if time.monotonic() > deadline:
-            raise _fail(
-                "kube-apiserver", logs / "kube-apiserver.log", f"not ready after {READY_TIMEOUT_S:.0f}s"
-            )
+            raise _fail("kube-apiserver", logs / "kube-apiserver.log", f"not ready after {timeout:.0f}s")
         time.sleep(0.2)
 
 

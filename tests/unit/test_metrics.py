@@ -6,7 +6,8 @@ import pytest
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from controller.metrics import PHASES, Recorder
+from controller.logs import forget_registered_secrets, register_secret
+from controller.metrics import PHASES, Recorder, RedactingRegistry
 
 
 class FakeClock:
@@ -275,3 +276,25 @@ def test_recorders_use_their_own_registry_not_the_global_one() -> None:
         REGISTRY.get_sample_value("taobrev_build_info", {"version": "unknown", "brev_cli_version": "unknown"})
         is None
     )
+
+
+def test_redacting_registry_masks_secrets_in_every_label_value() -> None:
+    """Label values can carry brev text (reasons, instance names): the registry masks them at
+    exposition, registered Secret values and credential shapes alike."""
+    forget_registered_secrets()
+    register_secret("registered-secret-xyz")
+    try:
+        registry = RedactingRegistry()
+        rec = Recorder(registry, version="1.0", brev_cli_version="v1")
+        rec.reconcile_error("Failed registered-secret-xyz")
+        rec.outcome("Failed", "nvapi-ABCDEFGHIJKLMNOPQRSTUV")
+        rec.instance_uptime("ns", "job", "AKIAIOSFODNN7EXAMPLE", 5)
+        text = generate_latest(registry).decode()
+        for leaked in ("registered-secret-xyz", "nvapi-ABCDEFGHIJKLMNOPQRSTUV", "AKIAIOSFODNN7EXAMPLE"):
+            assert leaked not in text
+        assert 'reason="Failed ***"' in text
+        # Ordinary labels are untouched, and a second scrape gives the same text.
+        assert 'namespace="ns"' in text
+        assert generate_latest(registry).decode() == text
+    finally:
+        forget_registered_secrets()

@@ -1,0 +1,156 @@
+"""controller.handlers: what leaves through kopf (Events, TemporaryError text stored in the progress
+annotation) is redacted, transient errors never escape the daemon, and passes feed the watchdog.
+
+kopf's Event poster is fed through its own queue (context variables it reads), so the test reads
+exactly what kopf would post; the handlers are called directly with a hand-built app.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from types import SimpleNamespace
+from typing import Any
+
+import kopf
+import pytest
+from kopf._core.engines import posting
+
+from controller import handlers
+from controller.errors import KubeUnavailable, SecretAccessDenied
+from controller.health import Watchdog
+from controller.logs import forget_registered_secrets, register_secret
+from controller.reconciler import JobRef
+
+SECRET = "registered-Secret-value-42"
+BODY = {
+    "apiVersion": "taobrev.io/v1alpha1",
+    "kind": "TaoBrevJob",
+    "metadata": {"namespace": "ns", "name": "job", "uid": "u-1"},
+    "spec": {},
+}
+
+
+@pytest.fixture(autouse=True)
+def _secret() -> Any:
+    forget_registered_secrets()
+    register_secret(SECRET)
+    yield
+    forget_registered_secrets()
+
+
+def test_events_are_redacted_before_kopf_queues_them() -> None:
+    async def scenario() -> posting.K8sEvent:
+        queue: asyncio.Queue[posting.K8sEvent] = asyncio.Queue()
+        posting.settings_var.set(kopf.OperatorSettings())
+        posting.event_queue_loop_var.set(asyncio.get_running_loop())
+        posting.event_queue_var.set(queue)
+        ref = JobRef.from_body(BODY)
+        handlers._post_event(
+            ref, "Warning", "PullFailed", f"docker said {SECRET} and nvapi-ABCDEFGHIJKLMNOPQRST"
+        )
+        return queue.get_nowait()
+
+    event = asyncio.run(scenario())
+    assert SECRET not in event.message
+    assert "nvapi-ABCDEFGHIJKLMNOPQRST" not in event.message
+    assert event.message.startswith("docker said ***")
+    assert event.reason == "PullFailed"
+
+
+@dataclass
+class FakeReconciler:
+    """Answers each reconcile with the next item: an exception to raise or a delay to return."""
+
+    answers: list[BaseException | float | None]
+    forgotten: list[str] = field(default_factory=list)
+
+    async def reconcile(self, ref: JobRef) -> float | None:
+        answer = self.answers.pop(0)
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer
+
+    def forget(self, ref: JobRef) -> None:
+        self.forgotten.append(ref.name)
+
+
+@dataclass
+class FakeRecorder:
+    errors: list[str] = field(default_factory=list)
+
+    def reconcile_error(self, reason: str) -> None:
+        self.errors.append(reason)
+
+
+def fake_app(reconciler: FakeReconciler) -> Any:
+    watchdog = Watchdog(grace=60, pass_ceiling=600)
+    watchdog.started = True
+    settings = SimpleNamespace(poll_interval=0.01, backoff_max=0.05)
+    return SimpleNamespace(
+        reconciler=reconciler, watchdog=watchdog, settings=settings, recorder=FakeRecorder()
+    )
+
+
+def test_teardown_temporary_error_text_is_redacted() -> None:
+    app = fake_app(FakeReconciler([SecretAccessDenied(f"denied reading {SECRET}")]))
+    with pytest.raises(kopf.TemporaryError) as info:
+        asyncio.run(handlers.teardown(body=kopf.Body(BODY), memo=kopf.Memo(app=app)))
+    assert SECRET not in str(info.value)
+    assert "denied reading ***" in str(info.value)
+    assert app.recorder.errors == ["SecretAccessDenied"]
+    # The watchdog expects the retry kopf will make.
+    assert app.watchdog.report() == (True, {"ok": True, "jobs": 1})
+
+
+def test_teardown_unexpected_error_is_redacted_too() -> None:
+    app = fake_app(FakeReconciler([RuntimeError(f"bug with {SECRET}")]))
+    with pytest.raises(kopf.TemporaryError) as info:
+        asyncio.run(handlers.teardown(body=kopf.Body(BODY), memo=kopf.Memo(app=app)))
+    assert str(info.value) == "RuntimeError: bug with ***"
+
+
+def test_teardown_done_releases_and_forgets() -> None:
+    app = fake_app(FakeReconciler([0.0, None]))
+    asyncio.run(handlers.teardown(body=kopf.Body(BODY), memo=kopf.Memo(app=app)))
+    assert app.reconciler.forgotten == ["job"]
+    assert app.watchdog.report() == (True, {"ok": True, "jobs": 0})
+
+
+class Stopped:
+    """Stands in for kopf.DaemonStopped: falsy until set; wait() returns at once."""
+
+    def __init__(self) -> None:
+        self.waits: list[float] = []
+
+    def __bool__(self) -> bool:
+        return False
+
+    async def wait(self, delay: float) -> None:
+        self.waits.append(delay)
+
+
+def test_daemon_survives_transient_api_errors_with_growing_backoff() -> None:
+    errors: list[BaseException | float | None] = [KubeUnavailable("apiserver down") for _ in range(4)]
+    errors.append(SecretAccessDenied(f"may not read it: {SECRET}"))
+    app = fake_app(FakeReconciler([*errors, 0.5, None]))
+    stopped = Stopped()
+
+    async def scenario() -> list[posting.K8sEvent]:
+        queue: asyncio.Queue[posting.K8sEvent] = asyncio.Queue()
+        posting.settings_var.set(kopf.OperatorSettings())
+        posting.event_queue_loop_var.set(asyncio.get_running_loop())
+        posting.event_queue_var.set(queue)
+        await handlers.drive(stopped=stopped, body=kopf.Body(BODY), memo=kopf.Memo(app=app))
+        return [queue.get_nowait() for _ in range(queue.qsize())]
+
+    events = asyncio.run(scenario())
+    assert stopped.waits == [0.01, 0.02, 0.04, 0.05, 0.05, 0.5]
+    assert app.recorder.errors == ["KubernetesUnavailable"] * 4 + ["SecretAccessDenied"]
+    assert app.watchdog.report() == (True, {"ok": True, "jobs": 0})
+    # One Warning Event per streak of the same reason, redacted.
+    assert [(e.type, e.reason) for e in events] == [
+        ("Warning", "KubernetesUnavailable"),
+        ("Warning", "SecretAccessDenied"),
+    ]
+    assert events[1].message == "may not read it: ***"

@@ -1,0 +1,261 @@
+"""controller.kube.KubeAccess against injected fakes of the kubernetes API classes.
+
+The fakes raise what the real client raises (ApiException with a status, urllib3 errors); the
+real API server is exercised by tests/e2e/test_controlplane_faults.py and test_secret_sinks.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from collections.abc import Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from kubernetes.client.rest import ApiException
+from urllib3.exceptions import NewConnectionError, ReadTimeoutError
+
+from controller.errors import (
+    KubeAccessDenied,
+    KubeUnavailable,
+    PermanentError,
+    SecretAccessDenied,
+    SecretNotAllowed,
+    StatusRejected,
+    TransientError,
+)
+from controller.kube import USABLE_LABEL, KubeAccess, minimal_status
+from controller.logs import MASK, forget_registered_secrets, register_secret
+
+SECRET_VALUE = "s3cr3t-VALUE-registered-0123"
+
+
+@pytest.fixture(autouse=True)
+def _registry() -> Iterator[None]:
+    forget_registered_secrets()
+    yield
+    forget_registered_secrets()
+
+
+class FakeCore:
+    """CoreV1Api.read_namespaced_secret: answers from `secrets` or raises `error`."""
+
+    def __init__(self, secrets: dict[str, dict[str, Any]] | None = None, error: BaseException | None = None):
+        self.secrets = secrets or {}
+        self.error = error
+        self.timeouts: list[Any] = []
+
+    def read_namespaced_secret(self, name: str, namespace: str, **kwargs: Any) -> Any:
+        self.timeouts.append(kwargs.get("_request_timeout"))
+        if self.error is not None:
+            raise self.error
+        found = self.secrets.get(f"{namespace}/{name}")
+        if found is None:
+            raise ApiException(status=404, reason="Not Found")
+        data = {k: base64.b64encode(v.encode()).decode() for k, v in found.get("data", {}).items()}
+        return SimpleNamespace(data=data, metadata=SimpleNamespace(labels=found.get("labels")))
+
+
+class FakeCustom:
+    """CustomObjectsApi status patches: `answers` is consumed one per call (None = accepted)."""
+
+    def __init__(self, answers: list[BaseException | None]):
+        self.answers = list(answers)
+        self.bodies: list[dict[str, Any]] = []
+        self.timeouts: list[Any] = []
+
+    def patch_namespaced_custom_object_status(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        self.timeouts.append(kwargs.get("_request_timeout"))
+        self.bodies.append(args[5])
+        answer = self.answers.pop(0) if self.answers else None
+        if answer is not None:
+            raise answer
+        return {}
+
+
+def access(core: Any = None, custom: Any = None, **kwargs: Any) -> KubeAccess:
+    return KubeAccess(core=core or FakeCore(), custom=custom or FakeCustom([]), request_timeout=7, **kwargs)
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+# ------------------------------------------------------------------ read_secret
+
+
+def test_read_secret_decodes_and_passes_a_request_timeout() -> None:
+    core = FakeCore({"ns/s3": {"data": {"k": "v"}}})
+    assert run(access(core).read_secret("ns", "s3")) == {"k": b"v"}
+    assert core.timeouts == [(7, 7)]
+
+
+def test_read_secret_missing_is_none() -> None:
+    assert run(access(FakeCore()).read_secret("ns", "nope")) is None
+
+
+def test_read_secret_403_is_transient_and_names_the_rbac_fix() -> None:
+    core = FakeCore(error=ApiException(status=403, reason="Forbidden"))
+    with pytest.raises(SecretAccessDenied) as info:
+        run(access(core).read_secret("team-a", "ngc"))
+    assert isinstance(info.value, TransientError)
+    assert "team-a/ngc" in str(info.value)
+    assert "grant `get` on secrets in namespace team-a" in str(info.value)
+    assert info.value.reason == "SecretAccessDenied"
+
+
+@pytest.mark.parametrize("status", [401, 429, 500, 503, 504, 400])
+def test_read_secret_api_errors_are_transient(status: int) -> None:
+    core = FakeCore(error=ApiException(status=status, reason="Whatever"))
+    with pytest.raises(KubeUnavailable) as info:
+        run(access(core).read_secret("ns", "s3"))
+    assert str(status) in str(info.value)
+    if status == 401:
+        assert isinstance(info.value, KubeAccessDenied)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        ReadTimeoutError(None, "/api", "Read timed out. (read timeout=7)"),  # type: ignore[arg-type]
+        NewConnectionError(None, "Failed to establish a new connection: [Errno 111] refused"),  # type: ignore[arg-type]
+        ConnectionResetError(104, "Connection reset by peer"),
+        ApiException(status=0, reason="timed out"),
+    ],
+)
+def test_read_secret_timeouts_and_connection_errors_are_transient(error: BaseException) -> None:
+    with pytest.raises(KubeUnavailable) as info:
+        run(access(FakeCore(error=error)).read_secret("ns", "s3"))
+    assert "no answer from the API server" in str(info.value)
+
+
+def test_allow_list_off_by_default_reads_unlabelled_secrets() -> None:
+    core = FakeCore({"ns/s3": {"data": {"k": "v"}}})
+    assert run(access(core).read_secret("ns", "s3")) == {"k": b"v"}
+
+
+def test_allow_list_refuses_an_unlabelled_secret_naming_it_and_the_label() -> None:
+    core = FakeCore({"ns/s3": {"data": {"k": "v"}, "labels": {USABLE_LABEL: "false"}}})
+    with pytest.raises(SecretNotAllowed) as info:
+        run(access(core, require_secret_label=True).read_secret("ns", "s3"))
+    assert isinstance(info.value, PermanentError)
+    assert "Secret ns/s3" in str(info.value)
+    assert "kubectl label secret -n ns s3 taobrev.io/usable=true" in str(info.value)
+
+
+def test_allow_list_accepts_a_labelled_secret_and_the_operators_own() -> None:
+    core = FakeCore(
+        {
+            "ns/s3": {"data": {"k": "v"}, "labels": {USABLE_LABEL: "true"}},
+            "taobrev-system/brev": {"data": {"api-key": "x"}},
+        }
+    )
+    kube = access(core, require_secret_label=True)
+    assert run(kube.read_secret("ns", "s3")) == {"k": b"v"}
+    assert run(kube.read_secret("taobrev-system", "brev", operator_own=True)) == {"api-key": b"x"}
+
+
+def test_allow_list_still_reports_a_missing_secret_as_missing() -> None:
+    assert run(access(FakeCore(), require_secret_label=True).read_secret("ns", "gone")) is None
+
+
+# ------------------------------------------------------------------ patch_status
+
+
+def test_patch_status_redacts_every_string_at_any_depth() -> None:
+    register_secret(SECRET_VALUE)
+    custom = FakeCustom([None])
+    status = {
+        "phase": "Running",
+        "message": f"docker said: {SECRET_VALUE}",
+        "lastLogLines": [f"token {SECRET_VALUE}", "AKIAIOSFODNN7EXAMPLE used"],
+        "conditions": [{"type": "Ready", "message": f"x {SECRET_VALUE}"}],
+        "exitCode": 3,
+    }
+    assert run(access(custom=custom).patch_status("ns", "job", status)) is True
+    sent = custom.bodies[0]["status"]
+    assert SECRET_VALUE not in repr(sent)
+    assert "AKIAIOSFODNN7EXAMPLE" not in repr(sent)
+    assert sent["message"] == f"docker said: {MASK}"
+    assert sent["exitCode"] == 3
+    assert custom.timeouts == [(7, 7)]
+
+
+def test_patch_status_404_is_false() -> None:
+    custom = FakeCustom([ApiException(status=404, reason="Not Found")])
+    assert run(access(custom=custom).patch_status("ns", "job", {"phase": "Running"})) is False
+
+
+@pytest.mark.parametrize("status", [422, 409, 413])
+def test_refused_patch_is_retried_trimmed(status: int) -> None:
+    custom = FakeCustom([ApiException(status=status, reason="Invalid"), None])
+    lines = [f"line {i} " + "x" * 5000 for i in range(40)]
+    full = {"phase": "Running", "message": "m" * 5000, "lastLogLines": lines, "jobId": "j1"}
+    assert run(access(custom=custom).patch_status("ns", "job", full)) is True
+    second = custom.bodies[1]["status"]
+    assert len(second["lastLogLines"]) <= 5
+    assert all(len(line) <= 240 for line in second["lastLogLines"])
+    assert len(second["message"]) <= 512
+    assert second["jobId"] == "j1"
+
+
+def test_refused_twice_falls_back_to_a_minimal_status() -> None:
+    refused = ApiException(status=422, reason="Unprocessable Entity")
+    custom = FakeCustom([refused, refused, None])
+    full = {
+        "phase": "Uploading",
+        "outcome": "Succeeded",
+        "reason": "Completed",
+        "message": "m" * 2000,
+        "finishedAt": "2026-01-01T00:00:00Z",
+        "instanceName": "tbj-x",
+        "jobId": "j1",
+        "lastLogLines": ["a"],
+        "teardownMessage": "t",
+        "conditions": [{"type": "Ready"}],
+    }
+    assert run(access(custom=custom).patch_status("ns", "job", full)) is True
+    third = custom.bodies[2]["status"]
+    assert set(third) == {"phase", "outcome", "reason", "message", "finishedAt", "instanceName", "jobId"}
+    assert len(third["message"]) <= 200
+
+
+def test_refused_even_minimal_is_a_transient_status_rejected() -> None:
+    refused = ApiException(status=422, reason="Unprocessable Entity")
+    refused.body = b'{"message":"status.phase: Unsupported value"}'
+    custom = FakeCustom([refused, refused, refused])
+    with pytest.raises(StatusRejected) as info:
+        run(access(custom=custom).patch_status("ns", "job", {"phase": "Bogus"}))
+    assert isinstance(info.value, TransientError)
+    assert "Unsupported value" in str(info.value)
+
+
+@pytest.mark.parametrize("status", [403, 429, 500, 503])
+def test_patch_status_api_errors_are_transient_without_retrying_trimmed(status: int) -> None:
+    custom = FakeCustom([ApiException(status=status, reason="Nope")])
+    with pytest.raises(KubeUnavailable):
+        run(access(custom=custom).patch_status("ns", "job", {"phase": "Running"}))
+    assert len(custom.bodies) == 1
+
+
+def test_patch_status_timeout_is_transient() -> None:
+    custom = FakeCustom([ReadTimeoutError(None, "/apis", "Read timed out.")])  # type: ignore[arg-type]
+    with pytest.raises(KubeUnavailable):
+        run(access(custom=custom).patch_status("ns", "job", {"phase": "Running"}))
+
+
+def test_error_text_from_the_api_server_is_redacted() -> None:
+    register_secret(SECRET_VALUE)
+    error = ApiException(status=500, reason="Internal")
+    error.body = f"etcd said {SECRET_VALUE}".encode()
+    with pytest.raises(KubeUnavailable) as info:
+        run(access(custom=FakeCustom([error])).patch_status("ns", "job", {"phase": "Running"}))
+    assert SECRET_VALUE not in str(info.value)
+
+
+def test_minimal_status_keeps_ids_and_drops_bulk() -> None:
+    out = minimal_status(
+        {"phase": "Running", "lastLogLines": ["x"], "results": {"uri": "s3://b"}, "gpu": "L40S"}
+    )
+    assert out == {"phase": "Running", "gpu": "L40S"}
