@@ -120,7 +120,7 @@ def main() -> int:
         sim = BrevSim(work / "sim", speed=args.speed, s3_endpoint=s3.endpoint_url)
         namespace = "bench"
         cp.create_namespace(namespace)
-        install_operator_identity(cp, sim)
+        install_operator_identity(cp, sim, job_namespaces=[namespace])
         s3.create_bucket("bench-results")
         op = OperatorProcess(cp, sim, work / "operator", extra_env={"TAOBREV_NAMESPACES": namespace}).start()
         stack = Stack(cp, sim, s3, op, namespace, "bench-results")

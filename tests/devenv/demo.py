@@ -363,8 +363,8 @@ class Demo:
         return sim
 
     def start_operator(self, cp: ControlPlane, sim: BrevSim) -> OperatorProcess:
-        install_operator_identity(cp, sim)
-        cp.create_namespace(NAMESPACE)
+        cp.create_namespace(NAMESPACE)  # first: its Secret-read RoleBinding lives in it
+        install_operator_identity(cp, sim, job_namespaces=[NAMESPACE])
         # FAST_SETTINGS poll every 0.5 s: at the demo's speeds every phase lasts seconds.
         op = OperatorProcess(cp, sim, self.dir / "operator", extra_env={"TAOBREV_NAMESPACES": NAMESPACE})
         self.operator = op

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,9 +51,18 @@ def deployment_settings() -> dict[str, str]:
     return {str(k): str(v) for k, v in (doc.get("data") or {}).items()}
 
 
-def install_operator_identity(cp: ControlPlane, sim: BrevSim) -> None:
-    """deploy/base (namespace, ServiceAccount, RBAC, Deployment, Service) + the Brev Secret."""
+def install_operator_identity(cp: ControlPlane, sim: BrevSim, job_namespaces: Sequence[str] = ()) -> None:
+    """deploy/base (namespace, ServiceAccount, RBAC, Deployment, Service) + the Brev Secret; for the
+    (existing) job namespaces, their Secret-read RoleBindings (deploy/tools/job_namespaces.py) and
+    deploy/components/namespaced-mode's grant (the local operator runs with TAOBREV_NAMESPACES)."""
     cp.kubectl("apply", "-k", str(REPO / "deploy" / "base"))
+    if job_namespaces:
+        cp.kubectl("apply", "-f", str(REPO / "deploy" / "components" / "namespaced-mode" / "rbac.yaml"))
+        tool = REPO / "deploy" / "tools" / "job_namespaces.py"
+        bindings = subprocess.run(
+            [sys.executable, str(tool), *job_namespaces], capture_output=True, text=True, check=True
+        ).stdout
+        cp.kubectl("apply", "-f", "-", input=bindings)
     # Through stdin: the key never appears in an argv.
     secret = {
         "apiVersion": "v1",

@@ -105,7 +105,7 @@ def pair(
     namespace: str,
     tmp_path: Path,
 ) -> Iterator[Pair]:
-    install_operator_identity(control_plane, brev_sim)
+    install_operator_identity(control_plane, brev_sim, job_namespaces=[namespace])
     bucket = f"results-{namespace}"[:63].rstrip("-")
     s3_server.create_bucket(bucket)
 
