@@ -12,7 +12,7 @@ import urllib.parse
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 import yaml
@@ -29,8 +29,8 @@ SERVED = {
 
 
 class FakeRegistry(BaseHTTPRequestHandler):
-    manifests: dict[str, str] = {}  # "<repo>:<tag>" -> digest
-    seen_accept: list[str] = []
+    manifests: ClassVar[dict[str, str]] = {}  # "<repo>:<tag>" -> digest
+    seen_accept: ClassVar[list[str]] = []
 
     def log_message(self, format: str, *args: Any) -> None:
         pass

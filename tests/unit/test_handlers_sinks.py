@@ -19,6 +19,7 @@ from kopf._core.engines import posting
 from controller import handlers
 from controller.errors import KubeUnavailable, SecretAccessDenied
 from controller.health import Watchdog
+from controller.leadership import SoleLeader
 from controller.logs import forget_registered_secrets, register_secret
 from controller.reconciler import JobRef
 
@@ -86,9 +87,13 @@ class FakeRecorder:
 def fake_app(reconciler: FakeReconciler) -> Any:
     watchdog = Watchdog(grace=60, pass_ceiling=600)
     watchdog.started = True
-    settings = SimpleNamespace(poll_interval=0.01, backoff_max=0.05)
+    settings = SimpleNamespace(poll_interval=0.01, backoff_max=0.05, leader_lease_duration=15)
     return SimpleNamespace(
-        reconciler=reconciler, watchdog=watchdog, settings=settings, recorder=FakeRecorder()
+        reconciler=reconciler,
+        watchdog=watchdog,
+        settings=settings,
+        recorder=FakeRecorder(),
+        leadership=SoleLeader(),  # the lone-replica gate: always leading
     )
 
 

@@ -16,6 +16,7 @@ import yaml
 from prometheus_client import CollectorRegistry
 
 from controller import handlers
+from controller.health import Watchdog
 from controller.leadership import (
     KubeLeaseStore,
     LeaderElector,
@@ -429,6 +430,8 @@ class FakeApp:
     leadership: LeaderElector
     reconciler: FakeReconciler = field(default_factory=FakeReconciler)
     settings: Settings = field(default_factory=Settings)
+    watchdog: Watchdog = field(default_factory=lambda: Watchdog(grace=60, pass_ceiling=600))
+    recorder: Any = None
 
 
 class NeverStopped:
