@@ -23,6 +23,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PlainSerializer,
     StringConstraints,
     ValidationError,
     field_validator,
@@ -32,6 +33,7 @@ from pydantic.alias_generators import to_camel
 from pydantic.config import JsonDict
 
 from controller.errors import SpecError
+from controller.timestamps import format_time
 from controller.versions import load_versions
 
 # --- patterns shared by the model and the CRD (Go RE2 and Rust regex both accept them) ---------
@@ -633,6 +635,10 @@ def format_validation_error(exc: ValidationError, root: str) -> str:
 
 # --- status ----------------------------------------------------------------------------------
 
+# Kubernetes stores second-resolution UTC `Z` timestamps; serialising the same way keeps a status
+# that did not change byte-identical, so an idle pass writes nothing.
+Timestamp = Annotated[AwareDatetime, PlainSerializer(format_time, return_type=str, when_used="json")]
+
 
 class Condition(_StatusModel):
     """A kstatus-compatible condition (same shape as metav1.Condition)."""
@@ -641,7 +647,7 @@ class Condition(_StatusModel):
     status: ConditionStatus = Field(description="True, False or Unknown.")
     reason: str | None = Field(default=None, description="CamelCase reason.")
     message: str | None = Field(default=None, description="Human-readable detail.")
-    last_transition_time: AwareDatetime | None = Field(default=None, description="When status last changed.")
+    last_transition_time: Timestamp | None = Field(default=None, description="When status last changed.")
     observed_generation: int | None = Field(
         default=None, description="metadata.generation this condition was computed from."
     )
@@ -676,30 +682,24 @@ class TaoBrevJobStatus(_StatusModel):
     )
     backend_ref: str | None = Field(default=None, description="<instance>/<jobId>.")
     gpu: str | None = Field(default=None, description="The instance's GPU as `brev ls` reports it.")
-    phase_times: dict[str, AwareDatetime] = Field(
+    phase_times: dict[str, Timestamp] = Field(
         default_factory=dict, description="When each phase was entered, keyed by phase name."
     )
-    create_requested_at: AwareDatetime | None = Field(
-        default=None, description="When `brev create` was sent."
-    )
-    start_requested_at: AwareDatetime | None = Field(
+    create_requested_at: Timestamp | None = Field(default=None, description="When `brev create` was sent.")
+    start_requested_at: Timestamp | None = Field(
         default=None, description="When `brev start` was sent for a STOPPED reused instance."
     )
-    container_started_at: AwareDatetime | None = Field(
-        default=None, description="When the container started."
-    )
-    container_exited_at: AwareDatetime | None = Field(default=None, description="When the container exited.")
-    uploaded_at: AwareDatetime | None = Field(default=None, description="When the results upload finished.")
+    container_started_at: Timestamp | None = Field(default=None, description="When the container started.")
+    container_exited_at: Timestamp | None = Field(default=None, description="When the container exited.")
+    uploaded_at: Timestamp | None = Field(default=None, description="When the results upload finished.")
     teardown_message: str | None = Field(
         default=None, description="Why teardown is not finished yet (e.g. an instance that will not go away)."
     )
-    cleaned_up_at: AwareDatetime | None = Field(
+    cleaned_up_at: Timestamp | None = Field(
         default=None, description="When the container and the job's files (secrets) were removed."
     )
-    delete_requested_at: AwareDatetime | None = Field(
-        default=None, description="When `brev delete` was sent."
-    )
-    finished_at: AwareDatetime | None = Field(default=None, description="When the job reached its end.")
+    delete_requested_at: Timestamp | None = Field(default=None, description="When `brev delete` was sent.")
+    finished_at: Timestamp | None = Field(default=None, description="When the job reached its end.")
     exit_code: int | None = Field(default=None, description="The container's exit code.")
     last_log_lines: list[str] = Field(
         default_factory=list, max_length=20, description="Tail of the container log."
@@ -716,3 +716,18 @@ class TaoBrevJobStatus(_StatusModel):
     def from_k8s(cls, status: dict[str, Any] | None) -> TaoBrevJobStatus:
         """Parse `.status` as read from the API server (absent on a new object)."""
         return cls.model_validate(status or {})
+
+    def to_k8s(self) -> dict[str, Any]:
+        """`.status` as stored by the API server: camelCase, unset fields omitted. A field that
+        must be cleared needs an explicit null in the merge patch (see `merge_patch`)."""
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+def merge_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """The JSON merge patch (RFC 7386) taking stored status `old` to `new`: top-level fields
+    present before and absent now are sent as null, which is how merge patch deletes them."""
+    patch = dict(new)
+    for key in old:
+        if key not in new:
+            patch[key] = None
+    return patch

@@ -15,18 +15,16 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import structlog
-from pydantic import ValidationError
 
-from controller import conditions, machine
+from controller import conditions, machine, reasons
 from controller.actions import ActionRunner, JobContext, JobSecrets
 from controller.directory import InstanceDirectory
 from controller.errors import MissingSecretError, PermanentError, SpecError
 from controller.kube import KubeAccess
 from controller.logs import register_secret
 from controller.metrics import Recorder
-from controller.models import Outcome, Phase, TaoBrevJobSpec
+from controller.models import Outcome, Phase, TaoBrevJobSpec, TaoBrevJobStatus, merge_patch
 from controller.steps import ActionFailure, Decision, EventNote, Observation
-from controller.timestamps import format_time, parse_time
 
 log = structlog.get_logger("taobrev.reconciler")
 
@@ -87,7 +85,8 @@ class Reconciler:
         self._listing_max_age = listing_max_age
         self._clock = clock
         self._locks: dict[str, asyncio.Lock] = {}
-        self._written: dict[str, dict[str, Any]] = {}
+        # The status last written per uid, typed and as sent (the watch may lag behind it).
+        self._written: dict[str, TaoBrevJobStatus] = {}
 
     def forget(self, ref: JobRef) -> None:
         self._locks.pop(ref.uid, None)
@@ -99,32 +98,36 @@ class Reconciler:
         lock = self._locks.setdefault(ref.uid, asyncio.Lock())
         async with lock:
             started = time.monotonic()
-            status = self._written.get(ref.uid) or ref.status
+            status = self._status(ref)
             # Every log line of this pass (the brev client's too) carries the job's identity.
             with structlog.contextvars.bound_contextvars(
                 namespace=ref.namespace,
                 name=ref.name,
                 uid=ref.uid,
-                phase=status.get("phase") or "Pending",
-                instance=status.get("instanceName") or "-",
+                phase=str(status.phase or Phase.PENDING),
+                instance=status.instance_name or "-",
             ):
                 try:
                     return await self._pass(ref)
                 finally:
                     self._recorder.reconcile_duration(time.monotonic() - started)
 
+    def _status(self, ref: JobRef) -> TaoBrevJobStatus:
+        """Status parsed once where it enters: our last write if the watch lags behind it."""
+        written = self._written.get(ref.uid)
+        return written if written is not None else TaoBrevJobStatus.from_k8s(dict(ref.status))
+
     async def _pass(self, ref: JobRef) -> float | None:
-        status: dict[str, Any] = dict(self._written.get(ref.uid) or ref.status)
+        status = self._status(ref)
         try:
-            spec = TaoBrevJobSpec.model_validate(ref.spec)
-        except ValidationError as exc:
+            spec = TaoBrevJobSpec.parse(ref.spec)
+        except SpecError as exc:
             # The API server validated it already; this only happens with a newer CRD than us.
-            return await self._fail_invalid(ref, status, str(exc))
+            return await self._fail_invalid(ref, status, exc)
 
         secrets: JobSecrets | None = None
         blocker: ActionFailure | None = None
-        phase = Phase(status["phase"]) if status.get("phase") else None
-        if phase in _SECRETS_NEEDED and not status.get("outcome") and not ref.deleting:
+        if status.phase in _SECRETS_NEEDED and not status.outcome and not ref.deleting:
             try:
                 secrets = await self._load_secrets(ref.namespace, spec)
             except PermanentError as exc:
@@ -148,11 +151,11 @@ class Reconciler:
             await self._write(ref, status, decision, spec)
             status = decision.status
             structlog.contextvars.bind_contextvars(
-                phase=status.get("phase"), instance=status.get("instanceName") or "-"
+                phase=str(status.phase), instance=status.instance_name or "-"
             )
             if not decision.actions:
                 break
-            job = JobContext(ref.namespace, ref.name, str(status.get("jobId")), spec, secrets)
+            job = JobContext(ref.namespace, ref.name, str(status.job_id), spec, secrets)
             log.debug("acting", actions=[type(a).__name__ for a in decision.actions])
             after = await self._runner.run(decision.actions, job, obs.with_(failure=None))
             if after.failure is not None:
@@ -170,7 +173,7 @@ class Reconciler:
 
     async def _observe(
         self,
-        status: Mapping[str, Any],
+        status: TaoBrevJobStatus,
         ref: JobRef,
         blocker: ActionFailure | None,
         base: Observation | None = None,
@@ -178,10 +181,10 @@ class Reconciler:
         obs = (base or Observation(now=self._clock())).with_(
             now=self._clock(), deleting=ref.deleting, blocker=blocker
         )
-        name = status.get("instanceName")
+        name = status.instance_name
         if not name:
             return obs.with_(instance_known=True, instance=None)
-        known, inst = await self._directory.lookup(str(name), max_age=self._listing_max_age)
+        known, inst = await self._directory.lookup(name, max_age=self._listing_max_age)
         return obs.with_(instance_known=known, instance=inst)
 
     async def _load_secrets(self, namespace: str, spec: TaoBrevJobSpec) -> JobSecrets:
@@ -215,48 +218,44 @@ class Reconciler:
             extra[env.name] = await value(ref.name, ref.key, f"credentials.extraEnv[{i}].secretKeyRef")
         return JobSecrets(ngc, key_id, secret_key, extra)
 
-    async def _fail_invalid(self, ref: JobRef, status: dict[str, Any], error: str) -> float | None:
-        err = SpecError(f"spec does not parse: {error}")
-        obs = Observation(
-            now=self._clock(),
-            deleting=ref.deleting,
-            instance_known=True,
-            blocker=ActionFailure("ParseSpec", err.reason, str(err), permanent=True),
-        )
+    async def _fail_invalid(self, ref: JobRef, old: TaoBrevJobStatus, err: SpecError) -> float | None:
+        now = self._clock()
         # Without a spec there is nothing to run and no instance of ours; finish right away.
-        status = {**status, "outcome": str(Outcome.FAILED), "reason": err.reason, "message": str(err)}
-        status.setdefault("phase", str(Phase.PENDING))
-        status["phase"] = str(Phase.DELETED)
-        status["finishedAt"] = format_time(obs.now)
-        status["conditions"] = conditions.derive(
-            status, status.get("conditions") or [], ref.generation, obs.now
-        )
-        decision = Decision(status=status, events=(EventNote("Warning", err.reason, str(err)),))
-        await self._write(ref, dict(ref.status), decision)
+        status = old.model_copy(deep=True)
+        status.outcome = Outcome.FAILED
+        status.reason = reasons.INVALID_SPEC
+        status.message = str(err)
+        status.phase = Phase.DELETED
+        status.finished_at = now
+        status.conditions = conditions.derive(status, old.conditions, ref.generation, now)
+        decision = Decision(status=status, events=(EventNote("Warning", reasons.INVALID_SPEC, str(err)),))
+        await self._write(ref, old, decision)
         return None
 
     async def _write(
         self,
         ref: JobRef,
-        old: Mapping[str, Any],
+        old: TaoBrevJobStatus,
         decision: Decision,
         spec: TaoBrevJobSpec | None = None,
     ) -> None:
         new = decision.status
         for note in decision.events:
             self._events(ref, note.type, note.reason, note.message)
-        if _comparable(new) != _comparable(old):
-            await self._kube.patch_status(ref.namespace, ref.name, new)
-            self._written[ref.uid] = dict(new)
+        old_k8s, new_k8s = old.to_k8s(), new.to_k8s()
+        if _comparable(new_k8s) != _comparable(old_k8s):
+            # Serialised once where it leaves; fields cleared since the last write go as null.
+            await self._kube.patch_status(ref.namespace, ref.name, merge_patch(old_k8s, new_k8s))
+            self._written[ref.uid] = new
         self._account(ref, old, new)
-        if new.get("phase"):
+        if new.phase:
             self._gauges(ref, new, spec)
 
-    def _gauges(self, ref: JobRef, status: Mapping[str, Any], spec: TaoBrevJobSpec | None) -> None:
+    def _gauges(self, ref: JobRef, status: TaoBrevJobStatus, spec: TaoBrevJobSpec | None) -> None:
         """Per-job gauges follow status on every pass (also right after an operator restart)."""
-        phase = Phase(str(status["phase"]))
-        entered = parse_time((status.get("phaseTimes") or {}).get(str(phase)))
-        finished = parse_time(status.get("finishedAt"))
+        phase = status.phase or Phase.PENDING
+        entered = status.phase_times.get(str(phase))
+        finished = status.finished_at
         self._recorder.job_state(
             ref.namespace,
             ref.name,
@@ -265,37 +264,37 @@ class Reconciler:
             timeout_seconds=(
                 machine.phase_timeout(spec, phase) if spec is not None and not finished else None
             ),
-            outcome=str(status["outcome"]) if status.get("outcome") else None,
+            outcome=str(status.outcome) if status.outcome else None,
             ended_at=finished.timestamp() if finished else None,
         )
 
-    def _account(self, ref: JobRef, old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
-        old_phase, new_phase = old.get("phase"), new.get("phase")
+    def _account(self, ref: JobRef, old: TaoBrevJobStatus, new: TaoBrevJobStatus) -> None:
+        old_phase, new_phase = old.phase, new.phase
         now = self._clock()
         if new_phase and old_phase != new_phase:
-            entered = parse_time((old.get("phaseTimes") or {}).get(str(old_phase))) if old_phase else None
+            entered = old.phase_times.get(str(old_phase)) if old_phase else None
             spent = (now - entered).total_seconds() if entered else None
-            self._recorder.phase_changed(ref.namespace, ref.name, old_phase, str(new_phase), spent)
+            previous = str(old_phase) if old_phase else None
+            self._recorder.phase_changed(ref.namespace, ref.name, previous, str(new_phase), spent)
             log.info(
                 "phase changed",
-                phase=new_phase,
-                previous=old_phase,
-                instance=new.get("instanceName") or "-",
-                message=new.get("message"),
+                phase=str(new_phase),
+                previous=previous,
+                instance=new.instance_name or "-",
+                message=new.message,
             )
-        if new.get("outcome") and not old.get("finishedAt") and new.get("finishedAt"):
-            self._recorder.outcome(str(new["outcome"]), str(new.get("reason") or ""))
-            exited = parse_time(new.get("containerExitedAt"))
+        if new.outcome and not old.finished_at and new.finished_at:
+            self._recorder.outcome(str(new.outcome), new.reason or "")
+            exited = new.container_exited_at
             if exited is not None:
                 self._recorder.exit_to_teardown((now - exited).total_seconds())
-            if new.get("instanceName"):
-                self._recorder.instance_released(ref.namespace, ref.name, str(new["instanceName"]))
-        elif new.get("instanceCreated") and new.get("createRequestedAt") and not new.get("finishedAt"):
-            created = parse_time(new.get("createRequestedAt"))
-            if created is not None:
-                self._recorder.instance_uptime(
-                    ref.namespace, ref.name, str(new["instanceName"]), (now - created).total_seconds()
-                )
+            if new.instance_name:
+                self._recorder.instance_released(ref.namespace, ref.name, new.instance_name)
+        elif new.instance_created and new.create_requested_at and not new.finished_at and new.instance_name:
+            created = new.create_requested_at
+            self._recorder.instance_uptime(
+                ref.namespace, ref.name, new.instance_name, (now - created).total_seconds()
+            )
 
 
 def _comparable(status: Mapping[str, Any]) -> dict[str, Any]:

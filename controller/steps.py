@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from controller.brev.client import CreateRequest, Instance
+from controller.models import TaoBrevJobStatus
 
 
 @dataclass(frozen=True)
@@ -146,7 +147,7 @@ class Decision:
 
     `requeue_after` None means: nothing more to do for this object (finished)."""
 
-    status: dict[str, object]
+    status: TaoBrevJobStatus
     actions: tuple[Action, ...] = ()
     requeue_after: float | None = None
     events: tuple[EventNote, ...] = field(default_factory=tuple)
