@@ -88,6 +88,7 @@ def build(settings: Settings, events: EventSink) -> App:
         events=events,
         tunables=settings.tunables(),
         listing_max_age=settings.listing_max_age,
+        default_image=load_versions().images.tao_toolkit.pyt,
     )
     return App(settings, registry, recorder, kube, brev, directory, reconciler)
 

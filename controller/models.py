@@ -34,7 +34,6 @@ from pydantic.config import JsonDict
 
 from controller.errors import SpecError
 from controller.timestamps import format_time
-from controller.versions import load_versions
 
 # --- patterns shared by the model and the CRD (Go RE2 and Rust regex both accept them) ---------
 
@@ -79,7 +78,6 @@ MAX_SPEC_CONTENT = 262144
 TIMEOUT_MIN = 10
 TIMEOUT_MAX = 604800
 
-DEFAULT_IMAGE = load_versions().images.tao_toolkit.pyt
 DEFAULT_SHM_SIZE = "16g"
 DEFAULT_S3_REGION = "us-east-1"
 DATA_ROOT = "/workspace/data"
@@ -179,13 +177,22 @@ _SINGLE_SPEC_RULE = CelRule(
 )
 
 
+def _task_schema(schema: JsonDict) -> None:
+    schema.update(_validations(_SINGLE_SPEC_RULE))
+    # The image has a default, but it is a deployment fact (versions.yaml), not a model fact: the
+    # CRD generator writes it into the schema, the API server applies it, and `parse` fills it
+    # for specs built in Python. The model itself stays pure (no file read at import).
+    required = schema.get("required")
+    if isinstance(required, list):
+        schema["required"] = [r for r in required if r != "image"]
+
+
 class TaskSpec(_SpecModel):
     """What to run: `<networkArch> <action> -e <spec> [args...]` in a TAO Toolkit container."""
 
-    model_config = ConfigDict(json_schema_extra=_validations(_SINGLE_SPEC_RULE))
+    model_config = ConfigDict(json_schema_extra=_task_schema)
 
     image: str = Field(
-        default=DEFAULT_IMAGE,
         pattern=IMAGE_PATTERN,
         max_length=512,
         description="TAO Toolkit container image (registry/repository:tag or @sha256 digest).",
@@ -602,8 +609,14 @@ class TaoBrevJobSpec(_SpecModel):
         return self
 
     @classmethod
-    def parse(cls, spec: Any) -> TaoBrevJobSpec:
-        """Validate a `.spec` as read from the API server; raise SpecError naming every bad field."""
+    def parse(cls, spec: Any, *, default_image: str | None = None) -> TaoBrevJobSpec:
+        """Validate a `.spec` as read from the API server; raise SpecError naming every bad field.
+
+        `default_image` fills an omitted spec.task.image (the API server applies the same default
+        from the CRD, so this matters only for specs that did not pass through it)."""
+        task = spec.get("task") if isinstance(spec, dict) else None
+        if default_image is not None and isinstance(task, dict) and "image" not in task:
+            spec = {**spec, "task": {**task, "image": default_image}}
         try:
             return cls.model_validate(spec)
         except ValidationError as exc:

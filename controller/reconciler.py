@@ -75,6 +75,7 @@ class Reconciler:
         tunables: machine.Tunables,
         listing_max_age: float,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        default_image: str | None = None,
     ) -> None:
         self._kube = kube
         self._directory = directory
@@ -84,6 +85,8 @@ class Reconciler:
         self._tunables = tunables
         self._listing_max_age = listing_max_age
         self._clock = clock
+        # The pinned TAO image, for a spec that reached us without the CRD's default applied.
+        self._default_image = default_image
         self._locks: dict[str, asyncio.Lock] = {}
         # The status last written per uid, typed and as sent (the watch may lag behind it).
         self._written: dict[str, TaoBrevJobStatus] = {}
@@ -120,7 +123,7 @@ class Reconciler:
     async def _pass(self, ref: JobRef) -> float | None:
         status = self._status(ref)
         try:
-            spec = TaoBrevJobSpec.parse(ref.spec)
+            spec = TaoBrevJobSpec.parse(dict(ref.spec), default_image=self._default_image)
         except SpecError as exc:
             # The API server validated it already; this only happens with a newer CRD than us.
             return await self._fail_invalid(ref, status, exc)
