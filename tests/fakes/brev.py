@@ -123,6 +123,7 @@ class CreateRecord:
     owner: str
     at: float
     accepted: bool
+    seq: int  # global order of everything that happened in this world
 
 
 @dataclass(frozen=True)
@@ -132,6 +133,7 @@ class DeleteRecord:
     identity: str
     at: float
     outcome: str  # accepted | not-found | failed | ambiguous
+    seq: int  # global order of everything that happened in this world
 
 
 @dataclass(frozen=True)
@@ -140,6 +142,15 @@ class ExecRecord:
     op: str
     at: float
     answered: bool  # the instance ran the command (whatever its exit code)
+    seq: int  # global order of everything that happened in this world
+
+
+@dataclass(frozen=True)
+class ContainerStart:
+    instance_id: str
+    job_id: str
+    at: float
+    seq: int
 
 
 @dataclass(frozen=True)
@@ -148,6 +159,7 @@ class UploadRecord:
     job_id: str
     at: float
     ok: bool
+    seq: int  # global order of everything that happened in this world
 
 
 class FakeBrev:
@@ -175,6 +187,8 @@ class FakeBrev:
         self.deletes: list[DeleteRecord] = []
         self.execs: list[ExecRecord] = []
         self.uploads: list[UploadRecord] = []
+        self.container_starts: list[ContainerStart] = []
+        self._seq = itertools.count()
         self.listings = 0
         self.logins = 0
 
@@ -222,6 +236,9 @@ class FakeBrev:
         )
         self.instances[inst.id] = inst
         return inst
+
+    def next_seq(self) -> int:
+        return next(self._seq)
 
     # -- queries for invariants ----------------------------------------------------------------
 
@@ -332,7 +349,9 @@ class FakeBrev:
         f = self.faults
         if f.capacity_errors > 0:
             self.set_faults(capacity_errors=f.capacity_errors - 1)
-            self.creates.append(CreateRecord(request.name, None, self.identity_name, now, accepted=False))
+            self.creates.append(
+                CreateRecord(request.name, None, self.identity_name, now, accepted=False, seq=self.next_seq())
+            )
             raise BrevTransientError(
                 f"no capacity for the requested instance types of {request.name}; will retry",
                 reason="InsufficientCapacity",
@@ -357,7 +376,9 @@ class FakeBrev:
             gpu=request.gpu_name or "L40S",
         )
         self.instances[inst.id] = inst
-        self.creates.append(CreateRecord(request.name, inst.id, self.identity_name, now, accepted=True))
+        self.creates.append(
+            CreateRecord(request.name, inst.id, self.identity_name, now, accepted=True, seq=self.next_seq())
+        )
         if f.create_s:
             self.clock.advance(f.create_s)
         if f.create_timeouts > 0:
@@ -373,17 +394,21 @@ class FakeBrev:
         f = self.faults
         if f.delete_failures > 0:
             self.set_faults(delete_failures=f.delete_failures - 1)
-            self.deletes.append(DeleteRecord(name, None, self.identity_name, now, "failed"))
+            self.deletes.append(DeleteRecord(name, None, self.identity_name, now, "failed", self.next_seq()))
             raise BrevTransientError(f"brev delete {name} failed", cli_message="502 Bad Gateway")
         try:
             inst = self._resolve(name)
         except InstanceNotFound:
-            self.deletes.append(DeleteRecord(name, None, self.identity_name, now, "not-found"))
+            self.deletes.append(
+                DeleteRecord(name, None, self.identity_name, now, "not-found", self.next_seq())
+            )
             raise
         except BrevPermanentError:
-            self.deletes.append(DeleteRecord(name, None, self.identity_name, now, "ambiguous"))
+            self.deletes.append(
+                DeleteRecord(name, None, self.identity_name, now, "ambiguous", self.next_seq())
+            )
             raise
-        self.deletes.append(DeleteRecord(name, inst.id, self.identity_name, now, "accepted"))
+        self.deletes.append(DeleteRecord(name, inst.id, self.identity_name, now, "accepted", self.next_seq()))
         if inst.delete_accepted_at is None:
             inst.delete_accepted_at = now
             inst.deleting_at = now + f.delete_lag_s
@@ -410,7 +435,7 @@ class FakeBrev:
         try:
             inst = self._resolve(instance)
         except BrevPermanentError:
-            self.execs.append(ExecRecord(None, op, now, answered=False))
+            self.execs.append(ExecRecord(None, op, now, answered=False, seq=self.next_seq()))
             raise
         f = self.faults
         problem: str | None = None
@@ -426,9 +451,9 @@ class FakeBrev:
         elif now < inst.exec_ready_at:
             problem = "ssh: connect to host port 22: Connection refused"
         if problem is not None:
-            self.execs.append(ExecRecord(inst.id, op, now, answered=False))
+            self.execs.append(ExecRecord(inst.id, op, now, answered=False, seq=self.next_seq()))
             raise BrevTransientError(f"brev exec {instance} failed", cli_message=problem)
-        self.execs.append(ExecRecord(inst.id, op, now, answered=True))
+        self.execs.append(ExecRecord(inst.id, op, now, answered=True, seq=self.next_seq()))
         return inst
 
     async def exec(self, instance: str, command: str, *, timeout: float) -> ExecResult:  # noqa: ASYNC109

@@ -20,6 +20,7 @@ from controller.reconciler import JobRef, Reconciler
 from tests.fakes.brev import FakeBrev, Faults
 from tests.fakes.clock import FakeClock
 from tests.fakes.kube import FakeEvents, FakeKube, FakeObject
+from tests.fakes.metrics import NullRecorder
 from tests.fakes.workload import FakeActionRunner
 
 NAMESPACE = "ns"
@@ -71,8 +72,9 @@ class Harness:
         *,
         faults: Faults | None = None,
         tunables: machine.Tunables = TUNABLES,
-        listing_max_age: float = 0.0,
+        listing_max_age: float = 10.0,
         max_list_items: int | None = None,
+        metrics: bool = True,
     ) -> None:
         self.clock = FakeClock()
         self.brev = FakeBrev(self.clock, faults=faults)
@@ -81,7 +83,9 @@ class Harness:
             self.kube.add_secret(NAMESPACE, name, data)
         self.kube.create(NAMESPACE, NAME, UID, spec if spec is not None else job_spec())
         self.events = FakeEvents()
-        self.recorder = Recorder(CollectorRegistry(), clock=self.clock.unix)
+        self.recorder: Recorder = (
+            Recorder(CollectorRegistry(), clock=self.clock.unix) if metrics else NullRecorder()
+        )
         self.tunables = tunables
         self.listing_max_age = listing_max_age
         self.restarts = 0

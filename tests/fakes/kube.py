@@ -61,7 +61,9 @@ class FakeObject:
         }
         if self.deletion_requested:
             meta["deletionTimestamp"] = "2026-11-29T12:00:00Z"
-        return {"metadata": meta, "spec": copy.deepcopy(self.spec), "status": copy.deepcopy(self.status)}
+        # Shared, not copied: the reconciler copies what it keeps (JobRef.from_body), and a copy
+        # per pass would dominate the model test's run time. Status is replaced, never mutated.
+        return {"metadata": meta, "spec": self.spec, "status": self.status}
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,7 @@ from controller.brev.workload import (
 )
 from controller.directory import InstanceDirectory
 from controller.errors import BrevTransientError, EntitlementError, SpecError, TransientError
-from tests.fakes.brev import FakeBrev, FakeContainer, UploadRecord
+from tests.fakes.brev import ContainerStart, FakeBrev, FakeContainer, UploadRecord
 
 STOPPED_EXIT = 143  # SIGTERM, as `docker stop` leaves a TAO container
 
@@ -114,9 +114,9 @@ class FakeWorkload(Workload):
         if self.job_id in inst.containers:
             return False
         f = self.world.faults
-        inst.containers[self.job_id] = FakeContainer(
-            self.job_id, self.world.clock.monotonic(), f.run_s, f.exit_code
-        )
+        now = self.world.clock.monotonic()
+        inst.containers[self.job_id] = FakeContainer(self.job_id, now, f.run_s, f.exit_code)
+        self.world.container_starts.append(ContainerStart(inst.id, self.job_id, now, self.world.next_seq()))
         return True
 
     async def wait_exit_with_tail(self, timeout_s: int, tail: int) -> tuple[int | None, list[str]]:
@@ -152,17 +152,19 @@ class FakeWorkload(Workload):
             inst_id = self._gate("upload", self.settings.transfer_timeout)
         except TransientError:
             matches = [i.id for i in world.by_name(self.instance)]
-            world.uploads.append(UploadRecord(matches[0] if matches else "", self.job_id, at, ok=False))
+            world.uploads.append(
+                UploadRecord(matches[0] if matches else "", self.job_id, at, ok=False, seq=world.next_seq())
+            )
             raise
         if world.faults.upload_failures > 0:
             world.set_faults(upload_failures=world.faults.upload_failures - 1)
-            world.uploads.append(UploadRecord(inst_id, self.job_id, at, ok=False))
+            world.uploads.append(UploadRecord(inst_id, self.job_id, at, ok=False, seq=world.next_seq()))
             raise TransientError(
                 f"uploading results to {results_uri} failed",
                 reason="UploadFailed",
                 cli_message="upload failed: An error occurred (SlowDown)",
             )
-        world.uploads.append(UploadRecord(inst_id, self.job_id, at, ok=True))
+        world.uploads.append(UploadRecord(inst_id, self.job_id, at, ok=True, seq=world.next_seq()))
         return 3, 300
 
     async def remove_container(self) -> None:
