@@ -8,7 +8,6 @@ as an `ActionFailure` for decide() to judge (transient: retry with backoff; perm
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -155,8 +154,12 @@ class ActionRunner:
                         raise
                 return obs.with_(cleaned=True)
             case DeleteInstance(name=name):
-                with contextlib.suppress(InstanceNotFound):  # already gone: what we wanted
+                try:
                     await self._brev.delete_instance(name)
+                except InstanceNotFound:
+                    # Gone: what we wanted, and decide() needs to know it was an answer, not a guess.
+                    self._directory.invalidate()
+                    return obs.with_(delete_not_found=True)
                 self._directory.invalidate()
                 return obs.with_(delete_requested=True)
         raise AssertionError(f"unhandled action {action!r}")

@@ -2,8 +2,10 @@
 
 - Ready: True once the job finished successfully and its instance is released (kstatus "Current").
 - Reconciling: True while anything is left to do, teardown included (kstatus "InProgress").
-- Stalled: True once the job finished without success (kstatus "Failed").
-- Succeeded: the run's own result: Unknown until the run ends, then True/False.
+- Stalled: True once the job finished without success (kstatus "Failed"), and while the operator
+  cannot go on without help (status.stalledReason: InvalidSpec, InstanceNotAccessible, ...).
+- Succeeded: True only once the run succeeded AND its results are verified in S3, and then never
+  flips back; False once the run failed; Unknown before.
 - InstanceReleased: True once teardown is done (ephemeral instance deleted, or retained one left).
 
 `kubectl wait --for=condition=Succeeded` waits for a successful run; `--for=condition=Ready`
@@ -45,24 +47,27 @@ def derive(
     message = status.message or ""
     finished = status.finished_at is not None
     succeeded = outcome == Outcome.SUCCEEDED
+    old = {c.type: c for c in previous}
+    was_succeeded = (prev := old.get(SUCCEEDED)) is not None and prev.status == ConditionStatus.TRUE
+    delivered = was_succeeded or (succeeded and status.uploaded_at is not None)
+    stalled = finished and not succeeded
+    stall_reason = reason if stalled else (status.stalled_reason or reasons.NOT_STALLED)
+    stall_message = message if stalled else (status.stalled_message or message)
+    if delivered:
+        run: bool | None = True
+        run_reason = reasons.SUCCEEDED
+    elif outcome and not succeeded:
+        run, run_reason = False, reason
+    else:
+        run, run_reason = None, (reasons.RESULTS_NOT_UPLOADED if succeeded else reasons.RUN_NOT_FINISHED)
 
     new = [
         _cond(
             READY, finished and succeeded, reasons.SUCCEEDED if finished and succeeded else reason, message
         ),
         _cond(RECONCILING, not finished, phase if not finished else reasons.FINISHED, message),
-        _cond(
-            STALLED,
-            finished and not succeeded,
-            reason if finished and not succeeded else reasons.NOT_STALLED,
-            message,
-        ),
-        _cond(
-            SUCCEEDED,
-            None if not outcome else succeeded,
-            reason if outcome else reasons.RUN_NOT_FINISHED,
-            message,
-        ),
+        _cond(STALLED, stalled or status.stalled_reason is not None, stall_reason, stall_message),
+        _cond(SUCCEEDED, run, run_reason, message),
         _cond(
             INSTANCE_RELEASED,
             finished,
@@ -72,7 +77,6 @@ def derive(
             else (status.teardown_message or f"teardown not finished ({phase})"),
         ),
     ]
-    old = {c.type: c for c in previous}
     for c in new:
         prev = old.get(c.type)
         same = prev is not None and prev.status == c.status and prev.last_transition_time is not None

@@ -694,24 +694,69 @@ class TaoBrevJobStatus(_StatusModel):
         default=None, description="True when this job created (and so owns) the instance."
     )
     backend_ref: str | None = Field(default=None, description="<instance>/<jobId>.")
+    instance_id: str | None = Field(
+        default=None,
+        description="Brev's instance id, recorded when the instance is first listed; matched by id after.",
+    )
+    brev_identity: str | None = Field(
+        default=None,
+        description=(
+            "The Brev identity the operator was logged in as when it asked for the instance; only "
+            "that identity's answers (listings, `brev delete`) count during teardown."
+        ),
+    )
     gpu: str | None = Field(default=None, description="The instance's GPU as `brev ls` reports it.")
     phase_times: dict[str, Timestamp] = Field(
         default_factory=dict, description="When each phase was entered, keyed by phase name."
     )
     create_requested_at: Timestamp | None = Field(default=None, description="When `brev create` was sent.")
+    create_returned_at: Timestamp | None = Field(
+        default=None,
+        description="When the last `brev create` call returned or failed (the settle time starts here).",
+    )
     start_requested_at: Timestamp | None = Field(
         default=None, description="When `brev start` was sent for a STOPPED reused instance."
     )
     container_started_at: Timestamp | None = Field(default=None, description="When the container started.")
     container_exited_at: Timestamp | None = Field(default=None, description="When the container exited.")
-    uploaded_at: Timestamp | None = Field(default=None, description="When the results upload finished.")
+    run_ended_at: Timestamp | None = Field(
+        default=None, description="When the run ended (exit, failure, timeout or cancellation)."
+    )
+    upload_attempts: int | None = Field(default=None, ge=0, description="Upload attempts so far.")
+    uploaded_at: Timestamp | None = Field(
+        default=None, description="When the results upload finished and was verified in S3."
+    )
     teardown_message: str | None = Field(
         default=None, description="Why teardown is not finished yet (e.g. an instance that will not go away)."
     )
     cleaned_up_at: Timestamp | None = Field(
         default=None, description="When the container and the job's files (secrets) were removed."
     )
-    delete_requested_at: Timestamp | None = Field(default=None, description="When `brev delete` was sent.")
+    delete_requested_at: Timestamp | None = Field(
+        default=None, description="When `brev delete` was last sent."
+    )
+    delete_accepted_at: Timestamp | None = Field(
+        default=None, description="When brev first accepted the `brev delete`."
+    )
+    absent_listings: int | None = Field(
+        default=None,
+        ge=0,
+        description="Consecutive listings (spaced by the poll interval) that did not show the instance.",
+    )
+    absent_since: Timestamp | None = Field(
+        default=None, description="First of the consecutive listings that did not show the instance."
+    )
+    absent_checked_at: Timestamp | None = Field(
+        default=None, description="Last listing counted in absentListings."
+    )
+    stalled_reason: str | None = Field(
+        default=None,
+        description=(
+            "Why the operator cannot make progress without help (e.g. InvalidSpec, "
+            "InstanceNotAccessible); the Stalled condition carries it until resolved."
+        ),
+    )
+    stalled_message: str | None = Field(default=None, description="What is wrong and how to fix it.")
     finished_at: Timestamp | None = Field(default=None, description="When the job reached its end.")
     exit_code: int | None = Field(default=None, description="The container's exit code.")
     last_log_lines: list[str] = Field(

@@ -9,27 +9,29 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import structlog
 
-from controller import conditions, machine, reasons
+from controller import machine
 from controller.actions import ActionRunner, JobContext, JobSecrets
 from controller.directory import InstanceDirectory
-from controller.errors import MissingSecretError, PermanentError, SpecError
+from controller.errors import MissingSecretError, PermanentError, SpecError, TransientError
 from controller.kube import KubeAccess
 from controller.logs import register_secret
 from controller.metrics import Recorder
-from controller.models import Outcome, Phase, TaoBrevJobSpec, TaoBrevJobStatus, merge_patch
-from controller.steps import ActionFailure, Decision, EventNote, Observation
+from controller.models import Phase, TaoBrevJobSpec, TaoBrevJobStatus, merge_patch
+from controller.steps import Action, ActionFailure, CreateInstance, Decision, Observation
 
 log = structlog.get_logger("taobrev.reconciler")
 
 # Passes chained without waiting when an action completed (bounded so one job cannot spin).
 MAX_STEPS_PER_PASS = 12
+# kopf's finalizer for this operator (handlers.py configures kopf with the same name).
+FINALIZER = "taobrev.io/teardown"
 _SECRETS_NEEDED = {None, Phase.PENDING, Phase.PROVISIONING, Phase.WAITING_EXEC, Phase.PULLING}
 
 
@@ -43,6 +45,8 @@ class JobRef:
     status: Mapping[str, Any]
     deleting: bool
     body: Any = None  # the object, for Events
+    # Our finalizer is on the object; until it is, the machine creates nothing.
+    has_finalizer: bool = True
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any], *, deleting: bool | None = None) -> JobRef:
@@ -56,6 +60,7 @@ class JobRef:
             status=dict(body.get("status") or {}),
             deleting=bool(meta.get("deletionTimestamp")) if deleting is None else deleting,
             body=body,
+            has_finalizer=FINALIZER in (meta.get("finalizers") or ()),
         )
 
 
@@ -90,10 +95,14 @@ class Reconciler:
         self._locks: dict[str, asyncio.Lock] = {}
         # The status last written per uid, typed and as sent (the watch may lag behind it).
         self._written: dict[str, TaoBrevJobStatus] = {}
+        self._api_failures: dict[str, int] = {}
+        # Shielded creates still running after their pass was cancelled (kept referenced).
+        self._background: set[asyncio.Future[Observation]] = set()
 
     def forget(self, ref: JobRef) -> None:
         self._locks.pop(ref.uid, None)
         self._written.pop(ref.uid, None)
+        self._api_failures.pop(ref.uid, None)
         self._recorder.job_forgotten(ref.namespace, ref.name)
 
     async def reconcile(self, ref: JobRef) -> float | None:
@@ -111,9 +120,22 @@ class Reconciler:
                 instance=status.instance_name or "-",
             ):
                 try:
-                    return await self._pass(ref)
+                    delay = await self._pass(ref)
+                except TransientError as exc:
+                    # The API server (or Brev outside an action) is down, throttling or not ready
+                    # after a restart: back off and come again; never crash the daemon.
+                    failures = self._api_failures.get(ref.uid, 0) + 1
+                    self._api_failures[ref.uid] = failures
+                    self._recorder.reconcile_error(exc.reason)
+                    log.warning(
+                        "pass failed; backing off", reason=exc.reason, error=str(exc), attempt=failures
+                    )
+                    t = self._tunables
+                    return float(min(t.backoff_base * 2 ** (failures - 1), t.backoff_max))
                 finally:
                     self._recorder.reconcile_duration(time.monotonic() - started)
+                self._api_failures.pop(ref.uid, None)
+                return delay
 
     def _status(self, ref: JobRef) -> TaoBrevJobStatus:
         """Status parsed once where it enters: our last write if the watch lags behind it."""
@@ -122,21 +144,27 @@ class Reconciler:
 
     async def _pass(self, ref: JobRef) -> float | None:
         status = self._status(ref)
+        spec: TaoBrevJobSpec | None = None
+        spec_error: str | None = None
         try:
             spec = TaoBrevJobSpec.parse(dict(ref.spec), default_image=self._default_image)
         except SpecError as exc:
-            # The API server validated it already; this only happens with a newer CRD than us.
-            return await self._fail_invalid(ref, status, exc)
+            # The API server validated it already: a CRD newer than this operator, or a rule
+            # pydantic checks more strictly than CEL. Never a reason to abandon an instance.
+            spec_error = f"{exc}; fix the spec or run an operator version that understands it"
 
         secrets: JobSecrets | None = None
         blocker: ActionFailure | None = None
-        if status.phase in _SECRETS_NEEDED and not status.outcome and not ref.deleting:
+        trouble: ActionFailure | None = None
+        if spec is not None and status.phase in _SECRETS_NEEDED and not status.outcome and not ref.deleting:
             try:
                 secrets = await self._load_secrets(ref.namespace, spec)
             except PermanentError as exc:
                 blocker = ActionFailure("ReadSecrets", exc.reason, str(exc), permanent=True)
+            except TransientError as exc:
+                trouble = ActionFailure("ReadSecrets", exc.reason, _secret_trouble(ref.namespace, exc), False)
 
-        obs = await self._observe(status, ref, blocker)
+        obs = (await self._observe(status, ref, blocker)).with_(failure=trouble)
         decision: Decision | None = None
         for _ in range(MAX_STEPS_PER_PASS):
             # A transient action failure comes back as obs.failure: decide() records it, asks for
@@ -150,17 +178,22 @@ class Reconciler:
                 uid=ref.uid,
                 generation=ref.generation,
                 tunables=self._tunables,
+                spec_error=spec_error,
             )
-            await self._write(ref, status, decision, spec)
+            if not await self._write(ref, status, decision, spec):
+                return None  # the object is gone: nothing of this pass may act any more
             status = decision.status
             structlog.contextvars.bind_contextvars(
                 phase=str(status.phase), instance=status.instance_name or "-"
             )
             if not decision.actions:
                 break
-            job = JobContext(ref.namespace, ref.name, str(status.job_id), spec, secrets)
+            # Teardown actions read only the job id; without a parsed spec they get a blank one.
+            job = JobContext(
+                ref.namespace, ref.name, str(status.job_id), spec or _teardown_only_spec(), secrets
+            )
             log.debug("acting", actions=[type(a).__name__ for a in decision.actions])
-            after = await self._runner.run(decision.actions, job, obs.with_(failure=None))
+            after = await self._act(decision.actions, job, obs.with_(failure=None, completed=()))
             if after.failure is not None:
                 self._recorder.reconcile_error(after.failure.reason)
                 log.warning(
@@ -174,6 +207,22 @@ class Reconciler:
         assert decision is not None
         return decision.requeue_after
 
+    async def _act(self, actions: Sequence[Action], job: JobContext, obs: Observation) -> Observation:
+        """Run the actions; record which completed. A create is shielded: cancelling the daemon
+        mid-call must not kill a `brev create` that may already have reached Brev (the next pass,
+        possibly another operator process, adopts what it made)."""
+        run = self._runner.run(actions, job, obs)
+        if any(isinstance(a, CreateInstance) for a in actions):
+            task = asyncio.ensure_future(run)
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+            after = await asyncio.shield(task)
+        else:
+            after = await run
+        names = [type(a).__name__ for a in actions]
+        done = names if after.failure is None else names[: names.index(after.failure.action)]
+        return after.with_(completed=tuple(done))
+
     async def _observe(
         self,
         status: TaoBrevJobStatus,
@@ -182,13 +231,18 @@ class Reconciler:
         base: Observation | None = None,
     ) -> Observation:
         obs = (base or Observation(now=self._clock())).with_(
-            now=self._clock(), deleting=ref.deleting, blocker=blocker
+            now=self._clock(), deleting=ref.deleting, blocker=blocker, has_finalizer=ref.has_finalizer
         )
         name = status.instance_name
         if not name:
             return obs.with_(instance_known=True, instance=None)
-        known, inst = await self._directory.lookup(name, max_age=self._listing_max_age)
-        return obs.with_(instance_known=known, instance=inst)
+        seen = await self._directory.find(name, status.instance_id, max_age=self._listing_max_age)
+        return obs.with_(
+            instance_known=seen.known,
+            instance=seen.instance,
+            instance_ambiguous=seen.ambiguous,
+            identity=seen.identity,
+        )
 
     async def _load_secrets(self, namespace: str, spec: TaoBrevJobSpec) -> JobSecrets:
         cache: dict[str, Mapping[str, bytes] | None] = {}
@@ -203,9 +257,10 @@ class Reconciler:
                     f"key {key!r}"
                 )
             if key not in data or not data[key]:
+                # Name the missing key only: the Secret's other key names are not ours to show.
                 raise MissingSecretError(
                     f"Secret {namespace}/{secret} has no (or an empty) key {key!r} (spec.{field}); "
-                    f"keys present: {sorted(data)}"
+                    f"add the key to the Secret or point spec.{field} at the right one"
                 )
             register_secret(data[key].decode(errors="replace"))
             return data[key]
@@ -221,38 +276,29 @@ class Reconciler:
             extra[env.name] = await value(ref.name, ref.key, f"credentials.extraEnv[{i}].secretKeyRef")
         return JobSecrets(ngc, key_id, secret_key, extra)
 
-    async def _fail_invalid(self, ref: JobRef, old: TaoBrevJobStatus, err: SpecError) -> float | None:
-        now = self._clock()
-        # Without a spec there is nothing to run and no instance of ours; finish right away.
-        status = old.model_copy(deep=True)
-        status.outcome = Outcome.FAILED
-        status.reason = reasons.INVALID_SPEC
-        status.message = str(err)
-        status.phase = Phase.DELETED
-        status.finished_at = now
-        status.conditions = conditions.derive(status, old.conditions, ref.generation, now)
-        decision = Decision(status=status, events=(EventNote("Warning", reasons.INVALID_SPEC, str(err)),))
-        await self._write(ref, old, decision)
-        return None
-
     async def _write(
         self,
         ref: JobRef,
         old: TaoBrevJobStatus,
         decision: Decision,
         spec: TaoBrevJobSpec | None = None,
-    ) -> None:
+    ) -> bool:
+        """Post the Events, patch status if it changed. False if the object is gone (404)."""
         new = decision.status
         for note in decision.events:
             self._events(ref, note.type, note.reason, note.message)
         old_k8s, new_k8s = old.to_k8s(), new.to_k8s()
         if _comparable(new_k8s) != _comparable(old_k8s):
             # Serialised once where it leaves; fields cleared since the last write go as null.
-            await self._kube.patch_status(ref.namespace, ref.name, merge_patch(old_k8s, new_k8s))
+            if not await self._kube.patch_status(ref.namespace, ref.name, merge_patch(old_k8s, new_k8s)):
+                self._written.pop(ref.uid, None)
+                log.info("object is gone; stopping this pass")
+                return False
             self._written[ref.uid] = new
         self._account(ref, old, new)
         if new.phase:
             self._gauges(ref, new, spec)
+        return True
 
     def _gauges(self, ref: JobRef, status: TaoBrevJobStatus, spec: TaoBrevJobSpec | None) -> None:
         """Per-job gauges follow status on every pass (also right after an operator restart)."""
@@ -309,3 +355,20 @@ def _comparable(status: Mapping[str, Any]) -> dict[str, Any]:
         for c in status.get("conditions") or []
     ]
     return out
+
+
+def _secret_trouble(namespace: str, exc: TransientError) -> str:
+    """A Secret that could not be read for now; a 403 names the RBAC fix."""
+    if exc.reason in ("SecretAccessDenied", "Forbidden"):
+        return (
+            f"{exc}; the operator may not read Secrets in namespace {namespace}: grant its "
+            "ServiceAccount `get` on secrets there (Role + RoleBinding); retrying with backoff"
+        )
+    return f"{exc}; retrying with backoff"
+
+
+def _teardown_only_spec() -> TaoBrevJobSpec:
+    """A blank spec for a job whose spec does not parse: decide() then asks only for teardown
+    actions (stop, cleanup, delete), which read the job id and instance name, never the spec."""
+    blank: dict[str, Any] = {}
+    return TaoBrevJobSpec.model_construct(**blank)

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from controller import machine, reasons
-from controller.brev.client import DEPLOYING, FAILURE, RUNNING, STOPPED, Instance
+from controller.brev.client import DELETING, DEPLOYING, FAILURE, RUNNING, STOPPED, Instance
 from controller.models import Outcome, Phase, TaoBrevJobSpec, TaoBrevJobStatus
 from controller.steps import (
     ActionFailure,
@@ -195,10 +195,16 @@ def test_exit_zero_uploads_then_deletes_then_finishes_succeeded() -> None:
     d = decide(d.status, instance=running(), cleaned=True)
     assert kinds(d) == [DeleteInstance]
     assert d.status.delete_requested_at == T0
-    d = decide(d.status, instance=None)
+    d = decide(d.status, instance=running(DELETING), delete_requested=True)
+    assert d.status.delete_accepted_at == T0
+    assert d.status.finished_at is None
+    d = decide(d.status, instance=None, delete_not_found=True)
     assert d.finished
     assert d.status.finished_at == T0
     assert d.status.outcome is Outcome.SUCCEEDED
+    assert d.status.message == (
+        f"Succeeded: training container exited 0; results in s3://bucket/out; instance {INST} deleted"
+    )
     assert cond(d.status, "Ready") == "True"
     assert cond(d.status, "Succeeded") == "True"
     assert cond(d.status, "Reconciling") == "False"
@@ -245,7 +251,8 @@ def test_unknown_listing_never_triggers_create_or_finish() -> None:
     d = decide(at(Phase.PROVISIONING), instance_known=False)
     assert d.actions == ()
     assert d.requeue_after == TUN.poll_interval
-    d = decide(at(Phase.DELETED, outcome=Outcome.CANCELED, cleaned_up_at=T0), instance_known=False)
+    teardown = at(Phase.DELETED, outcome=Outcome.CANCELED, cleaned_up_at=T0, create_requested_at=T0)
+    d = decide(teardown, instance_known=False, now=T0 + timedelta(hours=1))
     assert d.status.finished_at is None
 
 
@@ -298,7 +305,10 @@ def test_a_stopped_reused_instance_is_started() -> None:
 
 
 def test_missing_reused_instance_fails_with_a_reason_naming_the_field() -> None:
-    d = decide(at(Phase.PROVISIONING, created=False), spec_=REUSE, instance=None)
+    status = at(Phase.PROVISIONING, created=False)
+    for i in range(TUN.absent_listings):
+        d = decide(status, spec_=REUSE, instance=None, now=T0 + timedelta(seconds=TUN.poll_interval * i))
+        status = d.status
     assert d.status.outcome is Outcome.FAILED
     assert d.status.reason == reasons.REUSE_INSTANCE_NOT_FOUND
     assert "spec.instance.reuse.name" in (d.status.message or "")
@@ -366,8 +376,9 @@ def test_conditions_keep_their_transition_time_while_unchanged() -> None:
 
 
 def test_instance_lost_while_uploading_fails_the_job_instead_of_retrying_forever() -> None:
-    status = at(Phase.UPLOADING, outcome=Outcome.SUCCEEDED, exit_code=0)
-    d = decide(status, instance=None)
+    status = at(Phase.UPLOADING, outcome=Outcome.SUCCEEDED, exit_code=0, instance_id="i-1")
+    status = status.model_copy(update={"absent_listings": 2, "absent_since": T0, "absent_checked_at": T0})
+    d = decide(status, instance=None, now=T0 + timedelta(seconds=5), delete_not_found=True)
     assert d.status.reason == reasons.INSTANCE_LOST
     assert d.status.outcome is Outcome.FAILED
     assert d.status.phase is Phase.DELETED

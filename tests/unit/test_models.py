@@ -419,6 +419,9 @@ def test_api_field_names_match_the_contract() -> None:
         "containerExitedAt", "uploadedAt", "deleteRequestedAt", "finishedAt", "exitCode", "lastLogLines",
             "startRequestedAt", "cleanedUpAt", "teardownMessage",
         "results", "retries", "conditions",
+        "instanceId", "brevIdentity", "createReturnedAt", "runEndedAt", "uploadAttempts",
+        "deleteAcceptedAt", "absentListings", "absentSince", "absentCheckedAt", "stalledReason",
+        "stalledMessage",
     }  # fmt: skip
 
 
