@@ -20,8 +20,9 @@ invariants about the world, not about what the operator believes.
 from __future__ import annotations
 
 import dataclasses
+import heapq
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from controller.brev.client import (
@@ -41,6 +42,17 @@ from controller.errors import BrevPermanentError, BrevTransientError, InstanceNo
 from tests.fakes.clock import FakeClock
 
 CLI_VERSION = "v0.6.327"
+
+
+class Interrupt(BaseException):
+    """The operator stops in the middle of a pass, before the Brev call it was about to make:
+    `crash` (the process dies; a new one starts from the status in Kubernetes) or `delete` (kopf
+    cancels the daemon because the object is being deleted). A BaseException, so no `except
+    Exception` in the operator can swallow it."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(kind)
+        self.kind = kind
 
 
 @dataclass(frozen=True)
@@ -189,6 +201,8 @@ class FakeBrev:
         self.uploads: list[UploadRecord] = []
         self.container_starts: list[ContainerStart] = []
         self._seq = itertools.count()
+        self._scheduled: list[tuple[float, int, Callable[[], None]]] = []
+        self.pending_interrupt: str | None = None
         self.listings = 0
         self.logins = 0
 
@@ -210,6 +224,34 @@ class FakeBrev:
             deleting_s=f.deleting_s,
         )
         self._omit.clear()
+        self._scheduled.clear()
+        self.pending_interrupt = None
+
+    def schedule(self, delay: float, action: Callable[[], None]) -> None:
+        """Run `action` (a fault, an omission, an interrupt) once the clock has moved `delay`
+        seconds on, at the next Brev call: faults land in the middle of a pass, not only
+        between passes."""
+        heapq.heappush(self._scheduled, (self.clock.monotonic() + delay, self.next_seq(), action))
+
+    def interrupt(self, kind: str) -> None:
+        """Stop the operator before its next Brev call (see `Interrupt`)."""
+        self.pending_interrupt = kind
+
+    def take_interrupt(self) -> str | None:
+        self._fire()
+        kind, self.pending_interrupt = self.pending_interrupt, None
+        return kind
+
+    def _fire(self) -> None:
+        now = self.clock.monotonic()
+        while self._scheduled and self._scheduled[0][0] <= now:
+            _, _, action = heapq.heappop(self._scheduled)
+            action()
+
+    def _interrupt_point(self) -> None:
+        kind = self.take_interrupt()
+        if kind is not None:
+            raise Interrupt(kind)
 
     def omit(self, target: str, listings: int) -> None:
         """The instance (name or id) is missing from the next `listings` listings."""
@@ -268,6 +310,7 @@ class FakeBrev:
         return f"fk{next(self._ids):06d}"
 
     def _settle(self) -> None:
+        self._fire()
         now = self.clock.monotonic()
         for inst in list(self.instances.values()):
             if inst.status in (DEPLOYING, STARTING) and now >= inst.running_at:
@@ -344,6 +387,7 @@ class FakeBrev:
         return None
 
     async def create_instance(self, request: CreateRequest) -> CreateResult:
+        self._interrupt_point()
         self._settle()
         now = self.clock.monotonic()
         f = self.faults
@@ -389,6 +433,7 @@ class FakeBrev:
         return CreateResult(name=request.name, adopted=False)
 
     async def delete_instance(self, name: str) -> None:
+        self._interrupt_point()
         self._settle()
         now = self.clock.monotonic()
         f = self.faults
@@ -416,6 +461,7 @@ class FakeBrev:
         self._settle()
 
     async def start_instance(self, name: str) -> None:
+        self._interrupt_point()
         self._settle()
         inst = self._resolve(name)
         if inst.status == STOPPED:
@@ -430,6 +476,7 @@ class FakeBrev:
     def exec_gate(self, instance: str, op: str, timeout: float) -> FakeInstance:
         """What every remote call goes through: resolution, readiness, exec faults. A hang costs
         the call's whole timeout of simulated time, then fails like the real client's timeout."""
+        self._interrupt_point()
         self._settle()
         now = self.clock.monotonic()
         try:

@@ -17,7 +17,7 @@ from controller.directory import InstanceDirectory
 from controller.errors import TransientError
 from controller.metrics import Recorder
 from controller.reconciler import JobRef, Reconciler
-from tests.fakes.brev import FakeBrev, Faults
+from tests.fakes.brev import FakeBrev, Faults, Interrupt
 from tests.fakes.clock import FakeClock
 from tests.fakes.kube import FakeEvents, FakeKube, FakeObject
 from tests.fakes.metrics import NullRecorder
@@ -137,6 +137,12 @@ class Harness:
     def instance_name(self) -> str | None:
         return self.status.get("instanceName")
 
+    def _interrupted(self, kind: str | None) -> None:
+        if kind == "crash":
+            self.restart()
+        elif kind == "delete":
+            self.delete_job()
+
     def delete_job(self) -> None:
         if self.obj is not None:
             self.kube.request_delete(NAMESPACE, NAME)
@@ -147,6 +153,7 @@ class Harness:
         """One pass as kopf would run it: the daemon while the object lives, the delete handler
         once deletion was requested (releasing the finalizer when teardown is done). Returns the
         delay the handler would wait, None when it stops (finished, or the object is gone)."""
+        self._interrupted(self.brev.take_interrupt())  # one that came due between passes
         obj = self.obj
         if obj is None:
             return None
@@ -155,6 +162,9 @@ class Harness:
             delay = await self.reconciler.reconcile(ref)
         except TransientError:
             delay = self.tunables.poll_interval
+        except Interrupt as stop:
+            self._interrupted(stop.kind)
+            return 0.0  # the new process's daemon, or the delete handler, starts at once
         if delay is None and ref.deleting:
             self.reconciler.forget(ref)
             self.kube.release(NAMESPACE, NAME)

@@ -8,6 +8,7 @@ stated bound of simulated time.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from hypothesis import HealthCheck, settings
@@ -23,7 +24,7 @@ TIMEOUTS = {
     "provisioningSeconds": 120,
     "waitingExecSeconds": 120,
     "pullingSeconds": 120,
-    "runningSeconds": 300,
+    "runningSeconds": 600,
     "uploadingSeconds": 60,
     "deletingSeconds": 60,
 }
@@ -36,7 +37,10 @@ EPHEMERAL = {"ephemeral": {"gpuName": "L40S"}}
 # simulated time: every phase's deadline once, plus a create settle, a backoff cap per phase and
 # one stop grace with its command timeout (WorkloadSettings) -- generously doubled.
 DRAIN_BOUND = 2 * (sum(TIMEOUTS.values()) + TUNABLES.create_settle + 6 * TUNABLES.backoff_max + 150)
-BROKEN = 10**6  # "broken until healed" for the counting faults
+BROKEN = 10**6
+# Every disturbance is followed by a few passes, so faults land in the middle of the work.
+PASSES = st.integers(0, 2)
+AFTER = st.sampled_from([0.0, 30.0, 90.0, 200.0, 500.0])  # "broken until healed" for the counting faults
 
 INSTANCE_NAME = naming.instance_name(NAMESPACE, NAME, UID)
 
@@ -74,7 +78,7 @@ class Lifecycle(RuleBasedStateMachine):
     # -- rules -----------------------------------------------------------------------------------
 
     @initialize(
-        run_s=st.sampled_from([20.0, 150.0, 10_000.0]),
+        run_s=st.sampled_from([30.0, 240.0, 100_000.0]),
         exit_code=st.sampled_from([0, 0, 1]),
         deploy_s=st.sampled_from([5.0, 40.0]),
         reuse=st.booleans(),
@@ -86,61 +90,79 @@ class Lifecycle(RuleBasedStateMachine):
         if reuse:
             self.h.kube.edit_spec(NAMESPACE, NAME, spec({"reuse": {"name": SHARED}}))
 
-    @rule(count=st.integers(1, 4))
+    @rule(count=st.integers(1, 3))
     def reconcile(self, count: int) -> None:
         self._passes(count)
 
-    @rule(seconds=st.sampled_from([1.0, 15.0, 90.0, 400.0, 3600.0]))
-    def clock_jump(self, seconds: float) -> None:
+    @rule(seconds=st.sampled_from([1.0, 15.0, 90.0, 400.0, 3600.0]), then=PASSES)
+    def clock_jump(self, seconds: float, then: int) -> None:
         self.h.clock.advance(seconds)
+        self._passes(then)
 
-    @rule(listings=st.integers(1, 6))
-    def omit_from_listings(self, listings: int) -> None:
-        self.h.brev.omit(INSTANCE_NAME, listings)
+    # Disturbances are scheduled `after` simulated seconds, so they land inside a pass too (one
+    # pass can chain a whole run: probe, pull, start, bounded waits, upload, delete).
 
-    @rule(seconds=st.sampled_from([20.0, 120.0]))
-    def listing_lag(self, seconds: float) -> None:
-        self.h.brev.set_faults(listing_lag_s=seconds)
+    @rule(after=AFTER, listings=st.integers(1, 6), then=PASSES)
+    def omit_from_listings(self, after: float, listings: int, then: int) -> None:
+        self._at(after, lambda: self.h.brev.omit(INSTANCE_NAME, listings), then)
 
-    @rule(count=st.integers(1, 3))
-    def listing_failures(self, count: int) -> None:
-        self.h.brev.set_faults(list_failures=count)
+    @rule(after=AFTER, seconds=st.sampled_from([20.0, 120.0]), then=PASSES)
+    def listing_lag(self, after: float, seconds: float, then: int) -> None:
+        self._fault(after, then, listing_lag_s=seconds)
 
-    @rule(lag=st.sampled_from([30.0, 300.0]), deleting=st.sampled_from([10.0, 200.0]))
-    def slow_deletes(self, lag: float, deleting: float) -> None:
-        self.h.brev.set_faults(delete_lag_s=lag, deleting_s=deleting)
+    @rule(after=AFTER, count=st.integers(1, 3), then=PASSES)
+    def listing_failures(self, after: float, count: int, then: int) -> None:
+        self._fault(after, then, list_failures=count)
 
-    @rule(count=st.sampled_from([1, 3, BROKEN]))
-    def exec_failures(self, count: int) -> None:
-        self.h.brev.set_faults(exec_failures=count)
+    @rule(
+        after=AFTER, lag=st.sampled_from([30.0, 300.0]), deleting=st.sampled_from([10.0, 200.0]), then=PASSES
+    )
+    def slow_deletes(self, after: float, lag: float, deleting: float, then: int) -> None:
+        self._fault(after, then, delete_lag_s=lag, deleting_s=deleting)
 
-    @rule(count=st.sampled_from([1, 2, BROKEN]))
-    def exec_hangs(self, count: int) -> None:
-        self.h.brev.set_faults(exec_hangs=count)
+    @rule(after=AFTER, count=st.sampled_from([1, 3, BROKEN]), then=PASSES)
+    def exec_failures(self, after: float, count: int, then: int) -> None:
+        self._fault(after, then, exec_failures=count)
 
-    @rule(count=st.sampled_from([1, 2, BROKEN]))
-    def upload_failures(self, count: int) -> None:
-        self.h.brev.set_faults(upload_failures=count)
+    @rule(after=AFTER, count=st.sampled_from([1, 2, BROKEN]), then=PASSES)
+    def exec_hangs(self, after: float, count: int, then: int) -> None:
+        self._fault(after, then, exec_hangs=count)
 
-    @rule(count=st.integers(1, 2))
-    def capacity_errors(self, count: int) -> None:
-        self.h.brev.set_faults(capacity_errors=count)
+    @rule(after=AFTER, count=st.sampled_from([1, 2, BROKEN]), then=PASSES)
+    def upload_failures(self, after: float, count: int, then: int) -> None:
+        self._fault(after, then, upload_failures=count)
 
-    @rule()
-    def create_times_out_after_accept(self) -> None:
-        self.h.brev.set_faults(create_timeouts=1, create_s=60.0)
+    @rule(after=AFTER, count=st.integers(1, 2), then=PASSES)
+    def capacity_errors(self, after: float, count: int, then: int) -> None:
+        self._fault(after, then, capacity_errors=count)
 
-    @rule(count=st.integers(1, 2))
-    def delete_failures(self, count: int) -> None:
-        self.h.brev.set_faults(delete_failures=count)
+    @rule(after=AFTER, then=PASSES)
+    def create_times_out_after_accept(self, after: float, then: int) -> None:
+        self._fault(after, then, create_timeouts=1, create_s=60.0)
 
-    @rule()
-    def operator_restart(self) -> None:
-        self.h.restart()
+    @rule(after=AFTER, count=st.integers(1, 2), then=PASSES)
+    def delete_failures(self, after: float, count: int, then: int) -> None:
+        self._fault(after, then, delete_failures=count)
 
-    @rule()
-    def delete_object(self) -> None:
-        self.h.delete_job()
+    @rule(after=AFTER, then=PASSES)
+    def credential_switched_to_another_user(self, after: float, then: int) -> None:
+        # A token login of someone else: lists with --all, but deletes/execs only its own.
+        self._at(after, lambda: self.h.brev.switch_identity("bob", login="token"), then)
+
+    @rule(after=AFTER, then=PASSES)
+    def operator_restart(self, after: float, then: int) -> None:
+        self._at(after, lambda: self.h.brev.interrupt("crash"), then)
+
+    @rule(after=AFTER, then=PASSES)
+    def delete_object(self, after: float, then: int) -> None:
+        self._at(after, lambda: self.h.brev.interrupt("delete"), then)
+
+    def _at(self, after: float, action: Callable[[], None], then: int) -> None:
+        self.h.brev.schedule(after, action)
+        self._passes(then)
+
+    def _fault(self, after: float, then: int, **faults: Any) -> None:
+        self._at(after, lambda: self.h.brev.set_faults(**faults), then)
 
     @precondition(
         lambda self: (
