@@ -324,21 +324,24 @@ class _Pass:
         done = set(self.obs.completed)
         return bool(done & _EXEC_EVIDENCE) or ("ProbeExec" in done and bool(self.obs.probe_ok))
 
-    def wrong_identity(self) -> bool:
-        """The CLI is logged in as someone else than who asked for the instance: its listings
-        and "not found" answers say nothing about our instance."""
+    def identity_differs(self) -> bool:
+        """The CLI is logged in as someone else than who asked for the instance. Listings (made
+        with --all) and an accepted delete still count; a "not found" does not (brev resolves
+        names and ids among the caller's own instances only)."""
         recorded, current = self.s.brev_identity, self.obs.identity
-        if recorded is None or current is None or recorded == current:
+        differs = recorded is not None and current is not None and recorded != current
+        if not differs:
             self.unstall(reasons.INSTANCE_NOT_ACCESSIBLE)
-            return False
+        return differs
+
+    def not_accessible(self) -> None:
         self.stall(
             reasons.INSTANCE_NOT_ACCESSIBLE,
             f"instance {self.instance} ({self.s.instance_id or 'id not yet seen'}) was requested by brev "
-            f"identity {recorded!r}, but the operator is logged in as {current!r}, which cannot see or "
-            "delete it; restore the credential that created it (the operator's brev credentials "
-            "Secret) — nothing is concluded about the instance until then",
+            f"identity {self.s.brev_identity!r}, but the operator is logged in as {self.obs.identity!r}, "
+            "which cannot confirm it gone; restore the credential that created it (the operator's brev "
+            "credentials Secret) — nothing is concluded about the instance until then",
         )
-        return True
 
     def ambiguous(self) -> bool:
         if not self.obs.instance_ambiguous:
@@ -530,11 +533,18 @@ def _confirm_lost(p: _Pass) -> tuple[str, str] | None:
     if not p.owned:
         # Not ours to delete: enough listings are the most we can learn.
         return reasons.INSTANCE_LOST, gone
-    if p.obs.delete_not_found:
-        return reasons.INSTANCE_LOST, f"{gone}, and brev delete answers not found"
-    if p.obs.delete_requested:
-        p.s.delete_accepted_at = p.s.delete_accepted_at or p.now
-        return reasons.INSTANCE_LOST, f"{gone}; it could not be reached, so it was deleted"
+    if p.identity_differs():
+        p.not_accessible()  # only the creating identity's "not found" would be proof
+        return None
+    if p.obs.delete_not_found or p.obs.delete_requested:
+        if p.obs.delete_requested:
+            p.s.delete_accepted_at = p.s.delete_accepted_at or p.now
+        how = (
+            "brev delete answers not found"
+            if p.obs.delete_not_found
+            else "it was unreachable, so it was deleted"
+        )
+        return reasons.INSTANCE_LOST, f"{gone}; {how}"
     if p.since(p.s.delete_requested_at) >= p.tun.poll_interval:
         p.s.delete_requested_at = p.now
         p.actions.append(DeleteInstance(p.target))
@@ -550,11 +560,12 @@ def _confirm_lost(p: _Pass) -> tuple[str, str] | None:
 def _instance_fate(p: _Pass) -> tuple[str, str] | None:
     """None while the instance is (or may be) there; (reason, message) once it is confirmed lost
     or failed. Listing facts (DELETING, FAILURE) count at once; absence only when confirmed."""
-    if not p.obs.instance_known or p.wrong_identity() or p.ambiguous():
+    if not p.obs.instance_known or p.ambiguous():
         return None
     inst = p.obs.instance
     if inst is None:
         return _confirm_lost(p)
+    p.identity_differs()
     p.seen(inst)
     if inst.status == DELETING:
         return reasons.INSTANCE_LOST, f"instance {p.instance} is being deleted (not by this job)"
@@ -577,8 +588,8 @@ def _provisioning(p: _Pass) -> None:
     if _check_timeout(p):
         _step_after_end(p)
         return
-    if not p.obs.instance_known or p.wrong_identity() or p.ambiguous():
-        return  # listing failed transiently, or nothing it says can be trusted: look again
+    if not p.obs.instance_known or p.ambiguous():
+        return  # listing failed transiently, or it cannot tell which instance is ours: look again
     inst = p.obs.instance
     if p.obs.created:
         p.s.create_returned_at = p.now
@@ -621,6 +632,10 @@ def _provisioning_absent(p: _Pass) -> None:
         return  # just created; the listing catches up on the next pass
     settle_from = p.s.create_returned_at or p.s.create_requested_at
     if p.s.create_requested_at is None or p.since(settle_from) > p.tun.create_settle:
+        if p.identity_differs():
+            # The first create may have landed under the other identity: never a second one.
+            p.not_accessible()
+            return
         # Marker first (the status patch lands before the action runs), then create. A repeat after
         # the settle time reuses the same name, so brev answers "already exists" and we adopt.
         if p.s.brev_identity is None:
@@ -878,12 +893,17 @@ def _instance_released(p: _Pass) -> bool:
     delete was accepted and the instance stays unlisted for `absent_listings` listings."""
     if not p.asked_brev():
         return True  # no create was ever sent: nothing of ours can exist
-    if not p.obs.instance_known or p.wrong_identity() or p.ambiguous():
+    if not p.obs.instance_known or p.ambiguous():
         return False
+    differs = p.identity_differs()
     if p.obs.delete_not_found:
-        return True
+        if not differs:
+            return True
+        p.not_accessible()
+        return False
     if p.obs.delete_requested:
         p.s.delete_accepted_at = p.s.delete_accepted_at or p.now
+        p.unstall(reasons.INSTANCE_NOT_ACCESSIBLE)  # brev found it and is deleting it
     inst = p.obs.instance
     if inst is not None:
         p.seen(inst)
@@ -908,6 +928,9 @@ def _released_unlisted(p: _Pass) -> bool:
     n = p.note_absence()
     if p.s.delete_accepted_at and n >= p.tun.absent_listings:
         return True
+    if p.identity_differs():
+        p.not_accessible()
+        return False
     if p.since(p.s.delete_requested_at) >= p.tun.poll_interval:
         _delete(p)  # "not found" under the creating identity is the proof
     _warn_if_slow(p)

@@ -166,7 +166,7 @@ class Reconciler:
 
         obs = (await self._observe(status, ref, blocker)).with_(failure=trouble)
         decision: Decision | None = None
-        for _ in range(MAX_STEPS_PER_PASS):
+        for step in range(MAX_STEPS_PER_PASS):
             # A transient action failure comes back as obs.failure: decide() records it, asks for
             # a backoff and returns no actions, which ends the pass.
             decision = machine.decide(
@@ -186,7 +186,8 @@ class Reconciler:
             structlog.contextvars.bind_contextvars(
                 phase=str(status.phase), instance=status.instance_name or "-"
             )
-            if not decision.actions:
+            if not decision.actions or step == MAX_STEPS_PER_PASS - 1:
+                # Out of steps: act next pass rather than lose the last action's result unseen.
                 break
             # Teardown actions read only the job id; without a parsed spec they get a blank one.
             job = JobContext(

@@ -158,6 +158,19 @@ def test_another_identity_never_confirms_absence_and_says_how_to_fix_it() -> Non
     assert d.status.stalled_reason is None
 
 
+def test_another_identity_may_still_delete_what_it_can_see_and_an_accepted_delete_counts() -> None:
+    """An org API key sees and deletes every instance: its accepted delete is real evidence."""
+    d = decide(tearing_down(), instance=running(), identity="org-key")
+    assert kinds(d) == [DeleteInstance]
+    d = decide(d.status, instance=running(), identity="org-key", delete_requested=True)
+    assert d.status.delete_accepted_at == T0
+    status = d.status
+    for i in range(1, TUN.absent_listings + 1):
+        d = decide(status, instance=None, identity="org-key", now=T0 + P * i)
+        status = d.status
+    assert d.finished
+
+
 def test_another_identity_mid_run_is_not_a_lost_instance() -> None:
     status = listed_running(absent_listings=5, absent_since=T0, absent_checked_at=T0)
     d = decide(status, instance=None, identity="bob", now=T0 + P)
