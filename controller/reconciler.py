@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import structlog
+from pydantic import ValidationError
 
 from controller import machine
 from controller.actions import ActionRunner, JobContext, JobSecrets
@@ -140,7 +141,7 @@ class Reconciler:
     def _status(self, ref: JobRef) -> TaoBrevJobStatus:
         """Status parsed once where it enters: our last write if the watch lags behind it."""
         written = self._written.get(ref.uid)
-        return written if written is not None else TaoBrevJobStatus.from_k8s(dict(ref.status))
+        return written if written is not None else parse_status(ref.status)
 
     async def _pass(self, ref: JobRef) -> float | None:
         status = self._status(ref)
@@ -373,3 +374,20 @@ def _teardown_only_spec() -> TaoBrevJobSpec:
     actions (stop, cleanup, delete), which read the job id and instance name, never the spec."""
     blank: dict[str, Any] = {}
     return TaoBrevJobSpec.model_construct(**blank)
+
+
+def parse_status(raw: Mapping[str, Any]) -> TaoBrevJobStatus:
+    """`.status` as stored. A field this version cannot read (hand-edited, or written by another
+    version) is dropped with a warning rather than wedging the job in a crash loop: every fact
+    the machine needs is re-derived or re-observed."""
+    data = dict(raw)
+    for _ in range(len(data) + 1):
+        try:
+            return TaoBrevJobStatus.from_k8s(data)
+        except ValidationError as exc:
+            bad = {str(e["loc"][0]) for e in exc.errors() if e["loc"]}
+            if not bad & set(data):
+                raise
+            log.warning("dropping unreadable status fields", fields=sorted(bad))
+            data = {k: v for k, v in data.items() if k not in bad}
+    return TaoBrevJobStatus()

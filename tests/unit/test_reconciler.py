@@ -17,7 +17,7 @@ from controller.brev.client import RUNNING, CreateRequest, CreateResult, ExecRes
 from controller.directory import InstanceDirectory
 from controller.errors import InstanceNotFound, TransientError
 from controller.metrics import Recorder
-from controller.reconciler import FINALIZER, JobRef, Reconciler
+from controller.reconciler import FINALIZER, JobRef, Reconciler, parse_status
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 SPEC: dict[str, Any] = {
@@ -244,3 +244,11 @@ def test_cancelling_a_pass_does_not_kill_an_in_flight_create() -> None:
 
     asyncio.run(scenario())
     assert brev.creates == ["tbj-ns-job-1"]
+
+
+def test_an_unreadable_status_field_is_dropped_instead_of_wedging_the_job() -> None:
+    status = parse_status({**PROVISIONING, "retries": -3, "createRequestedAt": "yesterday"})
+    assert status.phase == "Provisioning"
+    assert status.instance_name == "tbj-ns-job-1"
+    assert status.retries == 0
+    assert status.create_requested_at is None
