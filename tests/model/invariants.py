@@ -63,6 +63,7 @@ class WriteChecker:
     def __init__(self) -> None:
         self.checked = 0
         self.prev: str | None = None
+        self.prev_times: dict[str, str] = {}
         self.finished = False
         self.succeeded = False
 
@@ -76,9 +77,16 @@ class WriteChecker:
                 assert phase in first, f"first phase written is {phase}"
             elif phase != self.prev:
                 assert phase is not None, f"phase removed after {self.prev}"
-                allowed = machine.TRANSITIONS[Phase(self.prev)]
-                assert Phase(phase) in allowed, f"illegal transition {self.prev} -> {phase}"
+                # One decision may pass through phases (Running -> Uploading -> Deleted): those
+                # it entered carry a new phaseTimes entry in this write.
+                before = self.prev_times
+                after = w.status.get("phaseTimes") or {}
+                entered = {p for p, t in after.items() if before.get(p) != t}
+                assert _reachable(self.prev, phase, entered), (
+                    f"illegal transition {self.prev} -> {phase} (entered in this write: {sorted(entered)})"
+                )
             self.prev = phase or self.prev
+            self.prev_times = dict(w.status.get("phaseTimes") or {})
             if self.finished:
                 assert w.status.get("finishedAt"), "finishedAt was removed"
             self.finished = self.finished or bool(w.status.get("finishedAt"))
@@ -88,6 +96,19 @@ class WriteChecker:
                     f"Succeeded flipped True -> False ({w.status.get('reason')}: {w.status.get('message')})"
                 )
             self.succeeded = self.succeeded or cond.get("Succeeded") == "True"
+
+
+def _reachable(old: str, new: str, entered: set[str]) -> bool:
+    """`new` follows `old` in machine.TRANSITIONS, directly or through phases in `entered`."""
+    frontier, seen = [old], {old}
+    while frontier:
+        for nxt in machine.TRANSITIONS[Phase(frontier.pop())]:
+            if str(nxt) == new:
+                return True
+            if str(nxt) in entered and str(nxt) not in seen:
+                seen.add(str(nxt))
+                frontier.append(str(nxt))
+    return False
 
 
 class DelayChecker:
