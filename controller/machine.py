@@ -179,6 +179,8 @@ class _Pass:
         self.obs = obs
         self.tun = tun
         self.s = status.model_copy(deep=True)
+        # One phase change per written status (observers see every phase the job went through).
+        self.start_phase = status.phase or Phase.PENDING
         self.prev_conditions = list(status.conditions)
         self.actions: list[Action] = []
         self.events: list[EventNote] = []
@@ -536,6 +538,15 @@ def _confirm_lost(p: _Pass) -> tuple[str, str] | None:
     if p.identity_differs():
         p.not_accessible()  # only the creating identity's "not found" would be proof
         return None
+    if p.s.container_started_at is not None and not p.s.upload_attempts:
+        # A container ran: its results may still be reachable. Upload first; the delete in
+        # teardown then confirms (InstanceNotListed until it does, never InstanceLost).
+        p.events.append(EventNote("Warning", reasons.INSTANCE_NOT_LISTED, gone))
+        return reasons.INSTANCE_NOT_LISTED, f"{gone}; uploading what can be reached, then deleting it"
+    return _confirm_by_delete(p, gone)
+
+
+def _confirm_by_delete(p: _Pass, gone: str) -> tuple[str, str] | None:
     if p.obs.delete_not_found or p.obs.delete_requested:
         if p.obs.delete_requested:
             p.s.delete_accepted_at = p.s.delete_accepted_at or p.now
@@ -768,6 +779,11 @@ def _stopping(p: _Pass) -> None:
         p.enter(Phase.UPLOADING, "instance lost; nothing to upload")
         _uploading(p)
         return
+    if p.s.reason == reasons.INSTANCE_NOT_LISTED:
+        # No stop through an exec that may not answer: straight to the one upload attempt.
+        p.enter(Phase.UPLOADING, "instance not listed; uploading what can be reached")
+        _uploading(p)
+        return
     if p.s.run_ended_at is None:
         p.s.run_ended_at = p.now
     if p.since(p.s.run_ended_at) > p.tun.grace:
@@ -807,12 +823,11 @@ def _uploading(p: _Pass) -> None:
         p.enter(Phase.DELETED, f"uploaded {p.obs.upload.objects} objects; tearing down")
         _teardown(p)
         return
-    if p.spec is None or p.s.reason in (reasons.INSTANCE_LOST, reasons.INSTANCE_FAILED):
-        p.enter(Phase.DELETED, "tearing down")
-        _teardown(p)
+    if _nothing_to_upload(p):
         return
+    attempts = p.s.upload_attempts or 0
     fate = _instance_fate(p)
-    if fate is not None:
+    if fate is not None and attempts:
         # Nothing left to upload from: say so (the results are lost), whatever the run's outcome.
         p.s.outcome = Outcome.FAILED
         p.s.reason, message = fate
@@ -823,14 +838,29 @@ def _uploading(p: _Pass) -> None:
         return
     if p.actions:
         return  # confirming the instance's absence first
-    attempts = p.s.upload_attempts or 0
-    if p.timed_out() and attempts > 0:
+    if p.timed_out() and attempts:
         limit = phase_timeout(p.spec, Phase.UPLOADING)
         _upload_failed(p, f"upload did not finish within {limit}s (spec.timeouts.uploadingSeconds)")
         return
     p.s.upload_attempts = attempts + 1
     p.actions.append(UploadResults(p.instance))
     p.requeue = 0.0
+
+
+def _nothing_to_upload(p: _Pass) -> bool:
+    """No spec, the instance lost, or still unlisted after the one reach-what-we-can attempt:
+    on to teardown (True when this step is done)."""
+    unlisted = p.obs.instance_known and p.obs.instance is None and not p.exec_evidence()
+    tried_unlisted = bool(p.s.upload_attempts) and p.s.reason == reasons.INSTANCE_NOT_LISTED and unlisted
+    lost = p.s.reason in (reasons.INSTANCE_LOST, reasons.INSTANCE_FAILED)
+    if p.spec is not None and not lost and not tried_unlisted:
+        return False
+    if p.start_phase == Phase.RUNNING:
+        p.requeue = 0.0  # Uploading is written first; Deleted follows in the next step
+        return True
+    p.enter(Phase.DELETED, "tearing down without an upload")
+    _teardown(p)
+    return True
 
 
 def _step_after_end(p: _Pass) -> None:
@@ -898,6 +928,9 @@ def _instance_released(p: _Pass) -> bool:
     differs = p.identity_differs()
     if p.obs.delete_not_found:
         if not differs:
+            if p.s.reason == reasons.INSTANCE_NOT_LISTED:
+                p.s.reason = reasons.INSTANCE_LOST  # now confirmed
+                p.s.message = f"{p.s.message}; brev delete confirms it is gone"
             return True
         p.not_accessible()
         return False

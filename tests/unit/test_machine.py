@@ -376,7 +376,7 @@ def test_conditions_keep_their_transition_time_while_unchanged() -> None:
 
 
 def test_instance_lost_while_uploading_fails_the_job_instead_of_retrying_forever() -> None:
-    status = at(Phase.UPLOADING, outcome=Outcome.SUCCEEDED, exit_code=0, instance_id="i-1")
+    status = at(Phase.UPLOADING, outcome=Outcome.SUCCEEDED, exit_code=0, instance_id="i-1", upload_attempts=1)
     status = status.model_copy(update={"absent_listings": 2, "absent_since": T0, "absent_checked_at": T0})
     d = decide(status, instance=None, now=T0 + timedelta(seconds=5), delete_not_found=True)
     assert d.status.reason == reasons.INSTANCE_LOST

@@ -83,7 +83,7 @@ def test_listings_are_counted_once_per_poll_interval() -> None:
 
 
 def test_a_suspected_loss_is_confirmed_by_brev_delete_of_the_id_before_instance_lost() -> None:
-    status = listed_running()
+    status = at(Phase.WAITING_EXEC, create_requested_at=T0, instance_id=ID, brev_identity="alice")
     for i in range(TUN.absent_listings):
         d = decide(status, instance=None, identity="alice", now=T0 + P * i)
         status = d.status
@@ -96,6 +96,26 @@ def test_a_suspected_loss_is_confirmed_by_brev_delete_of_the_id_before_instance_
     assert d.status.outcome is Outcome.FAILED
     assert d.status.reason == reasons.INSTANCE_LOST
     assert "not found" in (d.status.message or "")
+
+
+def test_an_unlisted_instance_that_ran_a_container_gets_one_upload_attempt_before_the_delete() -> None:
+    status = listed_running(container_started_at=T0)
+    for i in range(TUN.absent_listings):
+        d = decide(status, instance=None, identity="alice", now=T0 + P * i)
+        status = d.status
+    assert status.reason == reasons.INSTANCE_NOT_LISTED
+    assert status.phase is Phase.UPLOADING
+    assert kinds(d) == [UploadResults]
+    failure = ActionFailure("UploadResults", "BrevUnavailable", "ssh: no route to host", permanent=False)
+    status = decide(status, identity="alice", now=T0 + P * 3, failure=failure).status
+    d = decide(status, instance=None, identity="alice", now=T0 + P * 4)
+    assert d.status.phase is Phase.DELETED
+    (delete,) = d.actions
+    assert isinstance(delete, DeleteInstance)
+    assert delete.name == ID
+    d = decide(d.status, instance=None, identity="alice", now=T0 + P * 4, delete_not_found=True)
+    assert d.finished
+    assert d.status.reason == reasons.INSTANCE_LOST
 
 
 def test_the_instance_id_is_recorded_on_first_sighting_and_the_identity_before_create() -> None:
