@@ -13,18 +13,24 @@ finalizer.
 Absence is confirmed, never assumed. The instance is matched by Brev's id once seen. A listing
 without it makes it *suspected* lost (`absentListings`); only after `Tunables.absent_listings`
 (>= 3) consecutive listings, spaced by the poll interval, with no exec evidence in between, does
-the machine ask `brev delete` (by id, under the identity that created the instance): "not found"
-is the proof. An instance this job created is released only when `brev delete` answers not found,
-or the delete was accepted and the instance is then absent from `absent_listings` listings. If the
-logged-in identity is not the one that asked for the instance, nothing it says counts: the job is
-Stalled (InstanceNotAccessible) until the credential is restored.
+the machine act: if a container ran, the run ends as InstanceNotListed and one upload of what can
+be reached is tried first; then `brev delete` (by id, under the identity that created the
+instance) decides, and only its "not found" turns the reason into InstanceLost.
+
+An instance this job created is released only when `brev delete` answers not found, or the delete
+was accepted and the instance is then absent from `absent_listings` listings. If the logged-in
+identity is not the one that asked for the instance, its listings (made with --all) and accepted
+deletes still count, but its "not found" does not: the job is Stalled (InstanceNotAccessible,
+naming the fix) until the credential that created the instance is restored.
 
 Every state after the run ended reaches `brev delete` of an owned instance within a stated bound
 (P = poll interval, W = wait_timeout; each pass also bounded by the CLI's own timeouts):
 
 - Provisioning/WaitingExec/Pulling with an outcome: teardown in the same pass.
 - Running with an outcome (cancel, timeout): stop + bounded waits for `Tunables.grace`
-  (default 2 x W); then Uploading whether or not the container exited.
+  (default 2 x W); then Uploading whether or not the container exited. Unlisted (suspected
+  lost): N listings (N x P) without exec evidence, then Uploading at once.
+- Uploading after InstanceNotListed: one upload attempt; still unlisted, teardown.
 - Uploading: `spec.timeouts.uploadingSeconds`, counted from entering the phase, but never before
   one upload attempt (so operator downtime cannot skip the upload); a permanent upload failure
   goes to teardown at once.
