@@ -296,6 +296,12 @@ class FakeBrev:
         inst = self.instances.get(instance_id)
         return inst is not None and inst.delete_accepted_at is None
 
+    def id_of(self, target: str) -> str:
+        """The id a name or id stands for, whoever owns it ("" if none or several): records of
+        calls that failed to resolve it still say which instance they were about."""
+        ids = [i.id for i in self._match(target, self.instances.values())]
+        return ids[0] if len(ids) == 1 else ""
+
     def exists(self, instance_id: str) -> bool:
         self._settle()
         return instance_id in self.instances
@@ -482,7 +488,9 @@ class FakeBrev:
         try:
             inst = self._resolve(instance)
         except BrevPermanentError:
-            self.execs.append(ExecRecord(None, op, now, answered=False, seq=self.next_seq()))
+            self.execs.append(
+                ExecRecord(self.id_of(instance) or None, op, now, answered=False, seq=self.next_seq())
+            )
             raise
         f = self.faults
         problem: str | None = None

@@ -21,7 +21,7 @@ from controller.brev.workload import (
     WorkloadSettings,
 )
 from controller.directory import InstanceDirectory
-from controller.errors import BrevTransientError, EntitlementError, SpecError, TransientError
+from controller.errors import BrevTransientError, EntitlementError, SpecError, TaoBrevError, TransientError
 from tests.fakes.brev import ContainerStart, FakeBrev, FakeContainer, UploadRecord
 
 STOPPED_EXIT = 143  # SIGTERM, as `docker stop` leaves a TAO container
@@ -150,10 +150,10 @@ class FakeWorkload(Workload):
         at = world.clock.monotonic()
         try:
             inst_id = self._gate("upload", self.settings.transfer_timeout)
-        except TransientError:
-            matches = [i.id for i in world.by_name(self.instance)]
+        except TaoBrevError:
+            # Attempted, whether the instance could not be reached or not be resolved.
             world.uploads.append(
-                UploadRecord(matches[0] if matches else "", self.job_id, at, ok=False, seq=world.next_seq())
+                UploadRecord(world.id_of(self.instance), self.job_id, at, False, world.next_seq())
             )
             raise
         if world.faults.upload_failures > 0:
