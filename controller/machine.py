@@ -50,6 +50,7 @@ from datetime import datetime
 
 from controller import conditions, naming, reasons
 from controller.brev.client import DELETING, FAILURE, RUNNING, STOPPED, CreateRequest, Instance
+from controller.errors import InstanceNotFound
 from controller.models import (
     OnCompletion,
     Outcome,
@@ -441,6 +442,10 @@ def _handle_failure(p: _Pass) -> bool:
         p.s.teardown_message = clip(f"cleanup failed ({f.message}); deleting the instance anyway")
         p.events.append(EventNote("Warning", reasons.CLEANUP_FAILED, p.s.teardown_message))
         return False
+    if f.reason == InstanceNotFound.reason and f.action != "DeleteInstance":
+        # "Not found" from exec or start is no proof of loss (another identity, a lagging
+        # backend): retry with backoff; listings and `brev delete` decide whether it is gone.
+        f = ActionFailure(f.action, f.reason, f.message, permanent=False)
     if f.action == "UploadResults" and f.permanent and p.phase == Phase.UPLOADING:
         _upload_failed(p, f"upload failed: {f.message}")
         return False

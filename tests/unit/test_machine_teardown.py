@@ -462,3 +462,14 @@ def test_tunables_refuse_fewer_than_three_listings() -> None:
 def _obs(**fields: Any) -> Observation:
     fields.setdefault("instance_known", True)
     return Observation(now=T0, **fields)
+
+
+def test_not_found_from_exec_is_no_proof_of_loss() -> None:
+    """Another identity's exec answers "not found" for an instance that runs fine."""
+    failure = ActionFailure(
+        "WaitForExit", "InstanceNotFound", "instance with id/name x not found", permanent=True
+    )
+    d = decide(listed_running(container_started_at=T0), instance=running(), identity="bob", failure=failure)
+    assert d.status.outcome is None
+    assert d.actions == ()
+    assert d.requeue_after == TUN.backoff_base
