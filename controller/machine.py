@@ -542,7 +542,9 @@ def _confirm_lost(p: _Pass) -> tuple[str, str] | None:
     if n < p.tun.absent_listings:
         return None
     where = f"instance {p.instance} ({p.s.instance_id or 'no id seen'})"
-    gone = f"{where} was not listed in {n} consecutive listings over {int(p.since(p.s.absent_since))}s"
+    gone = (
+        f"{where} disappeared: not listed in {n} consecutive listings over {int(p.since(p.s.absent_since))}s"
+    )
     if not p.owned:
         # Not ours to delete: enough listings are the most we can learn.
         return reasons.INSTANCE_LOST, gone
