@@ -218,7 +218,7 @@ class Lifecycle(RuleBasedStateMachine):
 
 Lifecycle.TestCase.settings = settings(
     max_examples=2000,
-    stateful_step_count=12,
+    stateful_step_count=10,
     derandomize=True,
     database=None,
     deadline=None,
