@@ -433,7 +433,10 @@ def _handle_failure(p: _Pass) -> bool:
         p.recovered()
         return False
     if f.action == "CreateInstance":
-        p.s.create_returned_at = p.now  # the settle time starts when the call came back
+        p.s.create_returned_at = p.now
+    if f.action == "UploadResults":
+        # Counted when it came back, not when asked: an attempt a crash cut short is no attempt.
+        p.s.upload_attempts = (p.s.upload_attempts or 0) + 1  # the settle time starts when the call came back
     if f.action == "StartInstance":
         p.s.start_requested_at = None  # the start did not happen: ask again after the backoff
     if f.action == "CleanupWorkload" and p.deletes_instance():
@@ -827,6 +830,7 @@ def _upload_failed(p: _Pass, message: str) -> None:
 
 def _uploading(p: _Pass) -> None:
     if p.obs.upload is not None:
+        p.s.upload_attempts = (p.s.upload_attempts or 0) + 1
         p.s.uploaded_at = p.now
         p.s.results = ResultsSummary(
             uri=p.spec.data.results_uri if p.spec is not None else None,
@@ -855,7 +859,6 @@ def _uploading(p: _Pass) -> None:
         limit = phase_timeout(p.spec, Phase.UPLOADING)
         _upload_failed(p, f"upload did not finish within {limit}s (spec.timeouts.uploadingSeconds)")
         return
-    p.s.upload_attempts = attempts + 1
     p.actions.append(UploadResults(p.instance))
     p.requeue = 0.0
 

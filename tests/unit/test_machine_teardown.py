@@ -365,9 +365,11 @@ def test_uploading_past_its_deadline_after_downtime_still_tries_once() -> None:
     status = at(Phase.UPLOADING, outcome=Outcome.SUCCEEDED, reason=reasons.SUCCEEDED)
     d = decide(status, instance=running(), now=T0 + timedelta(hours=5))
     assert kinds(d) == [UploadResults]
-    assert d.status.upload_attempts == 1
+    d = decide(d.status, instance=running(), now=T0 + timedelta(hours=5, seconds=1))
+    assert kinds(d) == [UploadResults], "an upload a crash cut short is not an attempt"
     failure = ActionFailure("UploadResults", "BrevUnavailable", "timeout", permanent=False)
     d = decide(d.status, instance=running(), now=T0 + timedelta(hours=5), failure=failure)
+    assert d.status.upload_attempts == 1
     d = decide(d.status, instance=running(), now=T0 + timedelta(hours=5, seconds=10))
     assert d.status.reason == reasons.UPLOAD_FAILED
     assert d.status.phase is Phase.DELETED
