@@ -193,3 +193,19 @@ def test_spec_edit_while_pending_is_taken() -> None:
     assert h.status["outcome"] == str(Outcome.SUCCEEDED)
     assert h.instance_name != "shared-box", "names from the first pass survived the spec edit"
     assert h.brev.by_name("shared-box"), "the shared instance was deleted"
+
+
+def test_crash_just_before_the_upload_then_downtime_still_uploads_first() -> None:
+    """Found by the model test: a crash between deciding the upload and making it, then
+    downtime past uploadingSeconds, must not let the deadline skip the only attempt."""
+    h = Harness(faults=Faults(run_s=30))
+    h.brev.interrupt_before("upload", "crash")
+    assert run(h.run_until(lambda h: h.restarts == 1))
+    assert h.phase == str(Phase.UPLOADING)
+    assert not h.brev.uploads
+    h.clock.advance(400)  # the operator is down longer than uploadingSeconds (300)
+    run(h.run(seconds=TEARDOWN_BOUND))
+    assert h.finished
+    assert uploads_before_first_delete(h) >= 1
+    (instance_id,) = h.created_ids()
+    assert not h.brev.exists(instance_id)

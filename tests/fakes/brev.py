@@ -203,6 +203,7 @@ class FakeBrev:
         self._seq = itertools.count()
         self._scheduled: list[tuple[float, int, Callable[[], None]]] = []
         self.pending_interrupt: str | None = None
+        self._interrupt_before: tuple[str, str] | None = None
         self.listings = 0
         self.logins = 0
 
@@ -236,6 +237,10 @@ class FakeBrev:
     def interrupt(self, kind: str) -> None:
         """Stop the operator before its next Brev call (see `Interrupt`)."""
         self.pending_interrupt = kind
+
+    def interrupt_before(self, op: str, kind: str) -> None:
+        """Stop the operator right before its next remote `op` (e.g. "upload")."""
+        self._interrupt_before = (op, kind)
 
     def take_interrupt(self) -> str | None:
         self._fire()
@@ -482,6 +487,8 @@ class FakeBrev:
     def exec_gate(self, instance: str, op: str, timeout: float) -> FakeInstance:
         """What every remote call goes through: resolution, readiness, exec faults. A hang costs
         the call's whole timeout of simulated time, then fails like the real client's timeout."""
+        if self._interrupt_before is not None and self._interrupt_before[0] == op:
+            self.pending_interrupt, self._interrupt_before = self._interrupt_before[1], None
         self._interrupt_point()
         self._settle()
         now = self.clock.monotonic()
