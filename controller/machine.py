@@ -176,6 +176,17 @@ def phase_timeout(spec: TaoBrevJobSpec | None, phase: Phase) -> int | None:
     }.get(phase)
 
 
+def same_reach(recorded: str, current: str) -> bool:
+    """Whether `current` can see and delete what `recorded` created. Identities are the client's
+    strings (`api-key:<org>:<key digest>`, `user:<subject>`, `token:<digest>`): the same one, or
+    an API key of the same org (a rotated key: an org key reaches every instance of its org,
+    brev-cli.md section 11). Anything else is another user's view."""
+    if recorded == current:
+        return True
+    r, c = recorded.split(":"), current.split(":")
+    return len(r) >= 3 and len(c) >= 3 and r[0] == c[0] == "api-key" and r[1] == c[1]
+
+
 class _Pass:
     """Accumulates one decision; keeps decide() readable without hidden I/O."""
 
@@ -338,7 +349,7 @@ class _Pass:
         with --all) and an accepted delete still count; a "not found" does not (brev resolves
         names and ids among the caller's own instances only)."""
         recorded, current = self.s.brev_identity, self.obs.identity
-        differs = recorded is not None and current is not None and recorded != current
+        differs = recorded is not None and current is not None and not same_reach(recorded, current)
         if not differs:
             self.unstall(reasons.INSTANCE_NOT_ACCESSIBLE)
         return differs
