@@ -8,7 +8,6 @@ as an `ActionFailure` for decide() to judge (transient: retry with backoff; perm
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -181,8 +180,12 @@ class ActionRunner:
                         raise
                 return obs.with_(cleaned=True)
             case DeleteInstance(name=name):
-                with contextlib.suppress(InstanceNotFound):  # already gone: what we wanted
+                try:
                     await self._brev.delete_instance(name)
+                except InstanceNotFound:
+                    # Gone: what we wanted, and decide() needs to know it was an answer, not a guess.
+                    self._directory.invalidate()
+                    return obs.with_(delete_not_found=True)
                 self._directory.invalidate()
                 return obs.with_(delete_requested=True)
         raise AssertionError(f"unhandled action {action!r}")
@@ -202,8 +205,8 @@ class ActionRunner:
             # Crashed between writing containerStartedAt and `docker run`: start it (idempotent).
             await self._start(wl, job, deadline)
             return obs.with_(exit_code=None, container_started=True)
-        # info.finished_at (the container's own FinishedAt) waits for an Observation field.
-        return obs.with_(exit_code=info.code, log_tail=info.tail)
+        # The container's own FinishedAt: operator downtime is never counted as the job's run time.
+        return obs.with_(exit_code=info.code, log_tail=info.tail, exit_finished_at=info.finished_at)
 
     async def _prepare(self, wl: Workload, job: JobContext, deadline: datetime | None) -> None:
         spec, secrets = job.spec, _secrets(job, "PrepareWorkload")

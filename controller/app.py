@@ -105,6 +105,7 @@ def build(settings: Settings, events: EventSink) -> App:
             events=events,
             tunables=settings.tunables(),
             listing_max_age=settings.listing_max_age,
+            default_image=load_versions().images.tao_toolkit.pyt,
         )
 
     watchdog = Watchdog(grace=settings.liveness_grace, pass_ceiling=settings.pass_ceiling())

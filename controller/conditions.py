@@ -2,8 +2,10 @@
 
 - Ready: True once the job finished successfully and its instance is released (kstatus "Current").
 - Reconciling: True while anything is left to do, teardown included (kstatus "InProgress").
-- Stalled: True once the job finished without success (kstatus "Failed").
-- Succeeded: the run's own result: Unknown until the run ends, then True/False.
+- Stalled: True once the job finished without success (kstatus "Failed"), and while the operator
+  cannot go on without help (status.stalledReason: InvalidSpec, InstanceNotAccessible, ...).
+- Succeeded: True only once the run succeeded AND its results are verified in S3, and then never
+  flips back; False once the run failed; Unknown before.
 - InstanceReleased: True once teardown is done (ephemeral instance deleted, or retained one left).
 
 `kubectl wait --for=condition=Succeeded` waits for a successful run; `--for=condition=Ready`
@@ -12,11 +14,11 @@ additionally for teardown. Transition times only move when a condition's status 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
 
-from controller.timestamps import format_time
+from controller import reasons
+from controller.models import Condition, ConditionStatus, Outcome, Phase, TaoBrevJobStatus
 
 READY = "Ready"
 RECONCILING = "Reconciling"
@@ -26,47 +28,58 @@ INSTANCE_RELEASED = "InstanceReleased"
 TYPES = (READY, RECONCILING, STALLED, SUCCEEDED, INSTANCE_RELEASED)
 
 
-def _cond(ctype: str, ok: bool | None, reason: str, message: str) -> dict[str, Any]:
-    status = "Unknown" if ok is None else ("True" if ok else "False")
-    return {"type": ctype, "status": status, "reason": reason, "message": message}
+def _status(ok: bool | None) -> ConditionStatus:
+    if ok is None:
+        return ConditionStatus.UNKNOWN
+    return ConditionStatus.TRUE if ok else ConditionStatus.FALSE
+
+
+def _cond(ctype: str, ok: bool | None, reason: str, message: str) -> Condition:
+    return Condition(type=ctype, status=_status(ok), reason=reason, message=message)
 
 
 def derive(
-    status: Mapping[str, Any], previous: Sequence[Mapping[str, Any]], generation: int, now: datetime
-) -> list[dict[str, Any]]:
-    phase = str(status.get("phase") or "Pending")
-    outcome = status.get("outcome")
-    reason = str(status.get("reason") or phase)
-    message = str(status.get("message") or "")
-    finished = bool(status.get("finishedAt"))
-    succeeded = outcome == "Succeeded"
+    status: TaoBrevJobStatus, previous: Sequence[Condition], generation: int, now: datetime
+) -> list[Condition]:
+    phase = str(status.phase or Phase.PENDING)
+    outcome = status.outcome
+    reason = status.reason or phase
+    message = status.message or ""
+    finished = status.finished_at is not None
+    succeeded = outcome == Outcome.SUCCEEDED
+    old = {c.type: c for c in previous}
+    was_succeeded = (prev := old.get(SUCCEEDED)) is not None and prev.status == ConditionStatus.TRUE
+    delivered = was_succeeded or (succeeded and status.uploaded_at is not None)
+    stalled = finished and not succeeded
+    stall_reason = reason if stalled else (status.stalled_reason or reasons.NOT_STALLED)
+    stall_message = message if stalled else (status.stalled_message or message)
+    if delivered:
+        run: bool | None = True
+        run_reason = reasons.SUCCEEDED
+    elif outcome and not succeeded:
+        run, run_reason = False, reason
+    else:
+        run, run_reason = None, (reasons.RESULTS_NOT_UPLOADED if succeeded else reasons.RUN_NOT_FINISHED)
 
     new = [
-        _cond(READY, finished and succeeded, "Succeeded" if finished and succeeded else reason, message),
-        _cond(RECONCILING, not finished, phase if not finished else "Finished", message),
         _cond(
-            STALLED,
-            finished and not succeeded,
-            reason if finished and not succeeded else "NotStalled",
-            message,
+            READY, finished and succeeded, reasons.SUCCEEDED if finished and succeeded else reason, message
         ),
-        _cond(
-            SUCCEEDED, None if not outcome else succeeded, reason if outcome else "RunNotFinished", message
-        ),
+        _cond(RECONCILING, not finished, phase if not finished else reasons.FINISHED, message),
+        _cond(STALLED, stalled or status.stalled_reason is not None, stall_reason, stall_message),
+        _cond(SUCCEEDED, run, run_reason, message),
         _cond(
             INSTANCE_RELEASED,
             finished,
-            "Released" if finished else "InstanceInUse",
+            reasons.RELEASED if finished else reasons.INSTANCE_IN_USE,
             "teardown complete"
             if finished
-            else str(status.get("teardownMessage") or f"teardown not finished ({phase})"),
+            else (status.teardown_message or f"teardown not finished ({phase})"),
         ),
     ]
-    stamp = format_time(now)
-    old = {c.get("type"): c for c in previous}
     for c in new:
-        prev = old.get(c["type"])
-        same = prev is not None and prev.get("status") == c["status"]
-        c["lastTransitionTime"] = prev.get("lastTransitionTime", stamp) if same and prev else stamp
-        c["observedGeneration"] = generation
+        prev = old.get(c.type)
+        same = prev is not None and prev.status == c.status and prev.last_transition_time is not None
+        c.last_transition_time = prev.last_transition_time if same and prev else now
+        c.observed_generation = generation
     return new

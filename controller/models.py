@@ -23,6 +23,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PlainSerializer,
     StringConstraints,
     ValidationError,
     field_validator,
@@ -32,7 +33,7 @@ from pydantic.alias_generators import to_camel
 from pydantic.config import JsonDict
 
 from controller.errors import SpecError
-from controller.versions import load_versions
+from controller.timestamps import format_time
 
 # --- patterns shared by the model and the CRD (Go RE2 and Rust regex both accept them) ---------
 
@@ -77,7 +78,6 @@ MAX_SPEC_CONTENT = 262144
 TIMEOUT_MIN = 10
 TIMEOUT_MAX = 604800
 
-DEFAULT_IMAGE = load_versions().images.tao_toolkit.pyt
 DEFAULT_SHM_SIZE = "16g"
 DEFAULT_S3_REGION = "us-east-1"
 DATA_ROOT = "/workspace/data"
@@ -177,13 +177,22 @@ _SINGLE_SPEC_RULE = CelRule(
 )
 
 
+def _task_schema(schema: JsonDict) -> None:
+    schema.update(_validations(_SINGLE_SPEC_RULE))
+    # The image has a default, but it is a deployment fact (versions.yaml), not a model fact: the
+    # CRD generator writes it into the schema, the API server applies it, and `parse` fills it
+    # for specs built in Python. The model itself stays pure (no file read at import).
+    required = schema.get("required")
+    if isinstance(required, list):
+        schema["required"] = [r for r in required if r != "image"]
+
+
 class TaskSpec(_SpecModel):
     """What to run: `<networkArch> <action> -e <spec> [args...]` in a TAO Toolkit container."""
 
-    model_config = ConfigDict(json_schema_extra=_validations(_SINGLE_SPEC_RULE))
+    model_config = ConfigDict(json_schema_extra=_task_schema)
 
     image: str = Field(
-        default=DEFAULT_IMAGE,
         pattern=IMAGE_PATTERN,
         max_length=512,
         description="TAO Toolkit container image (registry/repository:tag or @sha256 digest).",
@@ -600,8 +609,14 @@ class TaoBrevJobSpec(_SpecModel):
         return self
 
     @classmethod
-    def parse(cls, spec: Any) -> TaoBrevJobSpec:
-        """Validate a `.spec` as read from the API server; raise SpecError naming every bad field."""
+    def parse(cls, spec: Any, *, default_image: str | None = None) -> TaoBrevJobSpec:
+        """Validate a `.spec` as read from the API server; raise SpecError naming every bad field.
+
+        `default_image` fills an omitted spec.task.image (the API server applies the same default
+        from the CRD, so this matters only for specs that did not pass through it)."""
+        task = spec.get("task") if isinstance(spec, dict) else None
+        if default_image is not None and isinstance(task, dict) and "image" not in task:
+            spec = {**spec, "task": {**task, "image": default_image}}
         try:
             return cls.model_validate(spec)
         except ValidationError as exc:
@@ -633,6 +648,10 @@ def format_validation_error(exc: ValidationError, root: str) -> str:
 
 # --- status ----------------------------------------------------------------------------------
 
+# Kubernetes stores second-resolution UTC `Z` timestamps; serialising the same way keeps a status
+# that did not change byte-identical, so an idle pass writes nothing.
+Timestamp = Annotated[AwareDatetime, PlainSerializer(format_time, return_type=str, when_used="json")]
+
 
 class Condition(_StatusModel):
     """A kstatus-compatible condition (same shape as metav1.Condition)."""
@@ -641,7 +660,7 @@ class Condition(_StatusModel):
     status: ConditionStatus = Field(description="True, False or Unknown.")
     reason: str | None = Field(default=None, description="CamelCase reason.")
     message: str | None = Field(default=None, description="Human-readable detail.")
-    last_transition_time: AwareDatetime | None = Field(default=None, description="When status last changed.")
+    last_transition_time: Timestamp | None = Field(default=None, description="When status last changed.")
     observed_generation: int | None = Field(
         default=None, description="metadata.generation this condition was computed from."
     )
@@ -675,31 +694,70 @@ class TaoBrevJobStatus(_StatusModel):
         default=None, description="True when this job created (and so owns) the instance."
     )
     backend_ref: str | None = Field(default=None, description="<instance>/<jobId>.")
+    instance_id: str | None = Field(
+        default=None,
+        description="Brev's instance id, recorded when the instance is first listed; matched by id after.",
+    )
+    brev_identity: str | None = Field(
+        default=None,
+        description=(
+            "The Brev identity the operator was logged in as when it asked for the instance; only "
+            "that identity's answers (listings, `brev delete`) count during teardown."
+        ),
+    )
     gpu: str | None = Field(default=None, description="The instance's GPU as `brev ls` reports it.")
-    phase_times: dict[str, AwareDatetime] = Field(
+    phase_times: dict[str, Timestamp] = Field(
         default_factory=dict, description="When each phase was entered, keyed by phase name."
     )
-    create_requested_at: AwareDatetime | None = Field(
-        default=None, description="When `brev create` was sent."
+    create_requested_at: Timestamp | None = Field(default=None, description="When `brev create` was sent.")
+    create_returned_at: Timestamp | None = Field(
+        default=None,
+        description="When the last `brev create` call returned or failed (the settle time starts here).",
     )
-    start_requested_at: AwareDatetime | None = Field(
+    start_requested_at: Timestamp | None = Field(
         default=None, description="When `brev start` was sent for a STOPPED reused instance."
     )
-    container_started_at: AwareDatetime | None = Field(
-        default=None, description="When the container started."
+    container_started_at: Timestamp | None = Field(default=None, description="When the container started.")
+    container_exited_at: Timestamp | None = Field(default=None, description="When the container exited.")
+    run_ended_at: Timestamp | None = Field(
+        default=None, description="When the run ended (exit, failure, timeout or cancellation)."
     )
-    container_exited_at: AwareDatetime | None = Field(default=None, description="When the container exited.")
-    uploaded_at: AwareDatetime | None = Field(default=None, description="When the results upload finished.")
+    upload_attempts: int | None = Field(default=None, ge=0, description="Upload attempts so far.")
+    uploaded_at: Timestamp | None = Field(
+        default=None, description="When the results upload finished and was verified in S3."
+    )
     teardown_message: str | None = Field(
         default=None, description="Why teardown is not finished yet (e.g. an instance that will not go away)."
     )
-    cleaned_up_at: AwareDatetime | None = Field(
+    cleaned_up_at: Timestamp | None = Field(
         default=None, description="When the container and the job's files (secrets) were removed."
     )
-    delete_requested_at: AwareDatetime | None = Field(
-        default=None, description="When `brev delete` was sent."
+    delete_requested_at: Timestamp | None = Field(
+        default=None, description="When `brev delete` was last sent."
     )
-    finished_at: AwareDatetime | None = Field(default=None, description="When the job reached its end.")
+    delete_accepted_at: Timestamp | None = Field(
+        default=None, description="When brev first accepted the `brev delete`."
+    )
+    absent_listings: int | None = Field(
+        default=None,
+        ge=0,
+        description="Consecutive listings (spaced by the poll interval) that did not show the instance.",
+    )
+    absent_since: Timestamp | None = Field(
+        default=None, description="First of the consecutive listings that did not show the instance."
+    )
+    absent_checked_at: Timestamp | None = Field(
+        default=None, description="Last listing counted in absentListings."
+    )
+    stalled_reason: str | None = Field(
+        default=None,
+        description=(
+            "Why the operator cannot make progress without help (e.g. InvalidSpec, "
+            "InstanceNotAccessible); the Stalled condition carries it until resolved."
+        ),
+    )
+    stalled_message: str | None = Field(default=None, description="What is wrong and how to fix it.")
+    finished_at: Timestamp | None = Field(default=None, description="When the job reached its end.")
     exit_code: int | None = Field(default=None, description="The container's exit code.")
     last_log_lines: list[str] = Field(
         default_factory=list, max_length=20, description="Tail of the container log."
@@ -716,3 +774,18 @@ class TaoBrevJobStatus(_StatusModel):
     def from_k8s(cls, status: dict[str, Any] | None) -> TaoBrevJobStatus:
         """Parse `.status` as read from the API server (absent on a new object)."""
         return cls.model_validate(status or {})
+
+    def to_k8s(self) -> dict[str, Any]:
+        """`.status` as stored by the API server: camelCase, unset fields omitted. A field that
+        must be cleared needs an explicit null in the merge patch (see `merge_patch`)."""
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+def merge_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """The JSON merge patch (RFC 7386) taking stored status `old` to `new`: top-level fields
+    present before and absent now are sent as null, which is how merge patch deletes them."""
+    patch = dict(new)
+    for key in old:
+        if key not in new:
+            patch[key] = None
+    return patch

@@ -9,29 +9,40 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 import structlog
 from pydantic import ValidationError
 
-from controller import conditions, machine
+from controller import machine
 from controller.actions import ActionRunner, JobContext, JobSecrets
 from controller.directory import InstanceDirectory
-from controller.errors import MissingSecretError, PermanentError, SpecError
+from controller.errors import MissingSecretError, PermanentError, SpecError, TaoBrevError, TransientError
 from controller.kube import KubeAccess
 from controller.logs import register_secret
 from controller.metrics import Recorder
-from controller.models import Outcome, Phase, TaoBrevJobSpec
-from controller.steps import ActionFailure, Decision, EventNote, Observation
-from controller.timestamps import format_time, parse_time
+from controller.models import Phase, TaoBrevJobSpec, TaoBrevJobStatus, merge_patch
+from controller.steps import (
+    Action,
+    ActionFailure,
+    CreateInstance,
+    Decision,
+    Observation,
+    PrepareWorkload,
+    StartContainer,
+    UploadResults,
+    WaitForExit,
+)
 
 log = structlog.get_logger("taobrev.reconciler")
 
 # Passes chained without waiting when an action completed (bounded so one job cannot spin).
 MAX_STEPS_PER_PASS = 12
+# kopf's finalizer for this operator (handlers.py configures kopf with the same name).
+FINALIZER = "taobrev.io/teardown"
 _SECRETS_NEEDED = {None, Phase.PENDING, Phase.PROVISIONING, Phase.WAITING_EXEC, Phase.PULLING}
 
 
@@ -45,6 +56,8 @@ class JobRef:
     status: Mapping[str, Any]
     deleting: bool
     body: Any = None  # the object, for Events
+    # Our finalizer is on the object; until it is, the machine creates nothing.
+    has_finalizer: bool = True
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any], *, deleting: bool | None = None) -> JobRef:
@@ -58,6 +71,7 @@ class JobRef:
             status=dict(body.get("status") or {}),
             deleting=bool(meta.get("deletionTimestamp")) if deleting is None else deleting,
             body=body,
+            has_finalizer=FINALIZER in (meta.get("finalizers") or ()),
         )
 
 
@@ -77,6 +91,7 @@ class Reconciler:
         tunables: machine.Tunables,
         listing_max_age: float,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        default_image: str | None = None,
     ) -> None:
         self._kube = kube
         self._directory = directory
@@ -86,12 +101,19 @@ class Reconciler:
         self._tunables = tunables
         self._listing_max_age = listing_max_age
         self._clock = clock
+        # The pinned TAO image, for a spec that reached us without the CRD's default applied.
+        self._default_image = default_image
         self._locks: dict[str, asyncio.Lock] = {}
-        self._written: dict[str, dict[str, Any]] = {}
+        # The status last written per uid, typed and as sent (the watch may lag behind it).
+        self._written: dict[str, TaoBrevJobStatus] = {}
+        self._api_failures: dict[str, int] = {}
+        # Shielded creates still running after their pass was cancelled (kept referenced).
+        self._background: set[asyncio.Future[Observation]] = set()
 
     def forget(self, ref: JobRef) -> None:
         self._locks.pop(ref.uid, None)
         self._written.pop(ref.uid, None)
+        self._api_failures.pop(ref.uid, None)
         self._recorder.job_forgotten(ref.namespace, ref.name)
 
     async def reconcile(self, ref: JobRef) -> float | None:
@@ -99,40 +121,63 @@ class Reconciler:
         lock = self._locks.setdefault(ref.uid, asyncio.Lock())
         async with lock:
             started = time.monotonic()
-            status = self._written.get(ref.uid) or ref.status
+            status = self._status(ref)
             # Every log line of this pass (the brev client's too) carries the job's identity.
             with structlog.contextvars.bound_contextvars(
                 namespace=ref.namespace,
                 name=ref.name,
                 uid=ref.uid,
-                phase=status.get("phase") or "Pending",
-                instance=status.get("instanceName") or "-",
+                phase=str(status.phase or Phase.PENDING),
+                instance=status.instance_name or "-",
             ):
                 try:
-                    return await self._pass(ref)
+                    delay = await self._pass(ref)
+                except TransientError as exc:
+                    # The API server (or Brev outside an action) is down, throttling or not ready
+                    # after a restart: back off and come again; never crash the daemon.
+                    failures = self._api_failures.get(ref.uid, 0) + 1
+                    self._api_failures[ref.uid] = failures
+                    self._recorder.reconcile_error(exc.reason)
+                    log.warning(
+                        "pass failed; backing off", reason=exc.reason, error=str(exc), attempt=failures
+                    )
+                    t = self._tunables
+                    return float(min(t.backoff_base * 2 ** (failures - 1), t.backoff_max))
                 finally:
                     self._recorder.reconcile_duration(time.monotonic() - started)
+                self._api_failures.pop(ref.uid, None)
+                return delay
+
+    def _status(self, ref: JobRef) -> TaoBrevJobStatus:
+        """Status parsed once where it enters: our last write if the watch lags behind it."""
+        written = self._written.get(ref.uid)
+        return written if written is not None else parse_status(ref.status)
 
     async def _pass(self, ref: JobRef) -> float | None:
-        status: dict[str, Any] = dict(self._written.get(ref.uid) or ref.status)
+        status = self._status(ref)
+        spec: TaoBrevJobSpec | None = None
+        spec_error: str | None = None
         try:
-            spec = TaoBrevJobSpec.model_validate(ref.spec)
-        except ValidationError as exc:
-            # The API server validated it already; this only happens with a newer CRD than us.
-            return await self._fail_invalid(ref, status, str(exc))
+            spec = TaoBrevJobSpec.parse(dict(ref.spec), default_image=self._default_image)
+        except SpecError as exc:
+            # The API server validated it already: a CRD newer than this operator, or a rule
+            # pydantic checks more strictly than CEL. Never a reason to abandon an instance.
+            spec_error = f"{exc}; fix the spec or run an operator version that understands it"
 
         secrets: JobSecrets | None = None
         blocker: ActionFailure | None = None
-        phase = Phase(status["phase"]) if status.get("phase") else None
-        if phase in _SECRETS_NEEDED and not status.get("outcome") and not ref.deleting:
+        trouble: ActionFailure | None = None
+        if spec is not None and status.phase in _SECRETS_NEEDED and not status.outcome and not ref.deleting:
             try:
                 secrets = await self._load_secrets(ref.namespace, spec)
             except PermanentError as exc:
                 blocker = ActionFailure("ReadSecrets", exc.reason, str(exc), permanent=True)
+            except TransientError as exc:
+                trouble = ActionFailure("ReadSecrets", exc.reason, _secret_trouble(ref.namespace, exc), False)
 
-        obs = await self._observe(status, ref, blocker)
+        obs = (await self._observe(status, ref, blocker)).with_(failure=trouble)
         decision: Decision | None = None
-        for _ in range(MAX_STEPS_PER_PASS):
+        for step in range(MAX_STEPS_PER_PASS):
             # A transient action failure comes back as obs.failure: decide() records it, asks for
             # a backoff and returns no actions, which ends the pass.
             decision = machine.decide(
@@ -144,17 +189,29 @@ class Reconciler:
                 uid=ref.uid,
                 generation=ref.generation,
                 tunables=self._tunables,
+                spec_error=spec_error,
             )
-            await self._write(ref, status, decision, spec)
+            if not await self._write(ref, status, decision, spec):
+                return None  # the object is gone: nothing of this pass may act any more
             status = decision.status
             structlog.contextvars.bind_contextvars(
-                phase=status.get("phase"), instance=status.get("instanceName") or "-"
+                phase=str(status.phase), instance=status.instance_name or "-"
             )
-            if not decision.actions:
+            if not decision.actions or step == MAX_STEPS_PER_PASS - 1:
+                # Out of steps: act next pass rather than lose the last action's result unseen.
                 break
-            job = JobContext(ref.namespace, ref.name, str(status.get("jobId")), spec, secrets)
+            if secrets is None and spec is not None and any(_needs_secrets(a) for a in decision.actions):
+                # Each step delivers its own secret: a container (re)start needs the NGC key and the
+                # extra env, the upload the S3 keys — also after a cancel, a timeout or a failure.
+                secrets = await self._secrets_for_step(ref.namespace, spec)
+            # Teardown actions read only the job id; without a parsed spec they get a blank one.
+            job = JobContext(
+                ref.namespace, ref.name, str(status.job_id), spec or _teardown_only_spec(), secrets
+            )
             log.debug("acting", actions=[type(a).__name__ for a in decision.actions])
-            after = await self._runner.run(decision.actions, job, obs.with_(failure=None))
+            after = await self._act(
+                decision.actions, job, obs.with_(failure=None, completed=()), _deadline(spec, status)
+            )
             if after.failure is not None:
                 self._recorder.reconcile_error(after.failure.reason)
                 log.warning(
@@ -168,21 +225,54 @@ class Reconciler:
         assert decision is not None
         return decision.requeue_after
 
+    async def _secrets_for_step(self, namespace: str, spec: TaoBrevJobSpec) -> JobSecrets | None:
+        """Secrets for a step after the run started. A Secret that went missing or cannot be read
+        must not end a running job: the step that needs it fails transiently (SecretsNotLoaded) and
+        the phase's own bound decides."""
+        try:
+            return await self._load_secrets(namespace, spec)
+        except TaoBrevError as exc:
+            log.warning("secrets for this step could not be read", reason=exc.reason, error=str(exc))
+            return None
+
+    async def _act(
+        self, actions: Sequence[Action], job: JobContext, obs: Observation, deadline: datetime | None
+    ) -> Observation:
+        """Run the actions; record which completed. A create is shielded: cancelling the daemon
+        mid-call must not kill a `brev create` that may already have reached Brev (the next pass,
+        possibly another operator process, adopts what it made)."""
+        run = self._runner.run(actions, job, obs, deadline=deadline)
+        if any(isinstance(a, CreateInstance) for a in actions):
+            task = asyncio.ensure_future(run)
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+            after = await asyncio.shield(task)
+        else:
+            after = await run
+        names = [type(a).__name__ for a in actions]
+        done = names if after.failure is None else names[: names.index(after.failure.action)]
+        return after.with_(completed=tuple(done))
+
     async def _observe(
         self,
-        status: Mapping[str, Any],
+        status: TaoBrevJobStatus,
         ref: JobRef,
         blocker: ActionFailure | None,
         base: Observation | None = None,
     ) -> Observation:
         obs = (base or Observation(now=self._clock())).with_(
-            now=self._clock(), deleting=ref.deleting, blocker=blocker
+            now=self._clock(), deleting=ref.deleting, blocker=blocker, has_finalizer=ref.has_finalizer
         )
-        name = status.get("instanceName")
+        name = status.instance_name
         if not name:
             return obs.with_(instance_known=True, instance=None)
-        known, inst = await self._directory.lookup(str(name), max_age=self._listing_max_age)
-        return obs.with_(instance_known=known, instance=inst)
+        seen = await self._directory.find(name, status.instance_id, max_age=self._listing_max_age)
+        return obs.with_(
+            instance_known=seen.known,
+            instance=seen.instance,
+            instance_ambiguous=seen.ambiguous,
+            identity=seen.identity,
+        )
 
     async def _load_secrets(self, namespace: str, spec: TaoBrevJobSpec) -> JobSecrets:
         cache: dict[str, Mapping[str, bytes] | None] = {}
@@ -197,9 +287,10 @@ class Reconciler:
                     f"key {key!r}"
                 )
             if key not in data or not data[key]:
+                # Name the missing key only: the Secret's other key names are not ours to show.
                 raise MissingSecretError(
                     f"Secret {namespace}/{secret} has no (or an empty) key {key!r} (spec.{field}); "
-                    f"keys present: {sorted(data)}"
+                    f"add the key to the Secret or point spec.{field} at the right one"
                 )
             register_secret(data[key].decode(errors="replace"))
             return data[key]
@@ -215,48 +306,35 @@ class Reconciler:
             extra[env.name] = await value(ref.name, ref.key, f"credentials.extraEnv[{i}].secretKeyRef")
         return JobSecrets(ngc, key_id, secret_key, extra)
 
-    async def _fail_invalid(self, ref: JobRef, status: dict[str, Any], error: str) -> float | None:
-        err = SpecError(f"spec does not parse: {error}")
-        obs = Observation(
-            now=self._clock(),
-            deleting=ref.deleting,
-            instance_known=True,
-            blocker=ActionFailure("ParseSpec", err.reason, str(err), permanent=True),
-        )
-        # Without a spec there is nothing to run and no instance of ours; finish right away.
-        status = {**status, "outcome": str(Outcome.FAILED), "reason": err.reason, "message": str(err)}
-        status.setdefault("phase", str(Phase.PENDING))
-        status["phase"] = str(Phase.DELETED)
-        status["finishedAt"] = format_time(obs.now)
-        status["conditions"] = conditions.derive(
-            status, status.get("conditions") or [], ref.generation, obs.now
-        )
-        decision = Decision(status=status, events=(EventNote("Warning", err.reason, str(err)),))
-        await self._write(ref, dict(ref.status), decision)
-        return None
-
     async def _write(
         self,
         ref: JobRef,
-        old: Mapping[str, Any],
+        old: TaoBrevJobStatus,
         decision: Decision,
         spec: TaoBrevJobSpec | None = None,
-    ) -> None:
+    ) -> bool:
+        """Post the Events, patch status if it changed. False if the object is gone (404)."""
         new = decision.status
         for note in decision.events:
             self._events(ref, note.type, note.reason, note.message)
-        if _comparable(new) != _comparable(old):
-            await self._kube.patch_status(ref.namespace, ref.name, new)
-            self._written[ref.uid] = dict(new)
+        old_k8s, new_k8s = old.to_k8s(), new.to_k8s()
+        if _comparable(new_k8s) != _comparable(old_k8s):
+            # Serialised once where it leaves; fields cleared since the last write go as null.
+            if not await self._kube.patch_status(ref.namespace, ref.name, merge_patch(old_k8s, new_k8s)):
+                self._written.pop(ref.uid, None)
+                log.info("object is gone; stopping this pass")
+                return False
+            self._written[ref.uid] = new
         self._account(ref, old, new)
-        if new.get("phase"):
+        if new.phase:
             self._gauges(ref, new, spec)
+        return True
 
-    def _gauges(self, ref: JobRef, status: Mapping[str, Any], spec: TaoBrevJobSpec | None) -> None:
+    def _gauges(self, ref: JobRef, status: TaoBrevJobStatus, spec: TaoBrevJobSpec | None) -> None:
         """Per-job gauges follow status on every pass (also right after an operator restart)."""
-        phase = Phase(str(status["phase"]))
-        entered = parse_time((status.get("phaseTimes") or {}).get(str(phase)))
-        finished = parse_time(status.get("finishedAt"))
+        phase = status.phase or Phase.PENDING
+        entered = status.phase_times.get(str(phase))
+        finished = status.finished_at
         self._recorder.job_state(
             ref.namespace,
             ref.name,
@@ -265,37 +343,37 @@ class Reconciler:
             timeout_seconds=(
                 machine.phase_timeout(spec, phase) if spec is not None and not finished else None
             ),
-            outcome=str(status["outcome"]) if status.get("outcome") else None,
+            outcome=str(status.outcome) if status.outcome else None,
             ended_at=finished.timestamp() if finished else None,
         )
 
-    def _account(self, ref: JobRef, old: Mapping[str, Any], new: Mapping[str, Any]) -> None:
-        old_phase, new_phase = old.get("phase"), new.get("phase")
+    def _account(self, ref: JobRef, old: TaoBrevJobStatus, new: TaoBrevJobStatus) -> None:
+        old_phase, new_phase = old.phase, new.phase
         now = self._clock()
         if new_phase and old_phase != new_phase:
-            entered = parse_time((old.get("phaseTimes") or {}).get(str(old_phase))) if old_phase else None
+            entered = old.phase_times.get(str(old_phase)) if old_phase else None
             spent = (now - entered).total_seconds() if entered else None
-            self._recorder.phase_changed(ref.namespace, ref.name, old_phase, str(new_phase), spent)
+            previous = str(old_phase) if old_phase else None
+            self._recorder.phase_changed(ref.namespace, ref.name, previous, str(new_phase), spent)
             log.info(
                 "phase changed",
-                phase=new_phase,
-                previous=old_phase,
-                instance=new.get("instanceName") or "-",
-                message=new.get("message"),
+                phase=str(new_phase),
+                previous=previous,
+                instance=new.instance_name or "-",
+                message=new.message,
             )
-        if new.get("outcome") and not old.get("finishedAt") and new.get("finishedAt"):
-            self._recorder.outcome(str(new["outcome"]), str(new.get("reason") or ""))
-            exited = parse_time(new.get("containerExitedAt"))
+        if new.outcome and not old.finished_at and new.finished_at:
+            self._recorder.outcome(str(new.outcome), new.reason or "")
+            exited = new.container_exited_at
             if exited is not None:
                 self._recorder.exit_to_teardown((now - exited).total_seconds())
-            if new.get("instanceName"):
-                self._recorder.instance_released(ref.namespace, ref.name, str(new["instanceName"]))
-        elif new.get("instanceCreated") and new.get("createRequestedAt") and not new.get("finishedAt"):
-            created = parse_time(new.get("createRequestedAt"))
-            if created is not None:
-                self._recorder.instance_uptime(
-                    ref.namespace, ref.name, str(new["instanceName"]), (now - created).total_seconds()
-                )
+            if new.instance_name:
+                self._recorder.instance_released(ref.namespace, ref.name, new.instance_name)
+        elif new.instance_created and new.create_requested_at and not new.finished_at and new.instance_name:
+            created = new.create_requested_at
+            self._recorder.instance_uptime(
+                ref.namespace, ref.name, new.instance_name, (now - created).total_seconds()
+            )
 
 
 def _comparable(status: Mapping[str, Any]) -> dict[str, Any]:
@@ -307,3 +385,58 @@ def _comparable(status: Mapping[str, Any]) -> dict[str, Any]:
         for c in status.get("conditions") or []
     ]
     return out
+
+
+def _secret_trouble(namespace: str, exc: TransientError) -> str:
+    """A Secret that could not be read for now; a 403 names the RBAC fix."""
+    if exc.reason in ("SecretAccessDenied", "Forbidden"):
+        return (
+            f"{exc}; the operator may not read Secrets in namespace {namespace}: grant its "
+            "ServiceAccount `get` on secrets there (Role + RoleBinding); retrying with backoff"
+        )
+    return f"{exc}; retrying with backoff"
+
+
+def _teardown_only_spec() -> TaoBrevJobSpec:
+    """A blank spec for a job whose spec does not parse: decide() then asks only for teardown
+    actions (stop, cleanup, delete), which read the job id and instance name, never the spec."""
+    blank: dict[str, Any] = {}
+    return TaoBrevJobSpec.model_construct(**blank)
+
+
+def parse_status(raw: Mapping[str, Any]) -> TaoBrevJobStatus:
+    """`.status` as stored. A field this version cannot read (hand-edited, or written by another
+    version) is dropped with a warning rather than wedging the job in a crash loop: every fact
+    the machine needs is re-derived or re-observed."""
+    data = dict(raw)
+    for _ in range(len(data) + 1):
+        try:
+            return TaoBrevJobStatus.from_k8s(data)
+        except ValidationError as exc:
+            bad = {str(e["loc"][0]) for e in exc.errors() if e["loc"]}
+            if not bad & set(data):
+                raise
+            log.warning("dropping unreadable status fields", fields=sorted(bad))
+            data = {k: v for k, v in data.items() if k not in bad}
+    return TaoBrevJobStatus()
+
+
+def _needs_secrets(action: Action) -> bool:
+    if isinstance(action, WaitForExit):
+        return action.start_if_missing  # it (re)starts a container that is not there
+    return isinstance(action, PrepareWorkload | StartContainer | UploadResults)
+
+
+def _deadline(spec: TaoBrevJobSpec | None, status: TaoBrevJobStatus) -> datetime | None:
+    """The end of the current phase's budget, for the steps that fill a phase before the run
+    (probe, registry login + pull + staging): a call gets the time left, so the phase never
+    overruns its timeout by a whole per-call timeout. Once the run ended no budget is passed:
+    stop, upload and delete have their own bounds in the machine, and a spent budget must never
+    keep an instance from being deleted."""
+    if spec is None or status.outcome or status.phase not in (Phase.WAITING_EXEC, Phase.PULLING):
+        return None
+    entered = status.phase_times.get(str(status.phase))
+    limit = machine.phase_timeout(spec, status.phase)
+    if entered is None or limit is None:
+        return None
+    return entered + timedelta(seconds=limit)

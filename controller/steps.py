@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from controller.brev.client import CreateRequest, Instance
+from controller.models import TaoBrevJobStatus
 
 
 @dataclass(frozen=True)
@@ -35,24 +36,39 @@ class Observation:
 
     now: datetime
     deleting: bool = False
+    # Our finalizer is on the object: until it is, nothing may be created (a delete could
+    # otherwise remove the object while an instance of ours is on its way).
+    has_finalizer: bool = True
     # A permanent problem found while observing (missing Secret, unsupported spec field, ...).
     blocker: ActionFailure | None = None
     # The instance as the shared listing shows it; `instance_known` is False if listing failed.
     instance_known: bool = False
     instance: Instance | None = None
+    # Several healthy instances carry our name (no id recorded yet): neither absent nor ours.
+    instance_ambiguous: bool = False
+    # Who the CLI is logged in as when it listed (None: the client cannot tell).
+    identity: str | None = None
     probe_ok: bool | None = None
     prepared: bool = False
     container_started: bool = False
     # Result of a bounded `docker wait`: None while the container still runs.
     exit_code: int | None = None
+    # The container's own FinishedAt (docker inspect), when the workload can tell: the run is
+    # judged by it, so operator downtime is never counted against the job.
+    exit_finished_at: datetime | None = None
     container_stopped: bool = False
     upload: UploadSummary | None = None
     cleaned: bool = False
     delete_requested: bool = False
+    # `brev delete` answered "not found": under the creating identity, proof the instance is gone.
+    delete_not_found: bool = False
     start_requested: bool = False
     created: bool = False
     log_tail: tuple[str, ...] = ()
     failure: ActionFailure | None = None
+    # Names of the actions that completed in this pass (set by the reconciler): evidence of
+    # progress, which clears a transient error, and proof a bounded wait really looked.
+    completed: tuple[str, ...] = ()
 
     def with_(self, **changes: object) -> Observation:
         return replace(self, **changes)  # type: ignore[arg-type]
@@ -116,6 +132,7 @@ class CleanupWorkload:
 
 @dataclass(frozen=True)
 class DeleteInstance:
+    # Brev's instance id once known (the CLI resolves ids and names alike); else the name.
     name: str
 
 
@@ -146,7 +163,7 @@ class Decision:
 
     `requeue_after` None means: nothing more to do for this object (finished)."""
 
-    status: dict[str, object]
+    status: TaoBrevJobStatus
     actions: tuple[Action, ...] = ()
     requeue_after: float | None = None
     events: tuple[EventNote, ...] = field(default_factory=tuple)

@@ -26,6 +26,7 @@ from typing import Any
 import yaml
 
 from controller.models import Phase, TaoBrevJobSpec, TaoBrevJobStatus
+from controller.versions import load_versions
 
 GROUP = "taobrev.io"
 VERSION = "v1alpha1"
@@ -129,6 +130,8 @@ def _immutability_rules() -> list[dict[str, str]]:
 
 def openapi_schema() -> dict[str, Any]:
     spec = structural(TaoBrevJobSpec.model_json_schema(by_alias=True, mode="validation"))
+    # The default image is a pinned version (versions.yaml), kept out of the pure model.
+    spec["properties"]["task"]["properties"]["image"]["default"] = load_versions().images.tao_toolkit.pyt
     status = _strip_defaults(structural(TaoBrevJobStatus.model_json_schema(by_alias=True, mode="validation")))
     return {
         "type": "object",

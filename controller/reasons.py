@@ -1,0 +1,55 @@
+"""Every Condition and Event reason the state machine writes, in one place (PURE).
+
+Reasons are CamelCase constants (kstatus convention); metrics, conditions and Events use these
+names, and users match on them, so a reason is named for what it says. Reasons raised by the
+Brev side (`controller.errors` subclasses, e.g. `BrevUnavailable`) keep living on their error
+classes and reach status through `ActionFailure.reason`.
+"""
+
+from __future__ import annotations
+
+from controller.models import Phase
+
+# --- how a run ended (status.reason with status.outcome) -----------------------------------------
+SUCCEEDED = "Succeeded"
+TRAINING_FAILED = "TrainingFailed"
+CANCELED = "Canceled"
+INSTANCE_FAILED = "InstanceFailed"
+INSTANCE_LOST = "InstanceLost"
+REUSE_INSTANCE_NOT_FOUND = "ReuseInstanceNotFound"
+UPLOAD_FAILED = "UploadFailed"
+INVALID_SPEC = "InvalidSpec"
+
+
+def timeout(phase: Phase) -> str:
+    """`<Phase>Timeout`, e.g. RunningTimeout: the phase outlived its spec.timeouts deadline."""
+    return f"{phase}Timeout"
+
+
+# --- Events about Brev side effects and teardown -------------------------------------------------
+INSTANCE_CREATE_REQUESTED = "InstanceCreateRequested"
+INSTANCE_START_REQUESTED = "InstanceStartRequested"
+INSTANCE_DELETE_REQUESTED = "InstanceDeleteRequested"
+INSTANCE_NOT_RELEASED = "InstanceNotReleased"
+# Not in a listing: suspected lost, confirmed only by `brev delete` answering not-found.
+INSTANCE_NOT_LISTED = "InstanceNotListed"
+# The container did not exit within the stop grace: results are uploaded from what is there.
+STOP_GRACE_EXPIRED = "StopGraceExpired"
+CLEANUP_FAILED = "CleanupFailed"
+FINISHED = "Finished"
+
+# --- Stalled (needs a human) while the job is not finished ----------------------------------------
+# The instance was asked for under another Brev identity than the one logged in now.
+INSTANCE_NOT_ACCESSIBLE = "InstanceNotAccessible"
+# Several healthy instances carry the job's instance name: which one is ours is unknown.
+INSTANCE_AMBIGUOUS = "InstanceAmbiguous"
+# A reused instance still holds the job's container or secret files after repeated cleanups.
+SECRETS_MAY_REMAIN = "SecretsMayRemain"
+
+# --- condition reasons that are not outcomes ----------------------------------------------------
+RUN_NOT_FINISHED = "RunNotFinished"
+# The run succeeded; Succeeded turns True only once its results are verified in S3.
+RESULTS_NOT_UPLOADED = "ResultsNotUploaded"
+NOT_STALLED = "NotStalled"
+INSTANCE_IN_USE = "InstanceInUse"
+RELEASED = "Released"

@@ -1,0 +1,128 @@
+"""Lifecycle invariants stated over the fake world and the status Kubernetes holds, not over what
+the operator believes. Each raises AssertionError naming what broke (issue 9)."""
+
+from __future__ import annotations
+
+from controller import machine
+from controller.models import Phase
+from tests.fakes.harness import Harness
+
+# Passes in a row that asked for no delay while no simulated time passed: more is a hot loop.
+MAX_ZERO_DELAY_CHAIN = 5
+
+
+def no_live_instance_after_finish(h: Harness, instance_name: str) -> None:
+    """`finishedAt` (or the object released) => no instance this job created still bills."""
+    if not (h.finished or h.obj is None):
+        return
+    live = [i for i in h.brev.created_ids(instance_name) if h.brev.live(i)]
+    assert not live, (
+        f"finished ({h.status.get('outcome')}/{h.status.get('reason')}: {h.status.get('message')}) "
+        f"while instance(s) {live} it created are live and no delete was accepted"
+    )
+
+
+def at_most_one_create(h: Harness, instance_name: str) -> None:
+    accepted = h.brev.accepted_creates(instance_name)
+    assert len(accepted) <= 1, f"{len(accepted)} creates accepted for one job: {accepted}"
+
+
+def foreign_instances_untouched(h: Harness, instance_name: str) -> None:
+    """Only an instance this job created may be deleted."""
+    ours = set(h.brev.created_ids(instance_name))
+    wrong = [d for d in h.brev.deletes if d.outcome == "accepted" and d.id not in ours]
+    assert not wrong, f"deleted an instance the job did not create: {wrong}"
+
+
+def upload_before_delete(h: Harness) -> None:
+    """A container ran and the instance still answered: results were tried before the delete."""
+    w = h.brev
+    for start in w.container_starts:
+        deletes = [d for d in w.deletes if d.id == start.instance_id and d.outcome == "accepted"]
+        deletes = [d for d in deletes if d.seq > start.seq]
+        if not deletes:
+            continue
+        first = deletes[0]
+        uploads = [
+            u for u in w.uploads if u.instance_id == start.instance_id and start.seq < u.seq < first.seq
+        ]
+        if uploads:
+            continue
+        execs = [e for e in w.execs if e.instance_id == start.instance_id and start.seq < e.seq < first.seq]
+        answered = execs[-1].answered if execs else True
+        assert not answered, (
+            f"instance {start.instance_id} deleted at t={first.at:.0f}s without an upload attempt, "
+            f"though a container ran (t={start.at:.0f}s) and the instance answered its last command"
+        )
+
+
+class WriteChecker:
+    """Walks the status writes once, in order: legal transitions only (machine.TRANSITIONS), the
+    first phase is Pending, `finishedAt` is never removed, a True Succeeded never turns False."""
+
+    def __init__(self) -> None:
+        self.checked = 0
+        self.prev: str | None = None
+        self.prev_times: dict[str, str] = {}
+        self.finished = False
+        self.succeeded = False
+
+    def check(self, h: Harness) -> None:
+        for w in h.kube.writes[self.checked :]:
+            self.checked += 1
+            phase = w.status.get("phase")
+            if self.prev is None:
+                # One pass may enter Pending and leave it at once (deleted before the first pass).
+                first = {None, str(Phase.PENDING)} | {str(p) for p in machine.TRANSITIONS[Phase.PENDING]}
+                assert phase in first, f"first phase written is {phase}"
+            elif phase != self.prev:
+                assert phase is not None, f"phase removed after {self.prev}"
+                # One decision may pass through phases (Running -> Uploading -> Deleted): those
+                # it entered carry a new phaseTimes entry in this write.
+                before = self.prev_times
+                after = w.status.get("phaseTimes") or {}
+                entered = {p for p, t in after.items() if before.get(p) != t}
+                assert _reachable(self.prev, phase, entered), (
+                    f"illegal transition {self.prev} -> {phase} (entered in this write: {sorted(entered)})"
+                )
+            self.prev = phase or self.prev
+            self.prev_times = dict(w.status.get("phaseTimes") or {})
+            if self.finished:
+                assert w.status.get("finishedAt"), "finishedAt was removed"
+            self.finished = self.finished or bool(w.status.get("finishedAt"))
+            cond = {c.get("type"): c.get("status") for c in w.status.get("conditions") or []}
+            if self.succeeded:
+                assert cond.get("Succeeded") != "False", (
+                    f"Succeeded flipped True -> False ({w.status.get('reason')}: {w.status.get('message')})"
+                )
+            self.succeeded = self.succeeded or cond.get("Succeeded") == "True"
+
+
+def _reachable(old: str, new: str, entered: set[str]) -> bool:
+    """`new` follows `old` in machine.TRANSITIONS, directly or through phases in `entered`."""
+    frontier, seen = [old], {old}
+    while frontier:
+        for nxt in machine.TRANSITIONS[Phase(frontier.pop())]:
+            if str(nxt) == new:
+                return True
+            if str(nxt) in entered and str(nxt) not in seen:
+                seen.add(str(nxt))
+                frontier.append(str(nxt))
+    return False
+
+
+class DelayChecker:
+    """No pass loops without backoff: passes that ask for no delay while no simulated time
+    passed come in bounded chains."""
+
+    def __init__(self) -> None:
+        self.chain = 0
+
+    def feed(self, delay: float | None, elapsed: float) -> None:
+        if delay == 0 and elapsed == 0:
+            self.chain += 1
+        else:
+            self.chain = 0
+        assert self.chain <= MAX_ZERO_DELAY_CHAIN, (
+            f"{self.chain} passes in a row asked to run again at once with no time passing"
+        )

@@ -1,0 +1,254 @@
+"""The reconciler around decide(): where status enters and leaves, and what Kubernetes trouble
+does to a pass. In-process, with a scripted Brev and Kubernetes (no I/O)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from controller import machine, reasons
+from controller.actions import ActionRunner
+from controller.brev.client import RUNNING, CreateRequest, CreateResult, ExecResult, Instance
+from controller.directory import InstanceDirectory
+from controller.errors import InstanceNotFound, TransientError
+from controller.metrics import Recorder
+from controller.reconciler import FINALIZER, JobRef, Reconciler, parse_status
+
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+SPEC: dict[str, Any] = {
+    "task": {"image": "nvcr.io/nvidia/tao/tao-toolkit:6-pyt", "networkArch": "a", "action": "train"},
+    "instance": {"ephemeral": {}},
+    "data": {"resultsUri": "s3://bucket/out"},
+    "credentials": {"ngcApiKey": {"name": "ngc"}, "s3": {"name": "s3"}},
+}
+SPEC["task"]["specContent"] = "a: 1\n"
+SECRETS = {
+    "ngc": {"NGC_API_KEY": b"nvapi-x", "OTHER_TEAM_TOKEN": b"y"},
+    "s3": {"AWS_ACCESS_KEY_ID": b"AK", "AWS_SECRET_ACCESS_KEY": b"SK"},
+}
+
+
+class Brev:
+    """Brev as a list of instances; records the calls that change it."""
+
+    def __init__(self, *instances: Instance, create_delay: float = 0.0) -> None:
+        self.instances = list(instances)
+        self.creates: list[str] = []
+        self.deletes: list[str] = []
+        self.create_delay = create_delay
+        self.create_started: asyncio.Event | None = None
+        self.who = "alice"
+        self.commands: list[str] = []
+
+    async def identity(self) -> str:
+        return self.who
+
+    async def list_instances(self) -> Sequence[Instance]:
+        return list(self.instances)
+
+    async def create_instance(self, request: CreateRequest) -> CreateResult:
+        if self.create_started is not None:
+            self.create_started.set()
+        await asyncio.sleep(self.create_delay)
+        self.creates.append(request.name)
+        self.instances.append(Instance(name=request.name, id="i-new", status="DEPLOYING"))
+        return CreateResult(name=request.name, adopted=False)
+
+    async def exec(self, instance: str, command: str, *, timeout: float) -> ExecResult:  # noqa: ASYNC109
+        self.commands.append(command)
+        return ExecResult(exit_code=0, stdout="")
+
+    async def delete_instance(self, name: str) -> None:
+        self.deletes.append(name)
+        if not any(name in (i.id, i.name) for i in self.instances):
+            raise InstanceNotFound(f"instance {name} does not exist")
+        self.instances = [i for i in self.instances if name not in (i.id, i.name)]
+
+
+class Kube:
+    def __init__(self, *, gone: bool = False, patch_error: Exception | None = None) -> None:
+        self.gone = gone
+        self.patch_error = patch_error
+        self.secret_error: Exception | None = None
+        self.patches: list[dict[str, Any]] = []
+
+    async def read_secret(self, namespace: str, name: str) -> Mapping[str, bytes] | None:
+        if self.secret_error is not None:
+            raise self.secret_error
+        return SECRETS.get(name)
+
+    async def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> bool:
+        if self.patch_error is not None:
+            raise self.patch_error
+        if self.gone:
+            return False
+        self.patches.append(dict(status))
+        return True
+
+
+class Events:
+    def __init__(self) -> None:
+        self.notes: list[tuple[str, str, str]] = []
+
+    def __call__(self, ref: JobRef, type_: str, reason: str, message: str) -> None:
+        self.notes.append((type_, reason, message))
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = NOW
+
+    def __call__(self) -> datetime:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += timedelta(seconds=seconds)
+
+
+def reconciler(
+    brev: Brev, kube: Kube, events: Events | None = None, clock: Clock | None = None
+) -> Reconciler:
+    directory = InstanceDirectory(brev)  # type: ignore[arg-type]
+    return Reconciler(
+        kube=kube,  # type: ignore[arg-type]
+        directory=directory,
+        runner=ActionRunner(brev, directory, max_concurrent_calls=2, max_concurrent_waits=2),  # type: ignore[arg-type]
+        recorder=Recorder(CollectorRegistry()),
+        events=events or Events(),
+        tunables=machine.Tunables(),
+        listing_max_age=0.0,
+        clock=clock or Clock(),
+    )
+
+
+def ref(status: Mapping[str, Any], *, spec: Mapping[str, Any] = SPEC, deleting: bool = False) -> JobRef:
+    return JobRef(
+        namespace="ns", name="job", uid="uid-1", generation=1, spec=spec, status=status, deleting=deleting
+    )
+
+
+PROVISIONING = {
+    "phase": "Provisioning",
+    "phaseTimes": {"Pending": "2026-11-29T12:00:00Z", "Provisioning": "2026-11-29T12:00:00Z"},
+    "jobId": "job-1",
+    "instanceName": "tbj-ns-job-1",
+    "instanceCreated": True,
+}
+
+
+def test_a_404_on_the_status_patch_stops_the_pass_before_any_brev_call() -> None:
+    brev = Brev()
+    delay = asyncio.run(reconciler(brev, Kube(gone=True)).reconcile(ref(PROVISIONING)))
+    assert delay is None
+    assert brev.creates == []
+
+
+def test_a_transient_api_error_backs_off_instead_of_crashing_the_daemon() -> None:
+    kube = Kube(patch_error=TransientError("API server unavailable", reason="KubeApiUnavailable"))
+    rec = reconciler(Brev(), kube)
+    delays = [asyncio.run(rec.reconcile(ref(PROVISIONING))) for _ in range(3)]
+    assert delays == [2.0, 4.0, 8.0]
+
+
+def test_the_merge_patch_clears_fields_with_explicit_nulls() -> None:
+    kube = Kube()
+    rec = reconciler(Brev(), kube)
+    failing = {
+        **PROVISIONING,
+        "reason": "BrevUnavailable",
+        "retries": 2,
+        "createRequestedAt": "2026-11-29T11:00:00Z",
+    }
+    asyncio.run(rec.reconcile(ref(failing)))
+    # The create succeeded (evidence of recovery): the transient reason goes, as an explicit null.
+    assert any(p.get("reason", "absent") is None for p in kube.patches)
+
+
+def test_a_missing_secret_key_is_named_without_listing_the_other_keys() -> None:
+    kube = Kube()
+    spec = {**SPEC, "credentials": {"ngcApiKey": {"name": "ngc", "key": "NGC_KEY"}, "s3": {"name": "s3"}}}
+    asyncio.run(reconciler(Brev(), kube).reconcile(ref(PROVISIONING, spec=spec)))
+    text = repr(kube.patches)
+    assert "NGC_KEY" in text
+    assert "OTHER_TEAM_TOKEN" not in text
+    assert "NGC_API_KEY" not in text
+
+
+def test_a_forbidden_secret_read_says_how_to_fix_rbac_and_backs_off() -> None:
+    kube = Kube()
+    kube.secret_error = TransientError("403 Forbidden reading Secret ns/ngc", reason="SecretAccessDenied")
+    events = Events()
+    delay = asyncio.run(reconciler(Brev(), kube, events).reconcile(ref(PROVISIONING)))
+    assert delay == 2.0
+    last = kube.patches[-1]
+    assert last["reason"] == "SecretAccessDenied"
+    assert "RoleBinding" in last["message"]
+    assert ("Warning", "SecretAccessDenied") in [(t, r) for t, r, _ in events.notes]
+
+
+def test_an_unparseable_spec_stalls_and_a_delete_still_removes_the_instance_by_id() -> None:
+    running = {
+        **PROVISIONING,
+        "phase": "Running",
+        "phaseTimes": {
+            **PROVISIONING["phaseTimes"],
+            "Pulling": "2026-11-29T12:00:00Z",
+            "Running": "2026-11-29T12:00:00Z",
+        },
+        "instanceId": "i-7",
+        "brevIdentity": "alice",
+        "createRequestedAt": "2026-11-29T12:00:00Z",
+    }
+    newer = {**SPEC, "task": {**SPEC["task"], "priority": "high"}}  # a field from a newer CRD
+    brev = Brev(Instance(name="tbj-ns-job-1", id="i-7", status=RUNNING))
+    kube = Kube()
+    clock = Clock()
+    rec = reconciler(brev, kube, clock=clock)
+    assert asyncio.run(rec.reconcile(ref(running, spec=newer))) == machine.Tunables().backoff_max
+    stalled = kube.patches[-1]
+    assert stalled["stalledReason"] == reasons.INVALID_SPEC
+    assert "spec.task.priority" in stalled["stalledMessage"]
+    assert "finishedAt" not in stalled
+    assert brev.deletes == []
+    for _ in range(10):
+        clock.advance(10)
+        if asyncio.run(rec.reconcile(ref(kube.patches[-1], spec=newer, deleting=True))) is None:
+            break
+    assert brev.deletes[0] == "i-7"
+    assert kube.patches[-1]["finishedAt"]
+
+
+def test_job_ref_reads_whether_our_finalizer_is_on_the_object() -> None:
+    meta = {"namespace": "ns", "name": "job", "uid": "u"}
+    assert JobRef.from_body({"metadata": {**meta, "finalizers": [FINALIZER]}}).has_finalizer
+    assert not JobRef.from_body({"metadata": meta}).has_finalizer
+
+
+def test_cancelling_a_pass_does_not_kill_an_in_flight_create() -> None:
+    brev = Brev(create_delay=0.05)
+    rec = reconciler(brev, Kube())
+
+    async def scenario() -> None:
+        brev.create_started = asyncio.Event()
+        task = asyncio.create_task(rec.reconcile(ref(PROVISIONING)))
+        await brev.create_started.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        await asyncio.gather(*rec._background)  # the create finishes on its own
+
+    asyncio.run(scenario())
+    assert brev.creates == ["tbj-ns-job-1"]
+
+
+def test_an_unreadable_status_field_is_dropped_instead_of_wedging_the_job() -> None:
+    status = parse_status({**PROVISIONING, "retries": -3, "createRequestedAt": "yesterday"})
+    assert status.phase == "Provisioning"
+    assert status.instance_name == "tbj-ns-job-1"
+    assert status.retries == 0
+    assert status.create_requested_at is None
