@@ -7,8 +7,9 @@ job can tell "not listed" from "not listed *to this identity*" (a token login li
 instances; a job must never trust an absence seen through someone else's eyes).
 
 Matching: by Brev's instance id once a job has recorded it; before that, by name, resolving
-duplicates the way the CLI does (brev-cli.md section 11): FAILURE entries are dropped first when
-healthy ones exist, several left is ambiguous, only failed ones means the instance failed.
+duplicates the way the CLI does (tests/brevsim/SIM-CONTRACT.md section 3): FAILURE
+entries are dropped first when healthy ones exist, several left is ambiguous, only failed ones
+means the instance failed.
 """
 
 from __future__ import annotations

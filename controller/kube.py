@@ -7,7 +7,8 @@ redacted here, at the sink, so no caller can forget it.
 
 Connection settings are resolved once (`resolve_connection`) and shared with kopf's login handler,
 so both clients authenticate the same way. In the cluster the pod's token is NOT at the default
-service-account path (the brev CLI would take it as its own Brev token, brev-cli.md section 1):
+service-account path (the brev CLI would take it as its own Brev token; tests/brevsim/SIM-CONTRACT.md
+section 2):
 `TAOBREV_KUBE_TOKEN_PATH` points at a projected token elsewhere, re-read on every refresh because
 the kubelet rotates it.
 """

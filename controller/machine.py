@@ -180,7 +180,7 @@ def same_reach(recorded: str, current: str) -> bool:
     """Whether `current` can see and delete what `recorded` created. Identities are the client's
     strings (`api-key:<org>:<key digest>`, `user:<subject>`, `token:<digest>`): the same one, or
     an API key of the same org (a rotated key: an org key reaches every instance of its org,
-    brev-cli.md section 11). Anything else is another user's view."""
+    tests/brevsim/SIM-CONTRACT.md section 3). Anything else is another user's view."""
     if recorded == current:
         return True
     r, c = recorded.split(":"), current.split(":")

@@ -21,9 +21,10 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, star
 from prometheus_client.metrics_core import Metric
 
 from controller.logs import redact_text
+from controller.models import Phase
 
 # The status.phase values of the TaoBrevJob API, in lifecycle order (SPEC.md).
-PHASES: Final = ("Pending", "Provisioning", "WaitingExec", "Pulling", "Running", "Uploading", "Deleted")
+PHASES: Final = tuple(str(p) for p in Phase)
 BREV_RESULTS: Final = ("ok", "error", "timeout")
 # `from_phase` of a job's first transition: there was no phase before it.
 NO_PHASE: Final = "none"

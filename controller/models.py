@@ -32,6 +32,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 from pydantic.config import JsonDict
 
+from controller.container_paths import DATA_ROOT, SPEC_MOUNT_PATH
 from controller.errors import SpecError
 from controller.timestamps import format_time
 
@@ -80,8 +81,6 @@ TIMEOUT_MAX = 604800
 
 DEFAULT_SHM_SIZE = "16g"
 DEFAULT_S3_REGION = "us-east-1"
-DATA_ROOT = "/workspace/data"
-SPEC_MOUNT_PATH = "/workspace/spec/spec.yaml"
 
 
 class Phase(StrEnum):

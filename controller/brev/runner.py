@@ -1,6 +1,6 @@
 """Async subprocess runner for the `brev` and `ssh` programs.
 
-Why each rule exists (brev-cli.md sections 1 and 3):
+Why each rule exists (tests/brevsim/SIM-CONTRACT.md sections 2 and 5):
 - stdin is `/dev/null` unless the caller feeds it on purpose: brev reads a piped stdin to EOF as
   instance names, so an open pipe blocks forever and a closed fd 0 makes it panic.
 - every child gets its own process group and a timeout kills the whole group: `brev exec` runs
