@@ -50,6 +50,9 @@ class FakeClient:
     async def version(self) -> str:
         return "v0"
 
+    async def identity(self) -> str:
+        return "fake-identity"
+
     async def list_instances(self) -> Sequence[Instance]:
         return []
 
@@ -59,7 +62,7 @@ class FakeClient:
     async def create_instance(self, request: CreateRequest) -> CreateResult:
         return CreateResult(request.name, False)
 
-    async def delete_instance(self, name: str) -> None: ...
+    async def delete_instance(self, name_or_id: str) -> None: ...
     async def start_instance(self, name: str) -> None: ...
     async def refresh(self) -> None: ...
     async def search(

@@ -16,6 +16,8 @@ from tests.unit.fake_exec import FakeClient
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 JOB_DIR = "~/taobrev/job-1234abcd"
+# spec.task.image has no model default (the CRD and the reconciler supply it): parse() fills it.
+TAO_IMAGE = "nvcr.io/nvidia/tao/tao-toolkit:6.26.3-pyt"
 SECRETS = JobSecrets(
     ngc_api_key=b"nvapi-NGCSECRET",
     s3_access_key_id=b"AKIAKEYID",
@@ -35,7 +37,7 @@ def _spec() -> TaoBrevJobSpec:
             "extraEnv": [{"name": "HF_TOKEN", "secretKeyRef": {"name": "hf", "key": "HF_TOKEN"}}],
         },
     }
-    return TaoBrevJobSpec.model_validate(doc)
+    return TaoBrevJobSpec.parse(doc, default_image=TAO_IMAGE)
 
 
 def _job(secrets: JobSecrets | None = SECRETS) -> JobContext:

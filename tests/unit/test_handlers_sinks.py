@@ -22,9 +22,10 @@ from controller.health import Watchdog
 from controller.leadership import SoleLeader
 from controller.logs import forget_registered_secrets, register_secret
 from controller.reconciler import JobRef
+from tests.unit.kopf_handlers import drive, teardown
 
 SECRET = "registered-Secret-value-42"
-BODY = {
+BODY: kopf.RawBody = {
     "apiVersion": "taobrev.io/v1alpha1",
     "kind": "TaoBrevJob",
     "metadata": {"namespace": "ns", "name": "job", "uid": "u-1"},
@@ -100,7 +101,7 @@ def fake_app(reconciler: FakeReconciler) -> Any:
 def test_teardown_temporary_error_text_is_redacted() -> None:
     app = fake_app(FakeReconciler([SecretAccessDenied(f"denied reading {SECRET}")]))
     with pytest.raises(kopf.TemporaryError) as info:
-        asyncio.run(handlers.teardown(body=kopf.Body(BODY), memo=kopf.Memo(app=app)))
+        asyncio.run(teardown(body=kopf.Body(BODY), memo=kopf.Memo(app=app)))
     assert SECRET not in str(info.value)
     assert "denied reading ***" in str(info.value)
     assert app.recorder.errors == ["SecretAccessDenied"]
@@ -111,13 +112,13 @@ def test_teardown_temporary_error_text_is_redacted() -> None:
 def test_teardown_unexpected_error_is_redacted_too() -> None:
     app = fake_app(FakeReconciler([RuntimeError(f"bug with {SECRET}")]))
     with pytest.raises(kopf.TemporaryError) as info:
-        asyncio.run(handlers.teardown(body=kopf.Body(BODY), memo=kopf.Memo(app=app)))
+        asyncio.run(teardown(body=kopf.Body(BODY), memo=kopf.Memo(app=app)))
     assert str(info.value) == "RuntimeError: bug with ***"
 
 
 def test_teardown_done_releases_and_forgets() -> None:
     app = fake_app(FakeReconciler([0.0, None]))
-    asyncio.run(handlers.teardown(body=kopf.Body(BODY), memo=kopf.Memo(app=app)))
+    asyncio.run(teardown(body=kopf.Body(BODY), memo=kopf.Memo(app=app)))
     assert app.reconciler.forgotten == ["job"]
     assert app.watchdog.report() == (True, {"ok": True, "jobs": 0})
 
@@ -146,7 +147,7 @@ def test_daemon_survives_transient_api_errors_with_growing_backoff() -> None:
         posting.settings_var.set(kopf.OperatorSettings())
         posting.event_queue_loop_var.set(asyncio.get_running_loop())
         posting.event_queue_var.set(queue)
-        await handlers.drive(stopped=stopped, body=kopf.Body(BODY), memo=kopf.Memo(app=app))
+        await drive(stopped=stopped, body=kopf.Body(BODY), memo=kopf.Memo(app=app))
         return [queue.get_nowait() for _ in range(queue.qsize())]
 
     events = asyncio.run(scenario())

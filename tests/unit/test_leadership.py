@@ -15,7 +15,6 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
-from controller import handlers
 from controller.health import Watchdog
 from controller.leadership import (
     KubeLeaseStore,
@@ -30,6 +29,7 @@ from controller.leadership import (
 from controller.metrics import Recorder
 from controller.reconciler import JobRef
 from controller.settings import Settings
+from tests.unit.kopf_handlers import drive, teardown
 
 
 def in_loop(scenario: Callable[[], Coroutine[Any, Any, None]]) -> Callable[[], None]:
@@ -109,7 +109,8 @@ def elector(store: FakeStore, clock: Clock, name: str, changes: list[bool] | Non
 
 @in_loop
 async def test_first_replica_creates_the_lease_and_leads() -> None:
-    store, clock, changes = FakeStore(), Clock(), []
+    store, clock = FakeStore(), Clock()
+    changes: list[bool] = []
     a = elector(store, clock, "a", changes)
     assert not a.is_leading()
     assert await a.tick()
@@ -139,7 +140,8 @@ async def test_standby_does_not_take_a_lease_that_keeps_being_renewed() -> None:
 
 @in_loop
 async def test_standby_takes_over_only_once_the_lease_expired_on_its_own_clock() -> None:
-    store, clock, changes = FakeStore(), Clock(), []
+    store, clock = FakeStore(), Clock()
+    changes: list[bool] = []
     a, b = elector(store, clock, "a"), elector(store, clock, "b", changes)
     await a.tick()
     clock.t += 1
@@ -174,7 +176,8 @@ async def test_expiry_counts_from_the_last_change_the_standby_saw() -> None:
 
 @in_loop
 async def test_a_write_that_loses_the_optimistic_concurrency_race_does_not_lead() -> None:
-    store, clock, changes = FakeStore(), Clock(), []
+    store, clock = FakeStore(), Clock()
+    changes: list[bool] = []
     dead, b = elector(store, clock, "dead"), elector(store, clock, "b", changes)
     await dead.tick()
     await b.tick()
@@ -193,7 +196,8 @@ async def test_a_write_that_loses_the_optimistic_concurrency_race_does_not_lead(
 
 @in_loop
 async def test_leader_that_cannot_renew_stops_at_the_renew_deadline_and_not_before() -> None:
-    store, clock, changes = FakeStore(), Clock(), []
+    store, clock = FakeStore(), Clock()
+    changes: list[bool] = []
     a = elector(store, clock, "a", changes)
     await a.tick()
     store.fail = OSError("connection refused")
@@ -215,7 +219,8 @@ async def test_leadership_ends_at_the_deadline_even_if_the_election_loop_is_stuc
 
 @in_loop
 async def test_leader_seeing_another_holder_stops_at_once() -> None:
-    store, clock, changes = FakeStore(), Clock(), []
+    store, clock = FakeStore(), Clock()
+    changes: list[bool] = []
     a = elector(store, clock, "a", changes)
     await a.tick()
     assert store.record is not None
@@ -279,7 +284,8 @@ async def test_work_within_the_term_returns_its_result() -> None:
 
 @in_loop
 async def test_release_lets_the_standby_take_over_without_waiting_for_expiry() -> None:
-    store, clock, changes = FakeStore(), Clock(), []
+    store, clock = FakeStore(), Clock()
+    changes: list[bool] = []
     a, b = elector(store, clock, "a", changes), elector(store, clock, "b")
     await a.tick()
     assert not await b.tick()
@@ -306,7 +312,8 @@ async def test_release_writes_nothing_when_the_lease_is_not_ours() -> None:
 
 @in_loop
 async def test_run_loop_renews_every_retry_period_and_wakes_at_the_deadline() -> None:
-    store, clock, changes = FakeStore(), Clock(), []
+    store, clock = FakeStore(), Clock()
+    changes: list[bool] = []
     delays: list[float] = []
 
     class Stop(Exception):
@@ -371,7 +378,7 @@ def test_election_defaults_are_client_go_defaults() -> None:
 
 
 def test_lease_body_carries_the_resource_version_and_micro_times() -> None:
-    store = KubeLeaseStore(None, "taobrev-system", "taobrev-operator", 5.0)  # type: ignore[arg-type]
+    store = KubeLeaseStore(None, "taobrev-system", "taobrev-operator", 5.0)
     when = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)
     body = store._body(LeaseRecord("a_1", 15, when, when, 3, resource_version="42"))
     assert body["metadata"]["resourceVersion"] == "42"
@@ -458,7 +465,7 @@ async def test_delete_handler_on_a_standby_keeps_the_finalizer_and_touches_nothi
     # Not a wait of a whole lease duration in a unit test: the handler gives up at once.
     app.settings = app.settings.model_copy(update={"leader_lease_duration": 0})
     with pytest.raises(kopf.TemporaryError):
-        await handlers.teardown(body=BODY, memo={"app": app})
+        await teardown(body=BODY, memo=kopf.Memo(app=app))
     assert app.reconciler.passes == []
 
 
@@ -467,7 +474,7 @@ async def test_daemon_on_a_standby_waits_and_acts_once_it_leads() -> None:
     store, clock = FakeStore(), Clock()
     app = FakeApp(standby(store, clock))
     await app.leadership.tick()
-    daemon = asyncio.ensure_future(handlers.drive(stopped=NeverStopped(), body=BODY, memo={"app": app}))
+    daemon = asyncio.ensure_future(drive(stopped=NeverStopped(), body=BODY, memo=kopf.Memo(app=app)))
     for _ in range(20):
         await asyncio.sleep(0)  # let the daemon run up to its wait
     assert app.reconciler.passes == [], "no pass while standing by"

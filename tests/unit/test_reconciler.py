@@ -132,7 +132,7 @@ def ref(status: Mapping[str, Any], *, spec: Mapping[str, Any] = SPEC, deleting: 
     )
 
 
-PROVISIONING = {
+PROVISIONING: dict[str, Any] = {
     "phase": "Provisioning",
     "phaseTimes": {"Pending": "2026-11-29T12:00:00Z", "Provisioning": "2026-11-29T12:00:00Z"},
     "jobId": "job-1",
