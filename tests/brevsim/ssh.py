@@ -225,7 +225,8 @@ def main(state: str, argv: list[str]) -> int:
         signal.signal(sig, hangup)
     if not no_stdin:
         threading.Thread(target=forward_stdin, daemon=True).start()
-    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout is not None
+    assert proc.stderr is not None
     t_out = threading.Thread(target=_pump, args=(proc.stdout, sys.stdout.buffer), daemon=True)
     t_err = threading.Thread(target=_pump, args=(proc.stderr, sys.stderr.buffer), daemon=True)
     t_out.start()

@@ -380,7 +380,9 @@ class Demo:
 
     def record_state(self) -> None:
         """What `python -m tests.devenv status/down` need to find this stack again."""
-        assert self.cp is not None and self.s3 is not None and self.operator is not None
+        assert self.cp is not None
+        assert self.s3 is not None
+        assert self.operator is not None
         assert self.operator.proc is not None
         procs = [
             TrackedProcess.of("operator", self.operator.proc.pid),
@@ -450,7 +452,8 @@ class Demo:
 
     def watch(self) -> dict[str, Any]:
         """Print each phase (and message change) as it happens; return the final status."""
-        assert self.operator is not None and self.sim is not None
+        assert self.operator is not None
+        assert self.sim is not None
         out = self.out
         out.line()
         out.line(f"Watching taobrevjob {self.job} in namespace {NAMESPACE} (kubectl get every {POLL_S}s):")
@@ -513,7 +516,9 @@ class Demo:
     # ---- the report
 
     def report(self, status: dict[str, Any]) -> bool:
-        assert self.cp is not None and self.s3 is not None and self.sim is not None
+        assert self.cp is not None
+        assert self.s3 is not None
+        assert self.sim is not None
         assert self.operator is not None
         out = self.out
         outcome = status.get("outcome") or "(none)"
@@ -595,7 +600,9 @@ class Demo:
         out.step("teardown", f"operator, S3 and control plane stopped ({time.monotonic() - began:.1f}s)")
 
     def print_keep(self) -> None:
-        assert self.cp is not None and self.s3 is not None and self.operator is not None
+        assert self.cp is not None
+        assert self.s3 is not None
+        assert self.operator is not None
         out = self.out
         pids = [
             f"operator {self.operator.proc.pid if self.operator.proc else '?'}",

@@ -191,14 +191,16 @@ def test_argocd_health_of_a_run_whose_training_exits_non_zero(stack: Stack) -> N
     assert tearing_down, [signature(v) for v in versions]
 
     final = versions[-1]["status"]
-    assert final["outcome"] == "Failed" and final["exitCode"] == 3, final
+    assert final["outcome"] == "Failed", final
+    assert final["exitCode"] == 3, final
     for v in versions:
         status, result = v["status"], health(v)
         if not status.get("outcome"):
             assert result["status"] == "Progressing", (result, signature(v))
             continue
         assert result["status"] == "Degraded", (result, signature(v))
-        assert "outcome Failed" in result["message"] and "exit code 3" in result["message"], result
+        assert "outcome Failed" in result["message"], result
+        assert "exit code 3" in result["message"], result
         assert ("(cleaning up)" in result["message"]) == (not status.get("finishedAt")), result
 
     check_fixture(

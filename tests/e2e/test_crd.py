@@ -161,7 +161,8 @@ def test_status_schema_is_enforced(kubectl: Kubectl, tbj_ns: str) -> None:
         "-p", json.dumps({"status": {"phase": "Exploded"}}), check=False,
     )  # fmt: skip
     assert proc.returncode != 0
-    assert "status.phase" in proc.stderr and "Unsupported value" in proc.stderr, proc.stderr
+    assert "status.phase" in proc.stderr, proc.stderr
+    assert "Unsupported value" in proc.stderr, proc.stderr
 
 
 # --- kubectl UX ------------------------------------------------------------------------------

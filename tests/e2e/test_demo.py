@@ -89,7 +89,8 @@ def _assert_job_shown_end_to_end(out: str) -> None:
     count = int(_group(rf"^Results: {re.escape(RESULTS.rstrip('/'))} \((\d+) objects", out))
     listed = re.findall(rf"^  {re.escape(RESULTS)}(\S+)\s+\d", out, flags=re.MULTILINE)
     assert len(listed) == count, out
-    assert "logs/container.log" in listed and "results/train/model_latest.pth" in listed, out
+    assert "logs/container.log" in listed, out
+    assert "results/train/model_latest.pth" in listed, out
     assert "deleted (the simulated Brev backend reports it DELETED" in out, out
 
 
@@ -106,7 +107,8 @@ def test_demo_runs_the_sample_job_through_every_phase_then_tears_everything_down
     out = run.stdout
     assert run.returncode == 0, out + run.stderr
     _assert_job_shown_end_to_end(out)
-    assert "demo succeeded" in out and "(exit 0)" in out, out
+    assert "demo succeeded" in out, out
+    assert "(exit 0)" in out, out
 
     pids = _pids(out)
     assert set(pids) == {"operator", "s3", "etcd", "kube-apiserver"}, out
@@ -128,9 +130,11 @@ def test_demo_keep_leaves_the_stack_running_until_devenv_down(tmp_path: Path) ->
         assert [name for name, pid in pids.items() if not _running(pid)] == [], out
 
         status = _devenv("status", devenv_dir=tmp_path, timeout=120)
-        assert "demo: " in status.stdout and "operator pid" in status.stdout, status.stdout
+        assert "demo: " in status.stdout, status.stdout
+        assert "operator pid" in status.stdout, status.stdout
         demo_line = next(line for line in status.stdout.splitlines() if line.startswith("demo: "))
-        assert "NOT RUNNING" not in demo_line and "control plane healthy" in demo_line, status.stdout
+        assert "NOT RUNNING" not in demo_line, status.stdout
+        assert "control plane healthy" in demo_line, status.stdout
     finally:
         down = _devenv("down", devenv_dir=tmp_path, timeout=120)
     assert down.returncode == 0, down.stdout + down.stderr

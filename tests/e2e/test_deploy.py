@@ -382,7 +382,8 @@ def test_operator_without_its_cluster_role_binding_cannot_act_on_jobs(
             refused in line and "cannot list resource" in line and "taobrevjobs" in line
             for line in operator.log_text().splitlines()
         ):
-            assert operator.proc is not None and operator.proc.poll() is None, operator.log_tail()
+            assert operator.proc is not None, operator.log_tail()
+            assert operator.proc.poll() is None, operator.log_tail()
             if time.monotonic() > deadline:
                 pytest.fail(f"the operator was never refused the TaoBrevJob list:\n{operator.log_tail()}")
             time.sleep(0.2)

@@ -23,17 +23,21 @@ def test_missing_secret_fails_before_any_instance_is_created(stack: Stack) -> No
     job["spec"]["credentials"]["ngcApiKey"] = {"name": "does-not-exist"}
     stack.apply(job)
     status = stack.wait_finished("nosecret")
-    assert status["outcome"] == "Failed" and status["reason"] == "SecretNotFound"
-    assert "does-not-exist" in status["message"] and "spec.credentials.ngcApiKey" in status["message"]
+    assert status["outcome"] == "Failed"
+    assert status["reason"] == "SecretNotFound"
+    assert "does-not-exist" in status["message"]
+    assert "spec.credentials.ngcApiKey" in status["message"]
     assert cond(status, "Stalled")["status"] == "True"
-    assert stack.sim.created_count() == 0 and brev_calls(stack, "create") == 0
+    assert stack.sim.created_count() == 0
+    assert brev_calls(stack, "create") == 0
 
 
 def test_ngc_entitlement_failure_ends_the_job_at_once_and_deletes_the_instance(stack: Stack) -> None:
     stack.sim.set_faults(ngc_entitlement=True)
     stack.apply(stack.job_manifest("noentitlement"))
     status = stack.wait_finished("noentitlement")
-    assert status["outcome"] == "Failed" and status["reason"] == "RegistryEntitlementFailed"
+    assert status["outcome"] == "Failed"
+    assert status["reason"] == "RegistryEntitlementFailed"
     assert "Running" not in status["phaseTimes"], "never billed on into a run"
     assert status["retries"] == 0, "a permanent error is not retried"
     assert stack.live_instances() == []
@@ -43,9 +47,12 @@ def test_instance_that_never_accepts_commands_times_out_in_waiting_exec(stack: S
     stack.sim.set_faults(exec_never_ready=True)
     stack.apply(stack.job_manifest("neverready", timeouts={"waitingExecSeconds": 10}))
     status = stack.wait_finished("neverready", timeout=120)
-    assert status["outcome"] == "Failed" and status["reason"] == "WaitingExecTimeout"
-    assert "10s" in status["message"] and "spec.timeouts" in status["message"]
-    assert stack.live_instances() == [] and stack.sim.created_count() == 1
+    assert status["outcome"] == "Failed"
+    assert status["reason"] == "WaitingExecTimeout"
+    assert "10s" in status["message"]
+    assert "spec.timeouts" in status["message"]
+    assert stack.live_instances() == []
+    assert stack.sim.created_count() == 1
 
 
 def test_brev_auth_eof_triggers_one_relogin_and_the_job_succeeds(stack: Stack) -> None:
@@ -106,7 +113,8 @@ def test_seed_only_placement_field_is_refused_with_a_clear_reason_and_nothing_is
     )
     stack.apply(job)
     status = stack.wait_finished("placement")
-    assert status["outcome"] == "Failed" and status["reason"] == "InvalidSpec"
+    assert status["outcome"] == "Failed"
+    assert status["reason"] == "InvalidSpec"
     assert "cloudCredId" in status["message"]
     assert stack.sim.created_count() == 0
     assert not any("--cloud-cred-id" in c.argv for c in stack.sim.calls())
@@ -121,12 +129,15 @@ def test_capacity_shortage_is_retried_with_backoff_and_the_job_succeeds_once_cap
         "capacity", lambda o: int(((o or {}).get("status") or {}).get("retries") or 0) >= 2, "two retries"
     )
     status = (obj or {})["status"]
-    assert status["phase"] == "Provisioning" and not status.get("outcome")
-    assert "capacity" in status["message"] and "will retry" in status["message"]
+    assert status["phase"] == "Provisioning"
+    assert not status.get("outcome")
+    assert "capacity" in status["message"]
+    assert "will retry" in status["message"]
     assert stack.sim.created_count() == 0
     stack.sim.clear_faults()
     final = stack.wait_finished("capacity")
-    assert final["outcome"] == "Succeeded" and stack.sim.created_count() == 1
+    assert final["outcome"] == "Succeeded"
+    assert stack.sim.created_count() == 1
 
 
 def test_instance_that_disappears_mid_run_fails_with_a_distinct_reason(stack: Stack) -> None:
@@ -134,7 +145,8 @@ def test_instance_that_disappears_mid_run_fails_with_a_distinct_reason(stack: St
     stack.sim.set_faults(disappear_after_s=400)
     stack.apply(stack.job_manifest("vanish", simulation={"epochs": 50, "epoch_seconds": 200}))
     status = stack.wait_finished("vanish")
-    assert status["outcome"] == "Failed" and status["reason"] == "InstanceLost", status
+    assert status["outcome"] == "Failed", status
+    assert status["reason"] == "InstanceLost", status
     assert "disappeared" in status["message"]
     assert stack.live_instances() == []
 
@@ -143,7 +155,8 @@ def test_upload_that_keeps_failing_ends_as_failed_and_still_deletes_the_instance
     stack.sim.set_faults(upload_fails="bucket unreachable")
     stack.apply(stack.job_manifest("noupload", timeouts={"uploadingSeconds": 10}))
     status = stack.wait_finished("noupload")
-    assert status["outcome"] == "Failed" and status["reason"] == "UploadFailed"
+    assert status["outcome"] == "Failed"
+    assert status["reason"] == "UploadFailed"
     assert "uploadingSeconds" in status["message"]
     assert "uploadedAt" not in status
     assert stack.live_instances() == [], "billing stops even when results cannot be saved"
@@ -170,6 +183,7 @@ def test_sigkill_during_a_cancel_teardown_still_uploads_releases_and_deletes(sta
     stack.sim.clear_faults()
     stack.operator.start()
     stack.wait_gone("cancelkill")
-    assert stack.live_instances() == [] and stack.sim.created_count() == 1
+    assert stack.live_instances() == []
+    assert stack.sim.created_count() == 1
     resp = stack.s3.client().list_objects_v2(Bucket=stack.bucket, Prefix="cancelkill/logs/")
     assert resp.get("KeyCount", 0) >= 1, "the container log was uploaded before teardown"

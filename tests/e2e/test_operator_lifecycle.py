@@ -45,15 +45,18 @@ def test_happy_path_ephemeral_instance_walks_every_phase_uploads_and_deletes(sta
         assert text in described, text
 
     assert phase_order(status) == PHASES
-    assert status["outcome"] == "Succeeded" and status["exitCode"] == 0
-    assert cond(status, "Ready") == "True" and cond(status, "Succeeded") == "True"
+    assert status["outcome"] == "Succeeded"
+    assert status["exitCode"] == 0
+    assert cond(status, "Ready") == "True"
+    assert cond(status, "Succeeded") == "True"
     assert status["backendRef"] == f"{status['instanceName']}/{status['jobId']}"
 
     # Results in S3 match what the TAO stand-in wrote (count and sizes), plus the container log.
     keys = s3_keys(stack, "happy/")
     assert any(k.startswith("happy/logs/") for k in keys)
     results = {k: v for k, v in keys.items() if k.startswith("happy/results/")}
-    assert results and status["results"]["objects"] == len(keys)
+    assert results
+    assert status["results"]["objects"] == len(keys)
     assert status["results"]["bytes"] == sum(keys.values())
 
     # Exactly one instance was created for the job, and it is gone.
@@ -91,8 +94,10 @@ def test_reused_instance_is_neither_created_nor_deleted_and_the_container_is_rem
     stack.apply(stack.job_manifest("reuse", instance={"reuse": {"name": "shared-l40s"}}))
     status = stack.wait_finished("reuse")
 
-    assert status["outcome"] == "Succeeded" and status["instanceCreated"] is False
-    assert status["instanceName"] == "shared-l40s" and status["gpu"]
+    assert status["outcome"] == "Succeeded"
+    assert status["instanceCreated"] is False
+    assert status["instanceName"] == "shared-l40s"
+    assert status["gpu"]
     assert stack.sim.created_count() == 0
     assert [i["name"] for i in stack.live_instances()] == ["shared-l40s"]
     assert not any(c.program == "brev" and c.argv[:1] == ["delete"] for c in stack.sim.calls())
@@ -107,14 +112,18 @@ def test_non_zero_training_exit_uploads_logs_and_partial_results_deletes_and_fai
     stack.apply(stack.job_manifest("crash", simulation={"epochs": 4, "fail_at_epoch": 2, "exit_code": 3}))
     status = stack.wait_finished("crash")
 
-    assert status["outcome"] == "Failed" and status["reason"] == "TrainingFailed"
-    assert status["exitCode"] == 3 and "3" in status["message"]
+    assert status["outcome"] == "Failed"
+    assert status["reason"] == "TrainingFailed"
+    assert status["exitCode"] == 3
+    assert "3" in status["message"]
     keys = s3_keys(stack, "crash/")
     assert any(k.startswith("crash/logs/") for k in keys), keys
     assert any(k.startswith("crash/results/") for k in keys), "partial results (epoch 1 checkpoint) uploaded"
     assert status["lastLogLines"], "the tail of the container log is kept in status"
-    assert stack.live_instances() == [] and stack.sim.created_count() == 1
-    assert cond(status, "Stalled") == "True" and cond(status, "Succeeded") == "False"
+    assert stack.live_instances() == []
+    assert stack.sim.created_count() == 1
+    assert cond(status, "Stalled") == "True"
+    assert cond(status, "Succeeded") == "False"
 
 
 def test_deleting_the_job_while_running_cancels_uploads_and_tears_down(stack: Stack) -> None:
@@ -141,7 +150,8 @@ def test_deleting_the_job_while_running_cancels_uploads_and_tears_down(stack: St
         return o is None
 
     stack.wait_for("cancel", remember, "the canceled job to be torn down and released")
-    assert last["outcome"] == "Canceled" and last.get("uploadedAt")
+    assert last["outcome"] == "Canceled"
+    assert last.get("uploadedAt")
     assert last["exitCode"] == 143, "stopped with SIGTERM (docker stop), not left running"
     keys = s3_keys(stack, "cancel/")
     assert any(k.startswith("cancel/logs/") for k in keys), (keys, last.get("results"))
@@ -152,8 +162,10 @@ def test_a_stopped_reused_instance_is_started_once_used_and_left_running(stack: 
     stack.sim.add_instance("parked-a100", status="STOPPED", gpu="A100")
     stack.apply(stack.job_manifest("parked", instance={"reuse": {"name": "parked-a100"}}))
     status = stack.wait_finished("parked")
-    assert status["outcome"] == "Succeeded" and status.get("startRequestedAt")
+    assert status["outcome"] == "Succeeded"
+    assert status.get("startRequestedAt")
     starts = [c for c in stack.sim.calls() if c.program == "brev" and c.argv[:1] == ["start"]]
-    assert len(starts) == 1 and "--detached" in starts[0].argv
+    assert len(starts) == 1
+    assert "--detached" in starts[0].argv
     assert [(i["name"], i["status"]) for i in stack.live_instances()] == [("parked-a100", "RUNNING")]
     assert stack.sim.created_count() == 0

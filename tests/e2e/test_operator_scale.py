@@ -25,7 +25,8 @@ def test_twenty_jobs_at_once_all_finish_within_the_brev_call_budget(stack: Stack
     statuses: dict[str, dict[str, Any]] = {n: stack.wait_finished(n, timeout=600) for n in names}
 
     assert {s["outcome"] for s in statuses.values()} == {"Succeeded"}
-    assert stack.sim.created_count() == JOBS and stack.live_instances() == []
+    assert stack.sim.created_count() == JOBS
+    assert stack.live_instances() == []
 
     calls = [c for c in stack.sim.calls() if c.program == "brev" and c.where == "local"]
     by_instance: dict[str, Counter[str]] = {}
@@ -58,7 +59,8 @@ def test_twenty_jobs_at_once_all_finish_within_the_brev_call_budget(stack: Stack
         }
         unknown = [cmd for cmd in execs if not any(k in cmd for k in kinds)]
         assert not unknown, unknown
-        assert verbs["create"] == 1 and verbs["delete"] == 1, (name, verbs)
+        assert verbs["create"] == 1, (name, verbs)
+        assert verbs["delete"] == 1, (name, verbs)
 
     # One shared listing serves all jobs: far fewer `brev ls` than jobs x reconcile passes.
     listings = sum(1 for c in calls if c.argv[:1] == ["ls"])

@@ -187,7 +187,8 @@ def test_token_session_that_expires_mid_run_is_renewed_from_the_secret(
     while time.time() < claims["exp"] + 0.05:  # the observable: the token's own expiry time
         time.sleep(0.05)
     assert asyncio.run(client.list_instances()) == []
-    assert client.relogins == 1 and len(minted) == 2
+    assert client.relogins == 1
+    assert len(minted) == 2
 
 
 def _b64url(part: str) -> bytes:
@@ -384,11 +385,14 @@ def test_exec_sends_one_argv_element_returns_real_status_and_runs_once(
     execs = brev_argvs(brev_sim, "exec")
     assert len(execs) == len(TRICKY) + 1
     for argv in execs:
-        assert len(argv) == 3 and argv[1] == "tbj-x" and "--" not in argv
+        assert len(argv) == 3
+        assert argv[1] == "tbj-x"
+        assert "--" not in argv
     assert len(list(brev_sim.instance_files("tbj-x").glob("ran-*"))) == 1
     # One agent for the client (`ssh-agent -a SOCK`), none spawned by brev's `eval $(ssh-agent -s)`.
     agents = [c.argv for c in brev_sim.calls() if c.program == "ssh-agent"]
-    assert len(agents) == 1 and "-a" in agents[0]
+    assert len(agents) == 1
+    assert "-a" in agents[0]
 
 
 def test_exec_on_an_instance_that_never_gets_ssh_is_a_transport_failure(
@@ -502,7 +506,9 @@ def test_exit_codes_reach_the_caller_training_failure_and_stop(
         await long.stop_container()
         (stopped,) = await eventually(lambda: _exited(long), "stopped container exit")
         state = await long.container_state()
-        assert state is not None and state.status == "exited" and not state.running
+        assert state is not None
+        assert state.status == "exited"
+        assert not state.running
         return failed, still, stopped
 
     assert asyncio.run(scenario()) == (3, None, 143)
@@ -618,7 +624,8 @@ def test_end_to_end_job_through_the_client(
     )
     listed = s3_server.client().list_objects_v2(Bucket=bucket)["Contents"]
     keys = {o["Key"]: o["Size"] for o in listed}
-    assert len(keys) == objects and sum(keys.values()) == size
+    assert len(keys) == objects
+    assert sum(keys.values()) == size
     assert any(k.endswith("/results/train/status.json") for k in keys)
     log_key = next(k for k in keys if k.endswith("/logs/container.log"))
     log_text = s3_server.client().get_object(Bucket=bucket, Key=log_key)["Body"].read().decode()
@@ -641,7 +648,8 @@ def test_no_secret_value_in_any_argv_or_log_line_of_a_full_run(
     assert {c.where for c in calls} == {"local", "remote"}
     haystack = [shlex.join(c.argv) for c in calls] + run.logs
     # The scan covers what matters: the remote docker/aws argv and the client's own log lines.
-    assert any("--password-stdin" in h for h in haystack) and any(c.program == "aws" for c in calls)
+    assert any("--password-stdin" in h for h in haystack)
+    assert any(c.program == "aws" for c in calls)
     assert any("brev_call" in line for line in run.logs)
     leaks = [(v, h[:120]) for v in values for h in haystack if v in h]
     assert leaks == []

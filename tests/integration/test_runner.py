@@ -87,7 +87,8 @@ def test_one_agent_serves_every_call_of_a_client(tmp_path: Path) -> None:
 
     try:
         socks = asyncio.run(three())
-        assert len(set(socks)) == 1 and socks[0]
+        assert len(set(socks)) == 1
+        assert socks[0]
         assert Path(socks[0]).is_socket()
         # A second client on the same home (an operator restart) reuses the live agent.
         again = Runner(env, agent=SshAgent(home))

@@ -92,7 +92,8 @@ def test_there_is_no_version_subcommand(brev_sim: BrevSim) -> None:
 def test_orgs_command_does_not_exist_and_suggests_org(brev_sim: BrevSim) -> None:
     res = brev(brev_sim, "orgs", "--json")
     assert res.returncode == 1
-    assert 'unknown command "orgs" for "brev"' in res.stderr and "\torg\n" in res.stderr
+    assert 'unknown command "orgs" for "brev"' in res.stderr
+    assert "\torg\n" in res.stderr
 
 
 def test_logged_out_prompt_without_newline_then_eof_on_devnull(brev_sim: BrevSim) -> None:
@@ -110,7 +111,8 @@ def test_logged_out_prompt_blocks_on_an_open_stdin_pipe(brev_sim: BrevSim) -> No
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
-    assert proc.stdout is not None and proc.stdin is not None
+    assert proc.stdout is not None
+    assert proc.stdin is not None
     seen = b""
     while not seen.endswith(PROMPT.encode()):
         chunk = proc.stdout.read1(4096)  # type: ignore[attr-defined]
@@ -120,7 +122,8 @@ def test_logged_out_prompt_blocks_on_an_open_stdin_pipe(brev_sim: BrevSim) -> No
         proc.wait(timeout=0.5)  # still blocked reading the pipe
     proc.stdin.close()  # EOF unblocks it
     assert proc.wait(timeout=HANG_GUARD) == 1
-    assert proc.stderr is not None and proc.stderr.read() == b"EOF\n"
+    assert proc.stderr is not None
+    assert proc.stderr.read() == b"EOF\n"
 
 
 def test_closed_stdin_makes_stdin_reading_commands_panic_with_exit_2(brev_sim: BrevSim) -> None:
@@ -132,9 +135,11 @@ def test_closed_stdin_makes_stdin_reading_commands_panic_with_exit_2(brev_sim: B
 
 def test_api_key_login_writes_credentials_without_prompting(brev_sim: BrevSim) -> None:
     res = brev(brev_sim, "login", "--api-key", BrevSim.API_KEY, "--org-id", BrevSim.ORG_ID)
-    assert res.returncode == 0 and "API key saved for org org-sim" in res.stdout
+    assert res.returncode == 0
+    assert "API key saved for org org-sim" in res.stdout
     creds = json.loads((brev_sim.home / ".brev" / "credentials.json").read_text())
-    assert creds["api_key"] == BrevSim.API_KEY and creds["api_key_org_id"] == BrevSim.ORG_ID
+    assert creds["api_key"] == BrevSim.API_KEY
+    assert creds["api_key_org_id"] == BrevSim.ORG_ID
     assert ls_json(brev_sim) == []
 
 
@@ -150,7 +155,8 @@ def test_login_with_non_jwt_token_stores_it_as_refresh_and_then_logs_out(brev_si
     res = brev(brev_sim, "login", "--token", "opaque-console-token")
     creds = json.loads((brev_sim.home / ".brev" / "credentials.json").read_text())
     assert creds == {"access_token": "auto-login", "refresh_token": "opaque-console-token"}
-    assert res.returncode == 1 and res.stderr == "EOF\n"
+    assert res.returncode == 1
+    assert res.stderr == "EOF\n"
     assert "WARN: malformed refresh token, logging out" in res.stdout
     again = brev(brev_sim, "ls", "--json")
     # the stray line of StandardLogin precedes everything, so naive JSON parsing breaks
@@ -168,7 +174,8 @@ def test_jwt_token_session_expires_with_its_jwt(brev_sim: BrevSim) -> None:
     expired = brev(brev_sim, "ls", "--json")
     assert expired.returncode == 1
     assert "WARN: malformed refresh token, logging out" in expired.stdout  # the stored "auto-login"
-    assert expired.stdout.endswith(PROMPT) and expired.stderr == "EOF\n"
+    assert expired.stdout.endswith(PROMPT)
+    assert expired.stderr == "EOF\n"
 
 
 def test_session_key_refresh_token_survives_expiry(brev_sim: BrevSim) -> None:
@@ -231,20 +238,23 @@ def test_ls_unknown_positional_prints_nothing_and_too_many_args_fails(brev_sim: 
     brev_sim.login_api_key()
     assert (brev(brev_sim, "ls", "bogus").returncode, brev(brev_sim, "ls", "bogus").stdout) == (0, "")
     res = brev(brev_sim, "ls", "a", "b")
-    assert res.returncode == 1 and "too many args provided" in res.stderr
+    assert res.returncode == 1
+    assert "too many args provided" in res.stderr
 
 
 def test_ls_orgs_refused_with_api_key_auth(brev_sim: BrevSim) -> None:
     brev_sim.login_api_key()
     res = brev(brev_sim, "ls", "orgs", "--json")
-    assert res.returncode == 1 and "api key auth cannot list organizations" in res.stderr
+    assert res.returncode == 1
+    assert "api key auth cannot list organizations" in res.stderr
 
 
 def test_search_json_is_an_array_without_placement_ids_and_needs_no_login(brev_sim: BrevSim) -> None:
     res = brev(brev_sim, "search", "--json", "--gpu-name", "l40s")
     assert res.returncode == 0, res.stderr
     items = json.loads(res.stdout)
-    assert items and all(i["gpu_name"] == "L40S" for i in items)
+    assert items
+    assert all(i["gpu_name"] == "L40S" for i in items)
     assert {"type", "provider", "gpu_count", "vram_per_gpu_gb", "price_per_hour"} <= set(items[0])
     assert not any("workspace" in k or "cloud_cred" in k for i in items for k in i)
     assert brev(brev_sim, "search", "--json", "--gpu-name", "nope").stdout == "[]\n"
@@ -252,9 +262,8 @@ def test_search_json_is_an_array_without_placement_ids_and_needs_no_login(brev_s
 
 def test_search_rejects_an_invalid_sort(brev_sim: BrevSim) -> None:
     res = brev(brev_sim, "search", "--sort", "cheapest")
-    assert (
-        res.returncode == 1 and 'invalid sort option "cheapest". Valid options: arch, boot-time' in res.stderr
-    )
+    assert res.returncode == 1
+    assert 'invalid sort option "cheapest". Valid options: arch, boot-time' in res.stderr
 
 
 # -- create -------------------------------------------------------------------------------------
@@ -269,8 +278,10 @@ def test_create_refuses_seed_only_flags(brev_sim: BrevSim, flag: str) -> None:
 def test_create_help_lists_real_flags_only(brev_sim: BrevSim) -> None:
     res = brev(brev_sim, "create", "--help")
     assert res.returncode == 0
-    assert "--gpu-name string" in res.stdout and "--detached" in res.stdout
-    assert "--cloud-cred-id" not in res.stdout and "--gpu " not in res.stdout
+    assert "--gpu-name string" in res.stdout
+    assert "--detached" in res.stdout
+    assert "--cloud-cred-id" not in res.stdout
+    assert "--gpu " not in res.stdout
 
 
 @pytest.mark.parametrize(
@@ -284,7 +295,8 @@ def test_create_help_lists_real_flags_only(brev_sim: BrevSim) -> None:
 def test_create_validates_the_name(brev_sim: BrevSim, name: str, message: str) -> None:
     brev_sim.login_api_key()
     res = brev(brev_sim, "create", "--name", name, "--detached")
-    assert res.returncode == 1 and message in res.stderr
+    assert res.returncode == 1
+    assert message in res.stderr
 
 
 def test_create_piped_stdout_holds_only_names_and_progress_goes_to_stderr(brev_sim: BrevSim) -> None:
@@ -323,7 +335,8 @@ def test_create_server_failure_is_logged_per_attempt_and_exits_1(brev_sim: BrevS
     brev_sim.set_faults(create_fails="no cloud credential for workspace group")
     res = brev(brev_sim, "create", "f", "-t", "g6e.xlarge", "-d")
     assert res.returncode == 1
-    assert "[Worker 1] g6e.xlarge Failed:" in res.stderr and "no cloud credential" in res.stderr
+    assert "[Worker 1] g6e.xlarge Failed:" in res.stderr
+    assert "no cloud credential" in res.stderr
     assert "could only create 0/1 instances" in res.stderr
 
 
@@ -336,7 +349,8 @@ def test_create_failure_status_and_wait_timeout_still_exit_0(brev_sim: BrevSim) 
     assert res.stdout == "doomed\n"
     brev_sim.clear_faults()
     slow = brev(brev_sim, "create", "slow", "-t", "g6e.xlarge", "--timeout", "1")
-    assert slow.returncode == 0 and "  slow: Timeout waiting for ready state" in slow.stderr
+    assert slow.returncode == 0
+    assert "  slow: Timeout waiting for ready state" in slow.stderr
 
 
 def real_seconds_per_nominal_second(sim: BrevSim) -> None:
@@ -370,7 +384,8 @@ def test_ssh_is_refused_for_a_while_after_running_and_ready(brev_sim: BrevSim) -
     assert ls_json(brev_sim)[0]["shell_status"] == "READY"
     assert brev(brev_sim, "refresh").returncode == 0
     refused = remote(brev_sim, "boot", "echo ok")
-    assert refused.returncode == 255 and "Connection refused" in refused.stderr
+    assert refused.returncode == 255
+    assert "Connection refused" in refused.stderr
     brev_sim.advance(60)
     ok = remote(brev_sim, "boot", "echo ok")
     assert (ok.returncode, ok.stdout) == (0, "ok\n")
@@ -389,7 +404,9 @@ def test_refresh_writes_ssh_config_include_and_key(brev_sim: BrevSim) -> None:
     home = brev_sim.home
     assert f'Include "{home}/.brev/ssh_config"' in (home / ".ssh" / "config").read_text()
     conf = (home / ".brev" / "ssh_config").read_text()
-    assert "Host cfg\n" in conf and "Host cfg-host\n" in conf and "ControlPersist 10m" in conf
+    assert "Host cfg\n" in conf
+    assert "Host cfg-host\n" in conf
+    assert "ControlPersist 10m" in conf
     assert (home / ".brev" / "brev.pem").stat().st_mode & 0o777 == 0o600
 
 
@@ -463,7 +480,8 @@ def test_stop_then_start_detached(brev_sim: BrevSim) -> None:
     brev_sim.advance(20)
     assert ls_json(brev_sim)[0]["status"] == "STOPPED"
     res = brev(brev_sim, "start", "s", "--detached")
-    assert res.returncode == 0 and "Instance s is starting." in res.stdout
+    assert res.returncode == 0
+    assert "Instance s is starting." in res.stdout
     assert ls_json(brev_sim)[0]["status"] == "STARTING"
 
 
@@ -488,7 +506,8 @@ def test_exec_without_dash_dash_fails_flag_parsing(brev_sim: BrevSim) -> None:
 def test_exec_argument_errors(brev_sim: BrevSim) -> None:
     ready_instance(brev_sim)
     none = brev(brev_sim, "exec")
-    assert none.returncode == 1 and "requires at least 1 arg(s), only received 0" in none.stderr
+    assert none.returncode == 1
+    assert "requires at least 1 arg(s), only received 0" in none.stderr
     no_inst = brev(brev_sim, "exec", "echo hi")
     assert "instance name required: provide as argument or pipe from another command" in no_inst.stderr
     empty = brev(brev_sim, "exec", "inst", "")
@@ -548,7 +567,8 @@ def test_exec_when_ssh_is_refused_fails_without_waiting(brev_sim: BrevSim) -> No
     brev_sim.add_instance("cold", ssh_ready=False)
     res = brev(brev_sim, "exec", "cold", "echo hi")
     assert res.returncode == 1
-    assert 'could not connect to instance "cold"' in res.stderr and "Please check with: brev ls" in res.stderr
+    assert 'could not connect to instance "cold"' in res.stderr
+    assert "Please check with: brev ls" in res.stderr
 
 
 def test_exec_on_a_stopped_instance_starts_it_first(brev_sim: BrevSim) -> None:
@@ -655,12 +675,13 @@ def test_docker_login_reads_the_key_on_stdin_and_never_on_argv(brev_sim: BrevSim
     res = docker_login(brev_sim, inst)
     assert (res.returncode, res.stdout) == (0, "Login Succeeded\n")
     (call,) = [c for c in brev_sim.calls() if c.program == "docker"]
-    assert call.stdin_bytes == len(b"nvapi-test-key") and call.where == "remote" and call.instance == inst
+    assert call.stdin_bytes == len(b"nvapi-test-key")
+    assert call.where == "remote"
+    assert call.instance == inst
     assert all("nvapi-test-key" not in " ".join(c.argv) for c in brev_sim.calls())
     empty = docker_login(brev_sim, inst, key=b"")
-    assert (
-        empty.returncode == 1 and "Cannot perform an interactive login from a non TTY device" in empty.stderr
-    )
+    assert empty.returncode == 1
+    assert "Cannot perform an interactive login from a non TTY device" in empty.stderr
 
 
 def test_docker_login_to_nvcr_needs_the_literal_oauthtoken_user(brev_sim: BrevSim) -> None:
@@ -671,7 +692,8 @@ def test_docker_login_to_nvcr_needs_the_literal_oauthtoken_user(brev_sim: BrevSi
     )
     assert (expanded.returncode, expanded.stderr) == (1, "Must provide --username with --password-stdin\n")
     wrong = remote(brev_sim, inst, "docker login nvcr.io --username admin --password-stdin", input=b"k")
-    assert wrong.returncode == 1 and "unauthorized: authentication required" in wrong.stderr
+    assert wrong.returncode == 1
+    assert "unauthorized: authentication required" in wrong.stderr
 
 
 def test_docker_manifest_inspect_needs_login_and_entitlement(brev_sim: BrevSim) -> None:
@@ -682,17 +704,20 @@ def test_docker_manifest_inspect_needs_login_and_entitlement(brev_sim: BrevSim) 
     assert remote(brev_sim, inst, probe).stdout == "AUTH_OK\n"
     brev_sim.set_faults(ngc_entitlement=True)
     denied = remote(brev_sim, inst, f"docker manifest inspect {TAO}")
-    assert denied.returncode == 1 and "unauthorized" in denied.stderr
+    assert denied.returncode == 1
+    assert "unauthorized" in denied.stderr
 
 
 def test_docker_image_inspect_then_pull(brev_sim: BrevSim) -> None:
     inst = ready_instance(brev_sim)
     docker_login(brev_sim, inst)
     missing = remote(brev_sim, inst, f"docker image inspect {TAO}")
-    assert missing.returncode == 1 and f"Error: No such image: {TAO}" in missing.stderr
+    assert missing.returncode == 1
+    assert f"Error: No such image: {TAO}" in missing.stderr
     pull = remote(brev_sim, inst, f"docker pull {TAO}")
     assert pull.returncode == 0
-    assert f"Status: Downloaded newer image for {TAO}" in pull.stdout and "Pull complete" in pull.stdout
+    assert f"Status: Downloaded newer image for {TAO}" in pull.stdout
+    assert "Pull complete" in pull.stdout
     assert remote(brev_sim, inst, f"docker image inspect {TAO} >/dev/null").returncode == 0
 
 
@@ -701,7 +726,8 @@ def test_docker_pull_failure_fault(brev_sim: BrevSim) -> None:
     docker_login(brev_sim, inst)
     brev_sim.set_faults(pull_fails="net/http: TLS handshake timeout")
     res = remote(brev_sim, inst, f"docker pull {TAO}")
-    assert res.returncode == 1 and "TLS handshake timeout" in res.stderr
+    assert res.returncode == 1
+    assert "TLS handshake timeout" in res.stderr
 
 
 def test_docker_run_detached_inspect_wait_logs_ps_rm(brev_sim: BrevSim) -> None:
@@ -728,9 +754,11 @@ def test_docker_run_detached_inspect_wait_logs_ps_rm(brev_sim: BrevSim) -> None:
         brev_sim, inst, "docker inspect --format '{{.State.Status}} {{.State.ExitCode}}' job1"
     ).stdout == ("exited 0\n")
     full = json.loads(remote(brev_sim, inst, "docker inspect job1").stdout)
-    assert full[0]["Config"]["Labels"] == {"tao-job": "job1"} and full[0]["Name"] == "/job1"
+    assert full[0]["Config"]["Labels"] == {"tao-job": "job1"}
+    assert full[0]["Name"] == "/job1"
     logs = remote(brev_sim, inst, "docker logs --tail 1 job1").stdout
-    assert logs.endswith("train finished successfully\n") and logs.count("\n") == 1
+    assert logs.endswith("train finished successfully\n")
+    assert logs.count("\n") == 1
     ps = remote(brev_sim, inst, "docker ps -a --filter label=tao-job=job1 --format '{{.Names}} {{.State}}'")
     assert ps.stdout == "job1 exited\n"
     assert remote(brev_sim, inst, "docker ps --format '{{.Names}}'").stdout == ""
@@ -739,7 +767,8 @@ def test_docker_run_detached_inspect_wait_logs_ps_rm(brev_sim: BrevSim) -> None:
     assert json.loads((results / "status.json").read_text().splitlines()[-1])["status"] == "SUCCESS"
     assert remote(brev_sim, inst, "docker rm -f job1").stdout == "job1\n"
     gone = remote(brev_sim, inst, "docker inspect job1")
-    assert gone.returncode == 1 and "Error: No such object: job1" in gone.stderr
+    assert gone.returncode == 1
+    assert "Error: No such object: job1" in gone.stderr
 
 
 def test_docker_run_name_conflict_exits_125(brev_sim: BrevSim) -> None:
@@ -781,14 +810,16 @@ def test_training_failure_fault_and_missing_gpus(brev_sim: BrevSim) -> None:
     assert remote(brev_sim, inst, run_tao("t", detach=False)).returncode == 137
     brev_sim.clear_faults()
     nogpu = remote(brev_sim, inst, run_tao("t", detach=False, gpus=False))
-    assert nogpu.returncode == 1 and "No CUDA GPUs are available" in nogpu.stderr
+    assert nogpu.returncode == 1
+    assert "No CUDA GPUs are available" in nogpu.stderr
 
 
 def test_unknown_images_are_not_pulled(brev_sim: BrevSim) -> None:
     inst = ready_instance(brev_sim)
     res = remote(brev_sim, inst, "docker run --rm ubuntu:22.04 true")
     assert res.returncode == 125
-    assert "Unable to find image 'ubuntu:22.04' locally" in res.stderr and "pull access denied" in res.stderr
+    assert "Unable to find image 'ubuntu:22.04' locally" in res.stderr
+    assert "pull access denied" in res.stderr
 
 
 def test_detached_container_does_not_hang_brev_exec(brev_sim: BrevSim) -> None:
@@ -823,11 +854,13 @@ def test_s3_upload_through_the_aws_cli_image(brev_sim: BrevSim, s3_server: S3Ser
     body = s3_server.client().get_object(Bucket="sim-results", Key="p/results/train/model.pth")["Body"].read()
     assert body == b"weights"
     aws_calls = [c for c in brev_sim.calls() if c.program == "aws"]
-    assert aws_calls and aws_calls[0].where == "remote"
+    assert aws_calls
+    assert aws_calls[0].where == "remote"
     assert all("very-secret" not in " ".join(c.argv) for c in brev_sim.calls())
     brev_sim.set_faults(upload_fails="simulated outage")
     failed = remote(brev_sim, inst, upload)
-    assert failed.returncode == 1 and "upload failed:" in failed.stderr
+    assert failed.returncode == 1
+    assert "upload failed:" in failed.stderr
 
 
 def test_docker_login_honours_docker_config(brev_sim: BrevSim) -> None:
@@ -842,7 +875,8 @@ def test_docker_login_honours_docker_config(brev_sim: BrevSim) -> None:
 def test_ssh_agent_stand_in_binds_the_requested_socket(brev_sim: BrevSim, tmp_path: Path) -> None:
     sock = tmp_path / "agent.sock"
     res = run(brev_sim, ["ssh-agent", "-s", "-a", str(sock)])
-    assert res.returncode == 0 and f"SSH_AUTH_SOCK={sock}; export SSH_AUTH_SOCK;" in res.stdout
+    assert res.returncode == 0
+    assert f"SSH_AUTH_SOCK={sock}; export SSH_AUTH_SOCK;" in res.stdout
     assert sock.is_socket()
     assert [c.argv for c in brev_sim.calls() if c.program == "ssh-agent"] == [["-s", "-a", str(sock)]]
 

@@ -121,7 +121,8 @@ def test_version_mismatch_is_a_warning_naming_both_versions() -> None:
     assert output.version_warning("v0.6.327", "v0.6.327") is None
     warning = output.version_warning("v0.6.335", "v0.6.327")
     assert warning is not None
-    assert "v0.6.335" in warning and "v0.6.327" in warning
+    assert "v0.6.335" in warning
+    assert "v0.6.327" in warning
 
 
 # ---- create argv ---------------------------------------------------------------------------------
@@ -245,7 +246,8 @@ def _inner_command(wrapped: str) -> str:
 def test_wrapped_command_is_one_line_and_survives_brev_and_shell_quoting(command: str) -> None:
     marker = commands.new_marker()
     wrapped = commands.wrap_command(command, marker)
-    assert "\n" not in wrapped and "\r" not in wrapped, "multi-line payloads hang brev exec (#429)"
+    assert "\n" not in wrapped, "multi-line payloads hang brev exec (#429)"
+    assert "\r" not in wrapped, "multi-line payloads hang brev exec (#429)"
     assert not wrapped.startswith("@")
     # brev quotes it for its local bash; the remote shell receives exactly `wrapped` back.
     assert shlex.split(_brev_local_form(wrapped))[-1] == wrapped

@@ -168,7 +168,8 @@ def test_every_rbac_rule_has_a_comment_saying_why() -> None:
     for i in rules:
         indent = len(lines[i]) - len(lines[i].lstrip())
         prev = lines[i - 1]
-        assert prev.lstrip().startswith("#") and len(prev) - len(prev.lstrip()) == indent, (
+        assert prev.lstrip().startswith("#"), f"rbac.yaml line {i + 1}: rule without a comment above it"
+        assert len(prev) - len(prev.lstrip()) == indent, (
             f"rbac.yaml line {i + 1}: rule without a comment above it"
         )
 
@@ -598,4 +599,5 @@ def test_bad_setting_names_the_variable_and_the_expectation() -> None:
     with pytest.raises(SystemExit) as exc:
         Settings.from_env({"TAOBREV_POLL_INTERVAL": "-1", "TAOBREV_LOG_LEVEL": "LOUD"})
     text = str(exc.value)
-    assert "TAOBREV_POLL_INTERVAL" in text and "TAOBREV_LOG_LEVEL" in text
+    assert "TAOBREV_POLL_INTERVAL" in text
+    assert "TAOBREV_LOG_LEVEL" in text
