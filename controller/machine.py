@@ -90,6 +90,10 @@ TRANSITIONS: Mapping[Phase, frozenset[Phase]] = {
 }
 
 MIN_ABSENT_LISTINGS = 3
+# Failure reasons of a `brev create` that Brev answered with a definite "no" (nothing was created):
+# transient ones listed here; every permanent create failure (a validation error) is one too.
+# A timeout or any other failure may have created the instance all the same.
+_CREATE_REFUSALS = frozenset({"InsufficientCapacity"})
 # Actions whose success proves the instance answers exec (so it exists, listed or not).
 _EXEC_EVIDENCE = frozenset(
     {"PrepareWorkload", "StartContainer", "WaitForExit", "StopContainer", "UploadResults", "CleanupWorkload"}
@@ -319,8 +323,16 @@ class _Pass:
         return self.spec is None or self.spec.instance.effective_on_completion() == OnCompletion.DELETE
 
     def asked_brev(self) -> bool:
-        """Whether an instance of ours may exist at all (a create was ever sent, or it was seen)."""
+        """Whether an instance of ours may exist at all: a create was sent that Brev did not
+        definitely refuse (accepted, failed ambiguously or cut short by a crash), or it was seen."""
         return self.s.create_requested_at is not None or self.s.instance_id is not None
+
+    def settle_from(self) -> datetime | None:
+        """Where the create settle time starts: the later of the last create sent and the last
+        create call that came back (a create re-sent after the settle time is in flight while
+        createReturnedAt still holds the earlier call's return)."""
+        times = [t for t in (self.s.create_requested_at, self.s.create_returned_at) if t is not None]
+        return max(times) if times else None
 
     def seen(self, inst: Instance) -> None:
         if self.s.instance_id is None:
@@ -444,7 +456,7 @@ def _handle_failure(p: _Pass) -> bool:
         p.recovered()
         return False
     if f.action == "CreateInstance":
-        p.s.create_returned_at = p.now
+        _create_failed(p, f)
     if f.action == "UploadResults":
         # Counted when it came back, not when asked: an attempt a crash cut short is no attempt.
         p.s.upload_attempts = (p.s.upload_attempts or 0) + 1  # the settle time starts when the call came back
@@ -477,6 +489,22 @@ def _handle_failure(p: _Pass) -> bool:
             f"remove ~/taobrev/{p.s.job_id} on it by hand",
         )
     return True
+
+
+def _create_failed(p: _Pass, f: ActionFailure) -> None:
+    """A `brev create` came back with an error. A definite refusal (no capacity, a validation
+    error) of the only create that could have made our instance leaves nothing to confirm: the
+    job is back to "never asked Brev" (no settle time, and the identity recorded for that create
+    no longer matters). Any other failure, or a refusal of a create re-sent after an earlier one
+    that may have succeeded, keeps the create pending confirmation under its identity."""
+    # createReturnedAt is still unset while the first create that may have made something is in
+    # flight (a re-send keeps the earlier call's return there).
+    first = p.s.create_returned_at is None and p.s.instance_id is None
+    if first and (f.permanent or f.reason in _CREATE_REFUSALS):
+        p.s.create_requested_at = None
+        p.s.brev_identity = None
+        return
+    p.s.create_returned_at = p.now
 
 
 def _step(p: _Pass, *, namespace: str, name: str, uid: str) -> None:
@@ -668,18 +696,21 @@ def _provisioning_absent(p: _Pass) -> None:
         return
     if p.obs.created:
         return  # just created; the listing catches up on the next pass
-    settle_from = p.s.create_returned_at or p.s.create_requested_at
-    if p.s.create_requested_at is None or p.since(settle_from) > p.tun.create_settle:
+    if p.s.create_requested_at is None or p.since(p.settle_from()) > p.tun.create_settle:
         if p.identity_differs():
             # The first create may have landed under the other identity: never a second one.
             p.not_accessible()
             return
         # Marker first (the status patch lands before the action runs), then create. A repeat after
         # the settle time reuses the same name, so brev answers "already exists" and we adopt.
-        if p.s.brev_identity is None:
+        if p.s.brev_identity is None or not p.asked_brev():
             p.s.brev_identity = p.obs.identity
+        if not p.asked_brev():
+            p.s.create_returned_at = None  # the first create that may make something
+        elif p.s.create_returned_at is None:
+            # The earlier create never came back (cut short by a crash): it settled from its send.
+            p.s.create_returned_at = p.s.create_requested_at
         p.s.create_requested_at = p.now
-        p.s.create_returned_at = None
         p.actions.append(CreateInstance(_create_request(p)))
         p.events.append(EventNote("Normal", reasons.INSTANCE_CREATE_REQUESTED, f"brev create {p.instance}"))
 
@@ -977,8 +1008,7 @@ def _instance_released(p: _Pass) -> bool:
 
 def _released_unlisted(p: _Pass) -> bool:
     # Not listed. A create that may still be on its way must settle before absence means anything.
-    settle_from = p.s.create_returned_at or p.s.create_requested_at
-    if p.s.instance_id is None and p.since(settle_from) <= p.tun.create_settle:
+    if p.s.instance_id is None and p.since(p.settle_from()) <= p.tun.create_settle:
         # status.message keeps saying why the job ended; InstanceReleased says teardown goes on.
         p.s.teardown_message = f"waiting to confirm that instance {p.instance} was never created"
         return False
@@ -989,7 +1019,9 @@ def _released_unlisted(p: _Pass) -> bool:
     if p.s.delete_accepted_at and n >= p.tun.absent_listings:
         return True
     if p.identity_differs():
-        p.not_accessible()
+        if not p.s.delete_accepted_at:
+            p.not_accessible()
+        # else: brev accepted the delete; this identity's listings confirm it (not Stalled).
         return False
     if p.since(p.s.delete_requested_at) >= p.tun.poll_interval:
         _delete(p)  # "not found" under the creating identity is the proof

@@ -8,11 +8,17 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 import pytest
-from kubernetes.client.rest import ApiException
 
-from controller.brev.client import DELETING, DEPLOYING, RUNNING, CreateRequest
-from controller.errors import BrevPermanentError, BrevTransientError, InstanceNotFound
-from tests.fakes.brev import FakeBrev, Faults
+from controller import machine
+from controller.brev.client import DELETING, DEPLOYING, RUNNING, BrevClient, CreateRequest
+from controller.errors import (
+    BrevPermanentError,
+    BrevTransientError,
+    InstanceNotFound,
+    SecretAccessDenied,
+    StatusRejected,
+)
+from tests.fakes.brev import ORG_ID, FakeBrev, Faults
 from tests.fakes.clock import FakeClock
 from tests.fakes.kube import FakeKube, merge_patch
 
@@ -137,15 +143,47 @@ def test_create_accepted_but_timed_out_leaves_the_instance() -> None:
     assert run(w.create_instance(CreateRequest(name="a"))).adopted
 
 
-def test_status_patch_merges_and_refuses_oversize_lists() -> None:
+def test_status_patch_merges_and_refuses_oversize_lists_like_kube_access() -> None:
     assert merge_patch({"a": 1, "b": {"c": 2, "d": 3}}, {"a": None, "b": {"c": None, "e": 4}}) == {
         "b": {"d": 3, "e": 4}
     }
-    kube = FakeKube(max_list_items=2)
+    kube = FakeKube(max_list_items=4)
     kube.create("ns", "j", "u", {})
     assert run(kube.patch_status("ns", "j", {"lastLogLines": ["a", "b"]}))
-    with pytest.raises(ApiException) as err:
-        run(kube.patch_status("ns", "j", {"lastLogLines": ["a", "b", "c"]}))
-    assert err.value.status == 422
+    # Refused (422), then accepted trimmed to the last 5 lines: still too long; then minimal.
+    assert run(kube.patch_status("ns", "j", {"phase": "Running", "lastLogLines": list("abcdef")}))
+    assert len(kube.rejected) == 2
+    assert kube.get("ns", "j") is not None
+    assert kube.objects[("ns", "j")].status == {"phase": "Running", "lastLogLines": ["a", "b"]}
+    with pytest.raises(StatusRejected):
+        run(kube.patch_status("ns", "j", {"results": list("abcdef"), "phase": list("abcdef")}))
     kube.release("ns", "j")
     assert not run(kube.patch_status("ns", "j", {"phase": "Running"}))
+
+
+def test_secret_reads_answer_like_kube_access() -> None:
+    kube = FakeKube()
+    kube.add_secret("ns", "ngc", {"api-key": b"k"})
+    kube.deny_secret("ns", "locked")
+    assert run(kube.read_secret("ns", "ngc")) == {"api-key": b"k"}
+    assert run(kube.read_secret("ns", "missing")) is None
+    with pytest.raises(SecretAccessDenied):
+        run(kube.read_secret("ns", "locked", operator_own=True))
+
+
+def test_identities_follow_the_real_client_format() -> None:
+    w = world()
+    alice_key = run(w.identity())
+    assert alice_key.startswith(f"api-key:{ORG_ID}:")
+    w.switch_identity("carol", login="api-key")  # another key of the same org
+    carol_key = run(w.identity())
+    assert carol_key != alice_key
+    assert machine.same_reach(alice_key, carol_key)
+    w.switch_identity("bob", login="token")
+    assert run(w.identity()) == "user:bob"
+    assert not machine.same_reach(alice_key, "user:bob")
+
+
+def test_the_fake_is_a_brev_client() -> None:
+    client: BrevClient = world()  # mypy checks the protocol
+    assert run(client.list_instances()) == []

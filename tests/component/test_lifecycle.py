@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine
+from datetime import timedelta
 from typing import Any, TypeVar
 
 from controller.models import Outcome, Phase
 from tests.fakes.brev import Faults
+from tests.fakes.clock import T0
 from tests.fakes.harness import SECRETS, Harness, job_spec
 from tests.fakes.workload import STOPPED_EXIT
 
@@ -209,3 +211,26 @@ def test_crash_just_before_the_upload_then_downtime_still_uploads_first() -> Non
     assert uploads_before_first_delete(h) >= 1
     (instance_id,) = h.created_ids()
     assert not h.brev.exists(instance_id)
+
+
+def test_operator_downtime_is_not_counted_as_run_time() -> None:
+    """The container's own FinishedAt judges the run: an exit within runningSeconds (900) seen
+    only after a long outage is a success, not a RunningTimeout."""
+    h = Harness(faults=Faults(run_s=300))
+    assert run(h.run_until(in_phase(Phase.RUNNING)))
+    h.restart()
+    h.clock.advance(2000)  # the operator is down; the container exits 300 s after it started
+    run(h.run(seconds=TEARDOWN_BOUND))
+    assert h.status["outcome"] == str(Outcome.SUCCEEDED), h.status.get("message")
+    (start,) = h.brev.container_starts
+    exited = T0 + timedelta(seconds=start.at + 300)
+    assert h.status["containerExitedAt"] == exited.isoformat().replace("+00:00", "Z")
+
+
+def test_secret_files_exist_only_during_the_step_that_reads_them() -> None:
+    h = Harness(faults=Faults(run_s=3000))
+    assert run(h.run_until(in_phase(Phase.RUNNING)))
+    (instance_id,) = h.created_ids()
+    files = h.brev.instances[instance_id].files
+    assert any(p.endswith("/spec/spec.yaml") for p in files)
+    assert not [p for p in files if "/secrets/" in p], sorted(files)

@@ -1,11 +1,13 @@
 """An in-memory Brev: instances with ids and owners, a lifecycle driven by a `FakeClock`, and
-declared faults. Implements `controller.brev.client.BrevClient` (plus `identity()`).
+declared faults. Implements the `controller.brev.client.BrevClient` protocol; `identity()`
+answers in the real client's format (`api-key:<org>:<digest>`, `user:<subject>`).
 
 Behaviour follows the real CLI contract (docs brev-cli.md sections 4, 9 and 11), and is at least
 as hostile as Brev where the contract allows it:
 
 * `ls` lists the whole org for an API-key login; a token login lists only its own instances
-  unless the client lists with `--all` (`list_all`). `exec`/`delete` resolve a name or id only
+  unless the client lists with `--all` (`list_all`, on by default as the real client's
+  `ls --json --all`). `exec`/`delete` resolve a name or id only
   among the caller's own instances under a token login, the whole org under an API key.
 * Name resolution: failed instances are dropped first; several matches left is an error.
 * `create` of a name the caller already has (not failed, not being deleted) is adopted.
@@ -19,9 +21,11 @@ invariants about the world, not about what the operator believes.
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 import heapq
 import itertools
+import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -32,16 +36,38 @@ from controller.brev.client import (
     RUNNING,
     STARTING,
     STOPPED,
+    BrevCredentials,
     CreateRequest,
     CreateResult,
     ExecResult,
     Instance,
     SearchResult,
 )
+from controller.brev.credentials import API_KEY_PREFIX, identity_of
 from controller.errors import BrevPermanentError, BrevTransientError, InstanceNotFound
 from tests.fakes.clock import FakeClock
 
 CLI_VERSION = "v0.6.327"
+ORG_ID = "org-fake"
+
+
+def identity_string(principal: str, login: str, org_id: str = ORG_ID) -> str:
+    """What the real client's `identity()` answers for `principal` logged in with `login`
+    ("api-key": an org API key `bak-<principal>`; "token": a token issued to user `principal`)."""
+    if login == "api-key":
+        creds = BrevCredentials(api_key=f"{API_KEY_PREFIX}{principal}", org_id=org_id)
+    else:
+        creds = BrevCredentials(token=_jwt(principal))
+    return identity_of(creds, "", {})[0]
+
+
+def _jwt(subject: str) -> str:
+    """An unsigned JWT naming `subject` (the client reads claims without verifying them)."""
+
+    def part(doc: dict[str, object]) -> str:
+        return base64.urlsafe_b64encode(json.dumps(doc).encode()).decode().rstrip("=")
+
+    return f"{part({'alg': 'none', 'typ': 'JWT'})}.{part({'sub': subject})}.sig"
 
 
 class Interrupt(BaseException):
@@ -114,6 +140,7 @@ class FakeInstance:
     gone_at: float | None = None
     containers: dict[str, FakeContainer] = field(default_factory=dict)
     files: dict[str, bytes] = field(default_factory=dict)
+    images: set[str] = field(default_factory=set)  # pulled onto this instance's disk
 
     def as_listed(self) -> Instance:
         return Instance(
@@ -184,9 +211,11 @@ class FakeBrev:
         identity: str = "alice",
         login: str = "api-key",
         list_all: bool = True,
+        org_id: str = ORG_ID,
         faults: Faults | None = None,
     ) -> None:
         self.clock = clock
+        self.org_id = org_id
         self.identity_name = identity
         self.login = login  # "api-key" | "token"
         self.list_all = list_all
@@ -366,7 +395,9 @@ class FakeBrev:
         self.logins += 1
 
     async def identity(self) -> str:
-        return self.identity_name
+        """Who is logged in, in the real client's format (`credentials.identity_of`): an API key
+        names its org and a digest of the key, a token the user it was issued to."""
+        return identity_string(self.identity_name, self.login, self.org_id)
 
     async def version(self) -> str:
         return CLI_VERSION
@@ -443,7 +474,8 @@ class FakeBrev:
             )
         return CreateResult(name=request.name, adopted=False)
 
-    async def delete_instance(self, name: str) -> None:
+    async def delete_instance(self, name_or_id: str) -> None:
+        name = name_or_id
         self._interrupt_point()
         self._settle()
         now = self.clock.monotonic()

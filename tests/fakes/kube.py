@@ -2,9 +2,11 @@
 merge-patched (RFC 7386, as the API server applies `patch_namespaced_custom_object_status`), a
 finalizer that holds deletion until teardown is done, and Events.
 
-`patch_status` answers like the real `KubeAccess`: False (404) once the object is gone; with
-`max_list_items` set, a status holding a longer list is refused with 422 as the CRD's maxItems
-would be.
+`read_secret` and `patch_status` answer like the real `KubeAccess`: None for a missing Secret,
+`SecretAccessDenied` for one the operator may not read (`deny_secret`); False (404) once the object
+is gone. With `max_list_items` set, a status holding a longer list is refused (422, as the CRD's
+maxItems would), then retried trimmed and minimal as `KubeAccess` does, and only if the minimal
+status is refused too does it raise `StatusRejected`. No raw `ApiException` ever leaves it.
 """
 
 from __future__ import annotations
@@ -15,9 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kubernetes.client.rest import ApiException
-
-from controller.kube import KubeAccess
+from controller.errors import SecretAccessDenied, StatusRejected
+from controller.kube import KubeAccess, minimal_status, trimmed_status
 
 
 def merge_patch(target: Any, patch: Any) -> Any:
@@ -81,6 +82,7 @@ class FakeKube(KubeAccess):
 
     def __init__(self, *, max_list_items: int | None = None) -> None:  # no super(): no client
         self.secrets: dict[tuple[str, str], dict[str, bytes]] = {}
+        self.denied: set[tuple[str, str]] = set()
         self.objects: dict[tuple[str, str], FakeObject] = {}
         self.writes: list[StatusWrite] = []
         self.rejected: list[dict[str, Any]] = []
@@ -91,6 +93,10 @@ class FakeKube(KubeAccess):
 
     def add_secret(self, namespace: str, name: str, data: Mapping[str, bytes]) -> None:
         self.secrets[(namespace, name)] = dict(data)
+
+    def deny_secret(self, namespace: str, name: str) -> None:
+        """The operator's RBAC does not cover this Secret: reading it answers 403."""
+        self.denied.add((namespace, name))
 
     def create(self, namespace: str, name: str, uid: str, spec: Mapping[str, Any]) -> FakeObject:
         obj = FakeObject(namespace, name, uid, copy.deepcopy(dict(spec)))
@@ -115,8 +121,12 @@ class FakeKube(KubeAccess):
 
     # -- KubeAccess ------------------------------------------------------------------------------
 
-    async def read_secret(self, namespace: str, name: str) -> Mapping[str, bytes] | None:
+    async def read_secret(
+        self, namespace: str, name: str, *, operator_own: bool = False
+    ) -> Mapping[str, bytes] | None:
         self.secret_reads += 1
+        if (namespace, name) in self.denied:
+            raise SecretAccessDenied(f"the operator may not read Secret {namespace}/{name} (403 Forbidden)")
         data = self.secrets.get((namespace, name))
         return None if data is None else dict(data)
 
@@ -125,19 +135,22 @@ class FakeKube(KubeAccess):
         if obj is None:
             return False
         patch = _as_json(status)
-        merged = merge_patch(obj.status, patch)
-        if self.max_list_items is not None:
-            for key, value in merged.items():
-                if isinstance(value, list) and len(value) > self.max_list_items:
-                    self.rejected.append(patch)
-                    raise ApiException(
-                        status=422,
-                        reason=f"Unprocessable Entity: status.{key}: Too many: {len(value)}: "
-                        f"must have at most {self.max_list_items} items",
-                    )
-        obj.status = merged
-        self.writes.append(StatusWrite(namespace, name, patch, merged))
-        return True
+        for body in (patch, trimmed_status(patch), minimal_status(patch)):
+            merged = merge_patch(obj.status, body)
+            if self._refused(merged):
+                self.rejected.append(body)
+                continue
+            obj.status = merged
+            self.writes.append(StatusWrite(namespace, name, body, merged))
+            return True
+        raise StatusRejected(
+            f"the API server refused the status of TaoBrevJob {namespace}/{name} even trimmed to a minimum"
+        )
+
+    def _refused(self, status: Mapping[str, Any]) -> bool:
+        """422 from the CRD's maxItems: a list in the status longer than `max_list_items`."""
+        limit = self.max_list_items
+        return limit is not None and any(isinstance(v, list) and len(v) > limit for v in status.values())
 
 
 @dataclass(frozen=True)

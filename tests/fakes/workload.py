@@ -5,24 +5,35 @@ composing shell commands, and an `ActionRunner` that hands it out.
 calls, with the same signatures (mypy checks the overrides, so a changed signature shows up
 here). Every method passes `FakeBrev.exec_gate` first, so exec faults, readiness and identity
 apply to it exactly as they would to a real `brev exec`.
+
+Secrets follow the real workload's lifetime: a step that reads one delivers it with `put_file`
+(through the same gate, so a delivery can fail like a real one) and removes it before it returns,
+whether the step succeeded or not; `FakeInstance.files` never keeps a secret file after a step.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
 
 from controller.actions import ActionRunner, JobContext
+from controller.brev.envfile import S3Credentials
+from controller.brev.logtail import TAIL_LINES
 from controller.brev.workload import (
-    SECRET_FILE_RE,
-    SPEC_IN_CONTAINER,
+    CONTAINER_ENV_FILE,
+    NGC_KEY_FILE,
+    S3_ENV_FILE,
     ContainerNotFound,
+    ExitInfo,
+    ImageNotPresent,
     StageInput,
     Workload,
     WorkloadSettings,
 )
+from controller.container_paths import SPEC_MOUNT_PATH
 from controller.directory import InstanceDirectory
-from controller.errors import BrevTransientError, EntitlementError, SpecError, TaoBrevError, TransientError
-from tests.fakes.brev import ContainerStart, FakeBrev, FakeContainer, UploadRecord
+from controller.errors import BrevTransientError, EntitlementError, TaoBrevError, TransientError
+from tests.fakes.brev import ContainerStart, FakeBrev, FakeContainer, FakeInstance, UploadRecord
 
 STOPPED_EXIT = 143  # SIGTERM, as `docker stop` leaves a TAO container
 
@@ -31,71 +42,81 @@ class FakeWorkload(Workload):
     def __init__(
         self, world: FakeBrev, instance: str, job_id: str, *, settings: WorkloadSettings | None = None
     ) -> None:
-        super().__init__(world, instance, job_id, settings=settings)
+        super().__init__(world, instance, job_id, settings=settings, clock=world.clock.now)
         self.world = world
 
-    def _gate(self, op: str, timeout: float | None = None) -> str:
-        inst = self.world.exec_gate(
-            self.instance, op, timeout if timeout is not None else self.settings.command_timeout
+    def _gate(self, op: str, timeout: float | None = None, deadline: datetime | None = None) -> FakeInstance:
+        """The instance a remote call reaches; the call's timeout is cut to the phase budget
+        (`Workload._limit`, which refuses a call with less than a second left) like a real one."""
+        limit = self._limit(timeout if timeout is not None else self.settings.command_timeout, deadline, op)
+        return self.world.exec_gate(self.instance, op, limit)
+
+    async def _deliver(self, name: str, content: bytes, deadline: datetime | None) -> str:
+        path = f"{self.remote_dir}/secrets/{name}"
+        await self.world.put_file(
+            self.instance,
+            path,
+            content,
+            mode=0o600,
+            timeout=self._limit(self.settings.put_timeout, deadline, f"delivering {name}"),
         )
-        return inst.id
+        return path
 
-    def _container(self) -> FakeContainer:
-        inst = self.world.instances[self._gate("docker inspect")]
-        container = inst.containers.get(self.job_id)
-        if container is None:
-            raise ContainerNotFound(f"container {self.job_id} is not on {self.instance}")
-        return container
+    def _remove(self, path: str) -> None:
+        """The step's EXIT trap: its secret file goes, whatever happened to the step."""
+        for inst in self.world.instances.values():
+            inst.files.pop(path, None)
 
-    async def probe(self, limit: float | None = None) -> bool:
+    async def probe(self, limit: float | None = None, *, deadline: datetime | None = None) -> bool:
         try:
-            self._gate("probe", limit if limit is not None else self.settings.probe_timeout)
+            self._gate("probe", limit if limit is not None else self.settings.probe_timeout, deadline)
         except BrevTransientError as exc:
             if exc.reason == "BrevAuthFailed":
                 raise
             return False
         return True
 
-    async def deliver_secrets(self, files: Mapping[str, bytes]) -> None:
-        for name, content in files.items():
-            if not SECRET_FILE_RE.match(name) or name in (".", ".."):
-                raise SpecError(f"secret file name {name!r} is invalid")
-            await self.world.put_file(
-                self.instance, f"{self.remote_dir}/secrets/{name}", content, timeout=self.settings.put_timeout
-            )
-
-    async def write_spec(self, content: str | bytes) -> None:
+    async def write_spec(self, content: str | bytes, *, deadline: datetime | None = None) -> None:
         data = content.encode() if isinstance(content, str) else content
         await self.world.put_file(
             self.instance,
             f"{self.remote_dir}/spec/spec.yaml",
             data,
             mode=0o644,
-            timeout=self.settings.put_timeout,
+            timeout=self._limit(self.settings.put_timeout, deadline, "writing the spec"),
         )
 
-    async def registry_login(self) -> None:
-        self._gate("docker login")
-        if self.world.faults.entitlement_denied:
-            raise EntitlementError(
-                f"docker login to {self.settings.registry} was refused: check the NGC API key in the "
-                "job's NGC Secret"
-            )
-
-    async def verify_entitlement(self, image: str) -> None:
-        self._gate("docker manifest inspect")
-
-    async def pull(self, image: str) -> None:
-        self._gate("docker pull", self.settings.pull_timeout)
-        self.world.clock.advance(self.world.faults.pull_s)
+    async def pull_image(self, image: str, *, ngc_api_key: bytes, deadline: datetime | None = None) -> None:
+        path = await self._deliver(NGC_KEY_FILE, ngc_api_key, deadline)
+        try:
+            inst = self._gate("docker pull", self.settings.pull_timeout, deadline)
+            if self.world.faults.entitlement_denied:
+                raise EntitlementError(
+                    f"docker login to {self.settings.registry} was refused: check the NGC API key in "
+                    "the job's NGC Secret"
+                )
+            if image not in inst.images:
+                self.world.clock.advance(self.world.faults.pull_s)
+                inst.images.add(image)
+        finally:
+            self._remove(path)
 
     async def stage_inputs(
         self,
         inputs: Sequence[StageInput | tuple[str, str]],
         s3_endpoint: str | None = None,
         region: str | None = None,
+        *,
+        credentials: S3Credentials,
+        deadline: datetime | None = None,
     ) -> int:
-        self._gate("stage inputs", self.settings.transfer_timeout)
+        if not inputs:
+            return 0
+        path = await self._deliver(S3_ENV_FILE, credentials.access_key_id, deadline)
+        try:
+            self._gate("stage inputs", self.settings.transfer_timeout * len(inputs), deadline)
+        finally:
+            self._remove(path)
         return len(inputs)
 
     async def start_container(
@@ -104,24 +125,43 @@ class FakeWorkload(Workload):
         network_arch: str,
         action: str,
         *,
-        spec_path: str = SPEC_IN_CONTAINER,
+        spec_path: str = SPEC_MOUNT_PATH,
         gpus: int | None = None,
         env: Mapping[str, str] | None = None,
+        secret_env: Mapping[str, bytes | str] | None = None,
         args: Sequence[str] = (),
         shm_size: str | None = None,
+        deadline: datetime | None = None,
     ) -> bool:
-        inst = self.world.instances[self._gate("docker run")]
-        if self.job_id in inst.containers:
-            return False
-        f = self.world.faults
-        now = self.world.clock.monotonic()
-        inst.containers[self.job_id] = FakeContainer(self.job_id, now, f.run_s, f.exit_code)
-        self.world.container_starts.append(ContainerStart(inst.id, self.job_id, now, self.world.next_seq()))
-        return True
+        path = None
+        if secret_env:
+            content = b"".join(
+                f"{k}=".encode() + (v.encode() if isinstance(v, str) else v) + b"\n"
+                for k, v in secret_env.items()
+            )
+            path = await self._deliver(CONTAINER_ENV_FILE, content, deadline)
+        try:
+            inst = self._gate("docker run", deadline=deadline)
+            if self.job_id in inst.containers:
+                return False
+            if image not in inst.images:
+                raise ImageNotPresent(f"image {image} is not on {self.instance}; it must be pulled first")
+            f = self.world.faults
+            now = self.world.clock.monotonic()
+            inst.containers[self.job_id] = FakeContainer(self.job_id, now, f.run_s, f.exit_code)
+            self.world.container_starts.append(
+                ContainerStart(inst.id, self.job_id, now, self.world.next_seq())
+            )
+            return True
+        finally:
+            if path is not None:
+                self._remove(path)
 
-    async def wait_exit_with_tail(self, timeout_s: int, tail: int) -> tuple[int | None, list[str]]:
-        seconds = max(1, int(timeout_s))
-        inst = self.world.instances[self._gate("docker wait", seconds + self.settings.wait_margin)]
+    async def wait_exit_with_tail(
+        self, timeout_s: int, tail: int = TAIL_LINES, *, deadline: datetime | None = None
+    ) -> ExitInfo:
+        seconds = self._wait_seconds(timeout_s, deadline)
+        inst = self._gate("docker wait", seconds + self.settings.wait_margin, deadline)
         container = inst.containers.get(self.job_id)
         if container is None:
             raise ContainerNotFound(f"container {self.job_id} is not on {self.instance}")
@@ -131,31 +171,47 @@ class FakeWorkload(Workload):
             # `timeout N docker wait`: returns at the exit, or after N seconds.
             clock.advance(min(max(0.0, ends - clock.monotonic()), seconds))
             container.settle(clock.monotonic())
-        lines = [f"epoch {k} loss 0.{k}" for k in range(1, 4)][-tail:]
-        return (None if container.running else container.final_code), lines
+        lines = tuple(f"epoch {k} loss 0.{k}" for k in range(1, 4))[-tail:]
+        if container.running or container.exited_at is None:
+            return ExitInfo(None, None, lines)
+        # docker's State.FinishedAt: when it really exited, not when we looked.
+        finished = clock.now() - timedelta(seconds=clock.monotonic() - container.exited_at)
+        return ExitInfo(container.final_code, finished, lines)
 
-    async def stop_container(self) -> None:
-        inst = self.world.instances[
-            self._gate("docker stop", self.settings.command_timeout + self.settings.stop_grace_s)
-        ]
+    async def stop_container(self, grace_s: int | None = None, *, deadline: datetime | None = None) -> None:
+        grace = max(0, int(self.settings.stop_grace_s if grace_s is None else grace_s))
+        inst = self._gate("docker stop", grace + self.settings.stop_margin, deadline)
         container = inst.containers.get(self.job_id)
         if container is not None and container.running:
             container.exited_at = self.world.clock.monotonic()
             container.final_code = STOPPED_EXIT
 
     async def upload_results(
-        self, results_uri: str, endpoint: str | None = None, region: str | None = None
+        self,
+        results_uri: str,
+        endpoint: str | None = None,
+        region: str | None = None,
+        *,
+        credentials: S3Credentials,
+        deadline: datetime | None = None,
     ) -> tuple[int, int]:
         world = self.world
         at = world.clock.monotonic()
+        path: str | None = None
         try:
-            inst_id = self._gate("upload", self.settings.transfer_timeout)
+            path = await self._deliver(S3_ENV_FILE, credentials.secret_access_key, deadline)
+            inst_id = self._gate(
+                "upload", self.settings.transfer_timeout + self.settings.command_timeout, deadline
+            ).id
         except TaoBrevError:
             # Attempted, whether the instance could not be reached or not be resolved.
             world.uploads.append(
                 UploadRecord(world.id_of(self.instance), self.job_id, at, False, world.next_seq())
             )
             raise
+        finally:
+            if path is not None:
+                self._remove(path)
         if world.faults.upload_failures > 0:
             world.set_faults(upload_failures=world.faults.upload_failures - 1)
             world.uploads.append(UploadRecord(inst_id, self.job_id, at, ok=False, seq=world.next_seq()))
@@ -167,12 +223,12 @@ class FakeWorkload(Workload):
         world.uploads.append(UploadRecord(inst_id, self.job_id, at, ok=True, seq=world.next_seq()))
         return 3, 300
 
-    async def remove_container(self) -> None:
-        inst = self.world.instances[self._gate("docker rm")]
+    async def remove_container(self, *, deadline: datetime | None = None) -> None:
+        inst = self._gate("docker rm", deadline=deadline)
         inst.containers.pop(self.job_id, None)
 
-    async def cleanup(self) -> None:
-        inst = self.world.instances[self._gate("rm -rf job dir")]
+    async def cleanup(self, *, deadline: datetime | None = None) -> None:
+        inst = self._gate("rm -rf job dir", deadline=deadline)
         for path in [p for p in inst.files if p.startswith(f"{self.remote_dir}/")]:
             del inst.files[path]
 

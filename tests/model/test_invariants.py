@@ -40,7 +40,9 @@ def test_delete_without_upload_after_a_run_is_caught() -> None:
     h = Harness()
     h.brev.set_faults(deploy_s=0, sshd_lag_s=0)
     asyncio.run(h.brev.create_instance(CreateRequest(name=INSTANCE)))
-    asyncio.run(FakeWorkload(h.brev, INSTANCE, "job-1").start_container("img", "arch", "train"))
+    wl = FakeWorkload(h.brev, INSTANCE, "job-1")
+    asyncio.run(wl.pull_image("img", ngc_api_key=b"nvapi-fake"))  # `docker run` never pulls
+    asyncio.run(wl.start_container("img", "arch", "train"))
     asyncio.run(h.brev.delete_instance(INSTANCE))
     with pytest.raises(AssertionError, match="without an upload attempt"):
         invariants.upload_before_delete(h)
