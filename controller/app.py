@@ -66,8 +66,10 @@ def build(settings: Settings, events: EventSink) -> App:
         if data is None:
             raise PermanentError(f"{where} (TAOBREV_BREV_CREDENTIALS_SECRET) does not exist")
         text = {k: v.decode().strip() for k, v in data.items()}
-        for value in text.values():
-            register_secret(value)
+        # The credentials are masked everywhere; the org id is an identifier, not a secret, and it
+        # is part of the identity recorded in status (masking it would corrupt that fact).
+        for key in ("api-key", "token"):
+            register_secret(text.get(key))
         if text.get("api-key"):
             if not text.get("org-id"):
                 raise PermanentError(f"{where} has api-key but no org-id")
