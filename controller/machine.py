@@ -182,13 +182,13 @@ def phase_timeout(spec: TaoBrevJobSpec | None, phase: Phase) -> int | None:
 
 def same_reach(recorded: str, current: str) -> bool:
     """Whether `current` can see and delete what `recorded` created. Identities are the client's
-    strings (`api-key:<org>:<key digest>`, `user:<subject>`, `token:<digest>`): the same one, or
+    strings (`org-key:<org>:<key digest>`, `user:<subject>`, `token:<digest>`): the same one, or
     an API key of the same org (a rotated key: an org key reaches every instance of its org,
     tests/brevsim/SIM-CONTRACT.md section 3). Anything else is another user's view."""
     if recorded == current:
         return True
     r, c = recorded.split(":"), current.split(":")
-    return len(r) >= 3 and len(c) >= 3 and r[0] == c[0] == "api-key" and r[1] == c[1]
+    return len(r) >= 3 and len(c) >= 3 and r[0] == c[0] == "org-key" and r[1] == c[1]
 
 
 class _Pass:

@@ -298,7 +298,7 @@ class BrevCLI:
         return version_warning(await self.version(), expected)
 
     async def identity(self) -> str:
-        """`api-key:<org>:<key digest>` or `user:<sub of the access JWT>`; `token:<digest>` when
+        """`org-key:<org>:<key digest>` or `user:<sub of the access JWT>`; `token:<digest>` when
         the CLI holds no JWT to name the user. Never the raw secret."""
         await self.ensure_login()
         creds = await self._read_credentials()

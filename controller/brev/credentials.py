@@ -142,7 +142,7 @@ def identity_of(creds: BrevCredentials, access_token: str, learnt: dict[str, str
     token itself when it is a JWT, else of the access JWT the CLI refreshed into credentials.json
     (remembered per token digest), else only the token digest."""
     if creds.api_key:
-        return f"api-key:{(creds.org_id or '').strip()}:{secret_digest(creds.api_key)}", None
+        return f"org-key:{(creds.org_id or '').strip()}:{secret_digest(creds.api_key)}", None
     token = (creds.token or "").strip()
     sub = _subject(token)
     if sub is not None:

@@ -174,7 +174,7 @@ def test_secret_reads_answer_like_kube_access() -> None:
 def test_identities_follow_the_real_client_format() -> None:
     w = world()
     alice_key = run(w.identity())
-    assert alice_key.startswith(f"api-key:{ORG_ID}:")
+    assert alice_key.startswith(f"org-key:{ORG_ID}:")
     w.switch_identity("carol", login="api-key")  # another key of the same org
     carol_key = run(w.identity())
     assert carol_key != alice_key

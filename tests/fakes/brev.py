@@ -1,6 +1,6 @@
 """An in-memory Brev: instances with ids and owners, a lifecycle driven by a `FakeClock`, and
 declared faults. Implements the `controller.brev.client.BrevClient` protocol; `identity()`
-answers in the real client's format (`api-key:<org>:<digest>`, `user:<subject>`).
+answers in the real client's format (`org-key:<org>:<digest>`, `user:<subject>`).
 
 Behaviour follows the real CLI contract (docs brev-cli.md sections 4, 9 and 11), and is at least
 as hostile as Brev where the contract allows it:

@@ -307,7 +307,7 @@ def test_identity_is_stable_per_login_and_never_holds_the_secret(
     brev_sim: BrevSim, make_client: MakeClient
 ) -> None:
     api = asyncio.run(make_client().identity())
-    assert api.startswith(f"api-key:{BrevSim.ORG_ID}:")
+    assert api.startswith(f"org-key:{BrevSim.ORG_ID}:")
     assert BrevSim.API_KEY not in api
     assert asyncio.run(make_client().identity()) == api
     mine = make_client(BrevCredentials(token=brev_sim.mint_access_token(3600)))

@@ -503,7 +503,7 @@ def test_credentials_repr_never_shows_secret_values() -> None:
 def test_api_key_identity_names_the_org_and_a_key_digest_never_the_key() -> None:
     creds = BrevCredentials(api_key="bak-SECRETKEY", org_id="org-1")
     ident, learn = credentials.identity_of(creds, "", {})
-    assert ident == f"api-key:org-1:{credentials.secret_digest('bak-SECRETKEY')}"
+    assert ident == f"org-key:org-1:{credentials.secret_digest('bak-SECRETKEY')}"
     assert "SECRETKEY" not in ident
     assert learn is None
     other, _ = credentials.identity_of(BrevCredentials(api_key="bak-OTHER", org_id="org-1"), "", {})

@@ -11,6 +11,8 @@ from typing import Any
 import pytest
 import structlog
 
+from controller.brev.client import BrevCredentials
+from controller.brev.credentials import identity_of
 from controller.logs import (
     MASK,
     configure_logging,
@@ -322,3 +324,18 @@ def test_long_runs_are_redacted_in_linear_time(text: str) -> None:
     The key=value pattern used to backtrack cubically over a long run of word characters (a
     5,000-character line took minutes; these inputs would take days), wedging the pass."""
     assert redact_text(text) == text
+
+
+@pytest.mark.parametrize(
+    "creds",
+    [
+        BrevCredentials(api_key="bak-0123456789abcdefXYZ", org_id="org-sim"),
+        BrevCredentials(token="eyJhbGciOiJIUzI1NiJ9.eyJzdWIiOiJ1c2VyLTEifQ.c2lnbmF0dXJl"),
+    ],
+)
+def test_the_brev_identity_recorded_in_status_survives_redaction(creds: BrevCredentials) -> None:
+    """status.brevIdentity is a fact the machine compares after a restart: the sink redaction must
+    leave it intact (an identity that looked credential-shaped came back as `api-key:***` and
+    stalled every restarted teardown as InstanceNotAccessible)."""
+    ident, _ = identity_of(creds, "", {})
+    assert redact_text(ident) == ident

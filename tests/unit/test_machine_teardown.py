@@ -478,10 +478,10 @@ def test_not_found_from_exec_is_no_proof_of_loss() -> None:
 
 
 def test_a_rotated_api_key_of_the_same_org_answers_for_what_the_old_key_created() -> None:
-    assert machine.same_reach("api-key:org-1:aaaa", "api-key:org-1:bbbb")
-    assert not machine.same_reach("api-key:org-1:aaaa", "api-key:org-2:aaaa")
-    assert not machine.same_reach("user:bob", "api-key:org-1:aaaa")
+    assert machine.same_reach("org-key:org-1:aaaa", "org-key:org-1:bbbb")
+    assert not machine.same_reach("org-key:org-1:aaaa", "org-key:org-2:aaaa")
+    assert not machine.same_reach("user:bob", "org-key:org-1:aaaa")
     assert not machine.same_reach("user:bob", "user:carol")
-    status = tearing_down(brev_identity="api-key:org-1:aaaa")
-    d = decide(status, instance=None, identity="api-key:org-1:bbbb", delete_not_found=True)
+    status = tearing_down(brev_identity="org-key:org-1:aaaa")
+    d = decide(status, instance=None, identity="org-key:org-1:bbbb", delete_not_found=True)
     assert d.finished
