@@ -1,0 +1,217 @@
+"""`Pass`: one decision being accumulated (PURE) — a copy of the status, the actions, Events and
+the requeue delay — with the helpers every phase step uses (phase changes, outcome, trouble,
+the instance)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from controller import reasons
+from controller.brev.client import Instance
+from controller.identities import same_reach
+from controller.models import OnCompletion, Outcome, Phase, TaoBrevJobSpec, TaoBrevJobStatus
+from controller.status_text import clip
+from controller.steps import Action, ActionFailure, EventNote, Observation
+from controller.transitions import TRANSITIONS, phase_timeout
+from controller.tunables import Tunables
+
+# Actions whose success proves the instance answers exec (so it exists, listed or not).
+_EXEC_EVIDENCE = frozenset(
+    {"PrepareWorkload", "StartContainer", "WaitForExit", "StopContainer", "UploadResults", "CleanupWorkload"}
+)
+
+
+class Pass:
+    """Accumulates one decision; keeps decide() readable without hidden I/O."""
+
+    def __init__(
+        self, spec: TaoBrevJobSpec | None, status: TaoBrevJobStatus, obs: Observation, tun: Tunables
+    ) -> None:
+        self.spec = spec
+        self.obs = obs
+        self.tun = tun
+        self.s = status.model_copy(deep=True)
+        # One phase change per written status (observers see every phase the job went through).
+        self.start_phase = status.phase or Phase.PENDING
+        self.prev_conditions = list(status.conditions)
+        self.actions: list[Action] = []
+        self.events: list[EventNote] = []
+        self.requeue: float | None = tun.poll_interval
+
+    # -- time and phase
+    @property
+    def phase(self) -> Phase:
+        return self.s.phase or Phase.PENDING
+
+    @property
+    def now(self) -> datetime:
+        return self.obs.now
+
+    def since(self, then: datetime | None) -> float:
+        return (self.now - then).total_seconds() if then is not None else float("inf")
+
+    def enter(self, phase: Phase, message: str) -> None:
+        old = self.phase
+        if phase == old:
+            return
+        assert phase in TRANSITIONS[old], f"illegal transition {old} -> {phase}"
+        self.s.phase = phase
+        self.s.phase_times = {**self.s.phase_times, str(phase): self.now}
+        self.s.retries = 0
+        if not self.s.outcome:
+            # Once the run has ended, message keeps saying why; phase changes are in Events.
+            self.s.message = message
+        self.events.append(EventNote("Normal", str(phase), message))
+
+    def phase_age(self) -> float:
+        entered = self.s.phase_times.get(str(self.phase))
+        return (self.now - entered).total_seconds() if entered else 0.0
+
+    def timed_out(self) -> bool:
+        limit = phase_timeout(self.spec, self.phase)
+        return limit is not None and self.phase_age() > limit
+
+    # -- outcome, trouble
+    def end_run(self, outcome: Outcome, reason: str, message: str) -> None:
+        """The run is over (or will never start): remember why; the tail takes over."""
+        if self.s.outcome:
+            return
+        self.s.outcome = outcome
+        self.s.reason = reason
+        self.s.message = message = clip(message)
+        self.s.run_ended_at = self.now
+        self.s.retries = 0
+        kind = "Normal" if outcome == Outcome.SUCCEEDED else "Warning"
+        self.events.append(EventNote(kind, reason, message))
+
+    def backoff(self) -> None:
+        retries = max(self.s.retries, 1)
+        self.requeue = min(self.tun.backoff_base * 2 ** (retries - 1), self.tun.backoff_max)
+
+    def transient(self, failure: ActionFailure) -> None:
+        """A failure to retry with backoff. Before the run ended it is the job's current problem
+        (reason/message); after, the final reason/message stay and teardownMessage says it."""
+        self.s.retries += 1
+        note = clip(f"{failure.action}: {failure.message}") + f" (attempt {self.s.retries}, will retry)"
+        if self.s.outcome:
+            self.s.teardown_message = note
+        else:
+            self.s.reason = failure.reason
+            self.s.message = note
+        self.backoff()
+        if self.s.retries == 1:
+            self.events.append(EventNote("Warning", failure.reason, note))
+
+    def recovered(self) -> None:
+        """An action succeeded after transient failures: the transient reason must not linger."""
+        if not self.obs.completed or not self.s.retries:
+            return
+        retries, self.s.retries = self.s.retries, 0
+        if self.s.outcome:
+            self.s.teardown_message = None
+        else:
+            # Before the run ended, reason only ever holds a transient problem.
+            self.s.reason = None
+            self.s.message = f"{self.phase}: recovered after {retries} failed attempt(s)"
+
+    def stall(self, reason: str, message: str) -> None:
+        """Needs a human: the Stalled condition says so (with the fix) until it is resolved."""
+        if self.s.stalled_reason != reason or self.s.stalled_message != message:
+            if self.s.stalled_reason != reason:
+                self.events.append(EventNote("Warning", reason, message))
+            self.s.stalled_reason = reason
+            self.s.stalled_message = message
+        self.requeue = self.tun.backoff_max
+
+    def unstall(self, *stall_reasons: str) -> None:
+        if self.s.stalled_reason in stall_reasons:
+            self.s.stalled_reason = None
+            self.s.stalled_message = None
+
+    # -- the instance
+    @property
+    def owned(self) -> bool:
+        return bool(self.s.instance_created)
+
+    @property
+    def ephemeral(self) -> bool:
+        return self.spec.instance.ephemeral is not None if self.spec is not None else self.owned
+
+    @property
+    def instance(self) -> str:
+        return str(self.s.instance_name)
+
+    @property
+    def target(self) -> str:
+        """What `brev delete` is given: the id once known (ids never repeat), else the name."""
+        return self.s.instance_id or self.instance
+
+    def deletes_instance(self) -> bool:
+        if not self.owned:
+            return False
+        # Without a parsed spec, delete what we created: a leak bills, a re-create is cheap.
+        return self.spec is None or self.spec.instance.effective_on_completion() == OnCompletion.DELETE
+
+    def asked_brev(self) -> bool:
+        """Whether an instance of ours may exist at all: a create was sent that Brev did not
+        definitely refuse (accepted, failed ambiguously or cut short by a crash), or it was seen."""
+        return self.s.create_requested_at is not None or self.s.instance_id is not None
+
+    def settle_from(self) -> datetime | None:
+        """Where the create settle time starts: the later of the last create sent and the last
+        create call that came back (a create re-sent after the settle time is in flight while
+        createReturnedAt still holds the earlier call's return)."""
+        times = [t for t in (self.s.create_requested_at, self.s.create_returned_at) if t is not None]
+        return max(times) if times else None
+
+    def seen(self, inst: Instance) -> None:
+        if self.s.instance_id is None:
+            self.s.instance_id = inst.id
+        self.present()
+
+    def present(self) -> None:
+        self.s.absent_listings = None
+        self.s.absent_since = None
+        self.s.absent_checked_at = None
+
+    def note_absence(self) -> int:
+        """Count this listing if it is a new one (at most one per poll interval)."""
+        if self.since(self.s.absent_checked_at) >= self.tun.poll_interval:
+            self.s.absent_listings = (self.s.absent_listings or 0) + 1
+            self.s.absent_since = self.s.absent_since or self.now
+            self.s.absent_checked_at = self.now
+        return self.s.absent_listings or 0
+
+    def exec_evidence(self) -> bool:
+        done = set(self.obs.completed)
+        return bool(done & _EXEC_EVIDENCE) or ("ProbeExec" in done and bool(self.obs.probe_ok))
+
+    def identity_differs(self) -> bool:
+        """The CLI is logged in as someone else than who asked for the instance. Listings (made
+        with --all) and an accepted delete still count; a "not found" does not (brev resolves
+        names and ids among the caller's own instances only)."""
+        recorded, current = self.s.brev_identity, self.obs.identity
+        differs = recorded is not None and current is not None and not same_reach(recorded, current)
+        if not differs:
+            self.unstall(reasons.INSTANCE_NOT_ACCESSIBLE)
+        return differs
+
+    def not_accessible(self) -> None:
+        self.stall(
+            reasons.INSTANCE_NOT_ACCESSIBLE,
+            f"instance {self.instance} ({self.s.instance_id or 'id not yet seen'}) was requested by brev "
+            f"identity {self.s.brev_identity!r}, but the operator is logged in as {self.obs.identity!r}, "
+            "which cannot confirm it gone; restore the credential that created it (the operator's brev "
+            "credentials Secret) — nothing is concluded about the instance until then",
+        )
+
+    def ambiguous(self) -> bool:
+        if not self.obs.instance_ambiguous:
+            self.unstall(reasons.INSTANCE_AMBIGUOUS)
+            return False
+        self.stall(
+            reasons.INSTANCE_AMBIGUOUS,
+            f"several instances named {self.instance} exist and none is recorded as this job's; "
+            "delete the extra ones (`brev ls`, `brev delete <id>`) and the job adopts the remaining one",
+        )
+        return True

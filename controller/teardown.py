@@ -1,0 +1,259 @@
+"""The tail after the run ended (PURE): stop the container within its grace, upload results and
+logs, then, in phase Deleted, clean up the instance, delete an instance this job created and
+confirm it released.
+
+An instance this job created is released only when `brev delete` answers not found, or the delete
+was accepted and the instance is then absent from `absent_listings` listings. If the logged-in
+identity is not the one that asked for the instance, its listings (made with --all) and accepted
+deletes still count, but its "not found" does not: the job is Stalled (InstanceNotAccessible,
+naming the fix) until the credential that created the instance is restored.
+
+Every state after the run ended reaches `brev delete` of an owned instance within a stated bound
+(P = poll interval, W = wait_timeout; each pass also bounded by the CLI's own timeouts):
+
+- Provisioning/WaitingExec/Pulling with an outcome: teardown in the same pass.
+- Running with an outcome (cancel, timeout): stop + bounded waits for `Tunables.grace`
+  (default 2 x W); then Uploading whether or not the container exited. Unlisted (suspected
+  lost): N listings (N x P) without exec evidence, then Uploading at once.
+- Uploading after InstanceNotListed: one upload attempt; still unlisted, teardown.
+- Uploading: `spec.timeouts.uploadingSeconds`, counted from entering the phase, but never before
+  one upload attempt (so operator downtime cannot skip the upload); a permanent upload failure
+  goes to teardown at once.
+- Deleted, cleanup on an instance we delete: one attempt; any failure is noted and skipped.
+- Deleted, cleanup on a reused instance: retried with backoff (<= backoff_max) without end; after
+  `cleanup_attempts` failures the job is Stalled (SecretsMayRemain) — never a silent finish.
+- Deleted, delete: sent in the first teardown pass; re-sent with backoff while it fails, and
+  while the instance is listed but not DELETING after `create_settle`; past deletingSeconds a
+  Warning Event, and it keeps trying (giving up would leave it billing).
+"""
+
+from __future__ import annotations
+
+from controller import reasons
+from controller.absence import instance_fate
+from controller.brev.client import DELETING, RUNNING
+from controller.decision_pass import Pass
+from controller.models import Outcome, Phase, ResultsSummary
+from controller.status_text import clip
+from controller.steps import (
+    CleanupWorkload,
+    DeleteInstance,
+    EventNote,
+    StopContainer,
+    UploadResults,
+    WaitForExit,
+)
+from controller.transitions import phase_timeout
+
+
+def stopping(p: Pass) -> None:
+    """Canceled, timed out or lost while running: stop the container, bounded by the grace."""
+    if p.s.reason in (reasons.INSTANCE_LOST, reasons.INSTANCE_FAILED):
+        p.enter(Phase.UPLOADING, "instance lost; nothing to upload")
+        uploading(p)
+        return
+    if p.s.reason == reasons.INSTANCE_NOT_LISTED:
+        # No stop through an exec that may not answer: straight to the one upload attempt.
+        p.enter(Phase.UPLOADING, "instance not listed; uploading what can be reached")
+        uploading(p)
+        return
+    if p.s.run_ended_at is None:
+        p.s.run_ended_at = p.now
+    if p.since(p.s.run_ended_at) > p.tun.grace:
+        note = (
+            f"container {p.s.job_id} did not stop within {int(p.tun.grace)}s; uploading what is there, "
+            "then deleting"
+        )
+        p.s.teardown_message = note
+        p.events.append(EventNote("Warning", reasons.STOP_GRACE_EXPIRED, note))
+        p.enter(Phase.UPLOADING, note)
+        uploading(p)
+        return
+    if not p.obs.container_stopped:
+        p.actions.append(StopContainer(p.instance))
+    p.actions.append(WaitForExit(p.instance, timeout_seconds=p.tun.wait_timeout, start_if_missing=False))
+    p.requeue = 0.0
+
+
+def upload_failed(p: Pass, message: str) -> None:
+    # Billing must stop even if results cannot be saved: tear down, and say so.
+    p.s.outcome = Outcome.FAILED
+    p.s.reason = reasons.UPLOAD_FAILED
+    p.s.message = clip(message)
+    p.events.append(EventNote("Warning", reasons.UPLOAD_FAILED, p.s.message))
+    p.enter(Phase.DELETED, "tearing down without results")
+    teardown(p)
+
+
+def uploading(p: Pass) -> None:
+    if p.obs.upload is not None:
+        p.s.upload_attempts = (p.s.upload_attempts or 0) + 1
+        p.s.uploaded_at = p.now
+        p.s.results = ResultsSummary(
+            uri=p.spec.data.results_uri if p.spec is not None else None,
+            objects=p.obs.upload.objects,
+            bytes=p.obs.upload.bytes,
+        )
+        p.enter(Phase.DELETED, f"uploaded {p.obs.upload.objects} objects; tearing down")
+        teardown(p)
+        return
+    if _nothing_to_upload(p):
+        return
+    attempts = p.s.upload_attempts or 0
+    fate = instance_fate(p)
+    if fate is not None and attempts:
+        # Nothing left to upload from: say so (the results are lost), whatever the run's outcome.
+        p.s.outcome = Outcome.FAILED
+        p.s.reason, message = fate
+        p.s.message = f"{message}; the results were not uploaded"
+        p.events.append(EventNote("Warning", p.s.reason, p.s.message))
+        p.enter(Phase.DELETED, "tearing down")
+        teardown(p)
+        return
+    if p.actions:
+        return  # confirming the instance's absence first
+    if p.timed_out() and attempts:
+        limit = phase_timeout(p.spec, Phase.UPLOADING)
+        upload_failed(p, f"upload did not finish within {limit}s (spec.timeouts.uploadingSeconds)")
+        return
+    p.actions.append(UploadResults(p.instance))
+    p.requeue = 0.0
+
+
+def _nothing_to_upload(p: Pass) -> bool:
+    """No spec, the instance lost, or still unlisted after the one reach-what-we-can attempt:
+    on to teardown (True when this step is done)."""
+    unlisted = p.obs.instance_known and p.obs.instance is None and not p.exec_evidence()
+    tried_unlisted = bool(p.s.upload_attempts) and p.s.reason == reasons.INSTANCE_NOT_LISTED and unlisted
+    lost = p.s.reason in (reasons.INSTANCE_LOST, reasons.INSTANCE_FAILED)
+    if p.spec is not None and not lost and not tried_unlisted:
+        return False
+    if p.start_phase == Phase.RUNNING:
+        p.requeue = 0.0  # Uploading is written first; Deleted follows in the next step
+        return True
+    p.enter(Phase.DELETED, "tearing down without an upload")
+    teardown(p)
+    return True
+
+
+def teardown(p: Pass) -> None:
+    """Phase Deleted: remove what the job put on the instance, delete an instance we own, confirm
+    it gone, then finish. An ephemeral instance is never abandoned: past deletingSeconds we keep
+    trying (with backoff) and report it, because giving up would leave it billing."""
+    name = p.s.instance_name
+    if name and not _cleanup_done(p):
+        return
+    if name and p.deletes_instance() and not _instance_released(p):
+        return
+    p.s.finished_at = p.now
+    p.s.teardown_message = None
+    released = "deleted" if p.deletes_instance() else "left running (retained)"
+    outcome = p.s.outcome or Outcome.CANCELED
+    p.s.outcome = outcome
+    results = f"; results in {p.s.results.uri}" if p.s.uploaded_at and p.s.results else ""
+    touched = not p.owned or p.asked_brev()
+    instance = f"; instance {name} {released}" if name and touched else ""
+    p.s.message = f"{outcome}: {p.s.message or ''}{results}{instance}"
+    p.events.append(
+        EventNote("Normal" if outcome == Outcome.SUCCEEDED else "Warning", reasons.FINISHED, p.s.message)
+    )
+
+
+def _cleanup_done(p: Pass) -> bool:
+    """Container and job directory (with the secret files) removed, or nothing to remove."""
+    if p.s.cleaned_up_at:
+        return True
+    if p.obs.cleaned or not _workload_may_exist(p):
+        p.s.cleaned_up_at = p.now
+        p.unstall(reasons.SECRETS_MAY_REMAIN)
+        return True
+    if not p.obs.instance_known:
+        return False
+    inst = p.obs.instance
+    if inst is not None and inst.status == RUNNING:
+        # On a retained instance the secrets must really go; on one we delete, best effort.
+        p.actions.append(CleanupWorkload(p.instance, must_succeed=not p.deletes_instance()))
+        p.requeue = 0.0
+        return False
+    if inst is None and not p.deletes_instance() and p.note_absence() < p.tun.absent_listings:
+        return False  # a retained instance missing from one listing may still hold our secrets
+    # Unreachable, gone, or goes with the instance: nothing of ours can be removed now.
+    p.s.cleaned_up_at = p.now
+    return True
+
+
+def _instance_released(p: Pass) -> bool:
+    """Ask brev to delete our instance, then confirm: `brev delete` answers not found, or the
+    delete was accepted and the instance stays unlisted for `absent_listings` listings."""
+    if not p.asked_brev():
+        return True  # no create was ever sent: nothing of ours can exist
+    if not p.obs.instance_known or p.ambiguous():
+        return False
+    differs = p.identity_differs()
+    if p.obs.delete_not_found:
+        if not differs:
+            if p.s.reason == reasons.INSTANCE_NOT_LISTED:
+                p.s.reason = reasons.INSTANCE_LOST  # now confirmed
+                p.s.message = f"{p.s.message}; brev delete confirms it is gone"
+            return True
+        p.not_accessible()
+        return False
+    if p.obs.delete_requested:
+        p.s.delete_accepted_at = p.s.delete_accepted_at or p.now
+        p.unstall(reasons.INSTANCE_NOT_ACCESSIBLE)  # brev found it and is deleting it
+    inst = p.obs.instance
+    if inst is not None:
+        p.seen(inst)
+        stale = p.since(p.s.delete_requested_at) > p.tun.create_settle
+        if inst.status != DELETING and not p.obs.delete_requested and (stale or not p.s.delete_accepted_at):
+            _delete(p)
+        _warn_if_slow(p)
+        return False
+    return _released_unlisted(p)
+
+
+def _released_unlisted(p: Pass) -> bool:
+    # Not listed. A create that may still be on its way must settle before absence means anything.
+    if p.s.instance_id is None and p.since(p.settle_from()) <= p.tun.create_settle:
+        # status.message keeps saying why the job ended; InstanceReleased says teardown goes on.
+        p.s.teardown_message = f"waiting to confirm that instance {p.instance} was never created"
+        return False
+    if p.obs.delete_requested:
+        p.present()  # brev just resolved it: it exists, listed or not
+        return False
+    n = p.note_absence()
+    if p.s.delete_accepted_at and n >= p.tun.absent_listings:
+        return True
+    if p.identity_differs():
+        if not p.s.delete_accepted_at:
+            p.not_accessible()
+        # else: brev accepted the delete; this identity's listings confirm it (not Stalled).
+        return False
+    if p.since(p.s.delete_requested_at) >= p.tun.poll_interval:
+        _delete(p)  # "not found" under the creating identity is the proof
+    _warn_if_slow(p)
+    return False
+
+
+def _delete(p: Pass) -> None:
+    p.s.delete_requested_at = p.now
+    p.actions.append(DeleteInstance(p.target))
+    p.events.append(EventNote("Normal", reasons.INSTANCE_DELETE_REQUESTED, f"brev delete {p.target}"))
+
+
+def _warn_if_slow(p: Pass) -> None:
+    if not p.timed_out():
+        return
+    note = (
+        f"instance {p.instance} still not confirmed deleted {int(p.phase_age())}s into teardown; still trying"
+    )
+    if not (p.s.teardown_message or "").startswith(f"instance {p.instance} still not confirmed"):
+        p.events.append(EventNote("Warning", reasons.INSTANCE_NOT_RELEASED, note))
+    p.s.teardown_message = note
+    if not p.actions:
+        p.requeue = p.tun.backoff_max
+
+
+def _workload_may_exist(p: Pass) -> bool:
+    """Secrets, spec or a container exist on the instance only from Pulling on."""
+    return str(Phase.PULLING) in p.s.phase_times

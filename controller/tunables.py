@@ -1,0 +1,39 @@
+"""The operator settings `decide()` needs (PURE)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MIN_ABSENT_LISTINGS = 3
+
+
+@dataclass(frozen=True)
+class Tunables:
+    """Operator settings decide() needs (seconds)."""
+
+    poll_interval: float = 5.0
+    wait_timeout: float = 30.0
+    # How long after a create call returned an absent instance still counts as "maybe being
+    # created"; keep it above the CLI's create timeout.
+    create_settle: float = 120.0
+    backoff_base: float = 2.0
+    backoff_max: float = 60.0
+    # Consecutive listings (spaced by poll_interval) without the instance before it is suspected
+    # lost enough to ask `brev delete`, or, after an accepted delete, counted as released.
+    absent_listings: int = MIN_ABSENT_LISTINGS
+    # How long a stopped container may take to exit before results are uploaded anyway
+    # (None: 2 x wait_timeout).
+    stop_grace: float | None = None
+    # Failed cleanups of a reused instance before the job says secrets may remain on it.
+    cleanup_attempts: int = 3
+
+    def __post_init__(self) -> None:
+        if self.absent_listings < MIN_ABSENT_LISTINGS:
+            raise ValueError(
+                f"Tunables.absent_listings={self.absent_listings}: one listing glitch must never end a "
+                f"job; use at least {MIN_ABSENT_LISTINGS}"
+            )
+
+    @property
+    def grace(self) -> float:
+        return self.stop_grace if self.stop_grace is not None else 2 * self.wait_timeout
