@@ -1,4 +1,4 @@
-"""The fake world keeps the Brev contract the operator relies on (brev-cli.md sections 4, 9, 11):
+"""The fake world keeps the Brev contract the operator relies on (SIM-CONTRACT.md sections 3, 4):
 a fake that is kinder than Brev would let the component and model tiers pass wrongly."""
 
 from __future__ import annotations

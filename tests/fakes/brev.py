@@ -2,7 +2,7 @@
 declared faults. Implements the `controller.brev.client.BrevClient` protocol; `identity()`
 answers in the real client's format (`org-key:<org>:<digest>`, `user:<subject>`).
 
-Behaviour follows the real CLI contract (docs brev-cli.md sections 4, 9 and 11), and is at least
+Behaviour follows the real CLI contract (tests/brevsim/SIM-CONTRACT.md sections 3 and 4), and is at least
 as hostile as Brev where the contract allows it:
 
 * `ls` lists the whole org for an API-key login; a token login lists only its own instances
