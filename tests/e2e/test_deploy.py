@@ -173,12 +173,13 @@ def test_the_readme_namespaced_overlay_renders_and_passes_a_server_side_dry_run(
     ]
     assert config["data"]["TAOBREV_NAMESPACES"] == ",".join(namespaces)
     bindings = {
-        d["metadata"].get("namespace"): d["roleRef"]["name"] for d in objects if d["kind"] == "RoleBinding"
+        (d["metadata"].get("namespace"), d["roleRef"]["name"]) for d in objects if d["kind"] == "RoleBinding"
     }
     assert bindings == {
-        "ml-team": "taobrev-operator-job-secrets",
-        "vision": "taobrev-operator-job-secrets",
-        OPERATOR_NAMESPACE: "taobrev-operator-brev-credentials",
+        ("ml-team", "taobrev-operator-job-secrets"),
+        ("vision", "taobrev-operator-job-secrets"),
+        (OPERATOR_NAMESPACE, "taobrev-operator-brev-credentials"),
+        (OPERATOR_NAMESPACE, "taobrev-operator-leader-election"),
     }
     assert any(
         d["kind"] == "ClusterRole" and d["metadata"]["name"] == "taobrev-operator-namespaces" for d in objects
