@@ -138,8 +138,9 @@ class Reconciler:
                     failures = self._api_failures.get(ref.uid, 0) + 1
                     self._api_failures[ref.uid] = failures
                     self._recorder.reconcile_error(exc.reason)
+                    # Same event name as the daemon's own retry line: one fact, one name to alert on.
                     log.warning(
-                        "pass failed; backing off", reason=exc.reason, error=str(exc), attempt=failures
+                        "reconcile failed; retrying", reason=exc.reason, error=str(exc), attempt=failures
                     )
                     t = self._tunables
                     return float(min(t.backoff_base * 2 ** (failures - 1), t.backoff_max))
