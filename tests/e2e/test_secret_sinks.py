@@ -104,7 +104,8 @@ def test_every_secret_through_every_text_path_reaches_no_sink_unmasked(stack: St
     # aws error output carrying the S3 key id and secret key.
     stack.sim.clear_faults()
     stack.sim.set_faults(upload_fails=f"AccessDenied for {S3_KEY_ID} {S3_SECRET}")
-    sinks.wait("the upload failure in status", lambda s: "PutObject" in (s.get("message") or ""))
+    # After the run ended, transient trouble goes to teardownMessage (message keeps why it ended).
+    sinks.wait("the upload failure in status", lambda s: "PutObject" in (s.get("teardownMessage") or ""))
     stack.sim.clear_faults()
     status = sinks.wait("the job to finish", lambda s: bool(s.get("finishedAt")), timeout=180)
 
