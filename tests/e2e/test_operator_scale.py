@@ -33,7 +33,9 @@ def test_twenty_jobs_at_once_all_finish_within_the_brev_call_budget(stack: Stack
     running_execs: Counter[str] = Counter()
     for name, st in statuses.items():
         inst = st["instanceName"]
-        verbs = Counter(c.argv[0] for c in calls if len(c.argv) > 1 and inst in c.argv[1:])
+        # exec addresses the instance by name; delete by the id recorded at first sighting.
+        refs = {inst, st["instanceId"]}
+        verbs = Counter(c.argv[0] for c in calls if len(c.argv) > 1 and refs & set(c.argv[1:]))
         by_instance[name] = verbs
         start, end = ts(st["phaseTimes"]["Running"]), ts(st["phaseTimes"]["Uploading"])
         execs = [c.argv[-1] for c in calls if c.argv[:1] == ["exec"] and inst in c.argv[1:-1]]
@@ -60,7 +62,9 @@ def test_twenty_jobs_at_once_all_finish_within_the_brev_call_budget(stack: Stack
         unknown = [cmd for cmd in execs if not any(k in cmd for k in kinds)]
         assert not unknown, unknown
         assert verbs["create"] == 1, (name, verbs)
-        assert verbs["delete"] == 1, (name, verbs)
+        # One accepted delete, plus at most one more whose "not found" under the creating
+        # identity proves the instance gone (absence is confirmed, never assumed).
+        assert 1 <= verbs["delete"] <= 2, (name, verbs)
 
     # One shared listing serves all jobs: far fewer `brev ls` than jobs x reconcile passes.
     listings = sum(1 for c in calls if c.argv[:1] == ["ls"])
