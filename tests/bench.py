@@ -154,14 +154,16 @@ def main() -> int:
         verbs_per_job: list[Counter[str]] = []
         for name, st in statuses.items():
             job, inst = st["jobId"], st["instanceName"]
-            verbs = Counter(c.argv[0] for c in calls if inst in c.argv[1:])
+            # exec addresses the instance by name; delete by the id recorded at first sighting.
+            refs = {inst, st.get("instanceId")}
+            verbs = Counter(c.argv[0] for c in calls if refs & set(c.argv[1:]))
             verbs_per_job.append(verbs)
             exited = exits.finished.get(job)
             if exited is None:
                 continue
             if name in noticed:
                 notice.append(noticed[name] - exited)
-            deletes = [c.ts for c in calls if c.argv[:1] == ["delete"] and inst in c.argv[1:]]
+            deletes = [c.ts for c in calls if c.argv[:1] == ["delete"] and refs & set(c.argv[1:])]
             if deletes:
                 to_delete.append(min(deletes) - exited)
             to_finish.append(_ts(st["finishedAt"]) - exited)
