@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from controller import reasons
 from controller.absence import instance_fate
-from controller.brev.client import DELETING, RUNNING
+from controller.brev.client import DELETING, RUNNING, Instance
 from controller.decision_pass import Pass
 from controller.models import Outcome, Phase, ResultsSummary
 from controller.status_text import clip
@@ -175,8 +175,8 @@ def _cleanup_done(p: Pass) -> bool:
         p.actions.append(CleanupWorkload(p.instance, must_succeed=not p.deletes_instance()))
         p.requeue = 0.0
         return False
-    if inst is None and not p.deletes_instance() and p.note_absence() < p.tun.absent_listings:
-        return False  # a retained instance missing from one listing may still hold our secrets
+    if not p.deletes_instance() and _may_still_hold_secrets(p, inst):
+        return False
     # Unreachable, gone, or goes with the instance: nothing of ours can be removed now.
     p.s.cleaned_up_at = p.now
     return True
@@ -257,3 +257,21 @@ def _warn_if_slow(p: Pass) -> None:
 def _workload_may_exist(p: Pass) -> bool:
     """Secrets, spec or a container exist on the instance only from Pulling on."""
     return str(Phase.PULLING) in p.s.phase_times
+
+
+def _may_still_hold_secrets(p: Pass, inst: Instance | None) -> bool:
+    """A reused or retained instance keeps the job's container (its config carries the env) and
+    maybe files until cleanup reaches it: never a silent finish."""
+    if inst is None:
+        # Missing from one listing proves nothing: it may still hold our secrets.
+        return p.note_absence() < p.tun.absent_listings
+    if inst.status == DELETING:
+        return False  # going away, and our files with it
+    # Cannot be reached now (STOPPED, STARTING, UNHEALTHY, FAILURE): say so, look again later.
+    p.stall(
+        reasons.SECRETS_MAY_REMAIN,
+        f"instance {p.instance} is {inst.status}: container {p.s.job_id} and the job's files "
+        f"(with its secrets) may remain on it; start it (`brev start {p.instance}`) so teardown "
+        f"can remove them, or remove them by hand; retrying every {int(p.tun.backoff_max)}s",
+    )
+    return True

@@ -248,6 +248,26 @@ def test_repeated_cleanup_failures_on_a_reused_instance_stall_and_keep_retrying(
     assert d.status.stalled_reason is None
 
 
+def test_a_reused_instance_not_running_at_teardown_keeps_the_job_in_teardown_saying_so() -> None:
+    """Issue 10: a STOPPED reused instance still holds the job's container (with its env): the job
+    must not finish with cleanedUpAt set; it stalls with SecretsMayRemain and looks again."""
+    status = at(
+        Phase.DELETED, created=False, outcome=Outcome.SUCCEEDED, reason=reasons.SUCCEEDED, uploaded_at=T0
+    )
+    d = decide(status, spec_=REUSE, instance=running(STOPPED))
+    assert not d.finished
+    assert d.status.finished_at is None
+    assert d.status.cleaned_up_at is None
+    assert d.status.stalled_reason == reasons.SECRETS_MAY_REMAIN
+    assert "brev start" in (d.status.stalled_message or "")
+    assert d.requeue_after == TUN.backoff_max
+    d = decide(d.status, spec_=REUSE, instance=running())
+    assert kinds(d) == [CleanupWorkload]
+    d = decide(d.status, spec_=REUSE, instance=running(), cleaned=True, completed=("CleanupWorkload",))
+    assert d.finished
+    assert d.status.stalled_reason is None
+
+
 def test_a_permanent_failure_in_teardown_backs_off_instead_of_looping() -> None:
     failure = ActionFailure("DeleteInstance", "BrevRequestRejected", "multiple instances", permanent=True)
     d = decide(tearing_down(delete_requested_at=T0), instance=running(), identity="alice", failure=failure)
