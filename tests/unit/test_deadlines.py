@@ -6,6 +6,7 @@ back after the phase deadline (the result is looked at before the timeout)."""
 from __future__ import annotations
 
 import asyncio
+import typing
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -103,7 +104,7 @@ def test_a_probe_that_failed_after_the_deadline_times_the_phase_out() -> None:
 
 
 def test_every_action_kind_has_a_lane_and_teardown_never_shares_one_with_long_work() -> None:
-    kinds = set(Action.__args__)  # type: ignore[attr-defined]
+    kinds = set(typing.get_args(Action))
     assert kinds == set(ACTION_LANES)
     long_work = {Lane.PROBE, Lane.PULL, Lane.UPLOAD, Lane.CHECKPOINT, Lane.WAIT}
     for kind in (StopContainer, CleanupWorkload, DeleteInstance):
@@ -126,7 +127,7 @@ def _job() -> JobContext:
 def test_a_spent_budget_never_keeps_a_container_from_stopping_or_an_instance_from_being_deleted() -> None:
     client = FakeClient(answer=lambda _cmd: (0, "0"))
     spent = datetime.now(UTC) - timedelta(seconds=30)
-    actions = [StopContainer("i"), CleanupWorkload("i", must_succeed=True), DeleteInstance("i")]
+    actions: list[Action] = [StopContainer("i"), CleanupWorkload("i", must_succeed=True), DeleteInstance("i")]
     obs = asyncio.run(_runner(client).run(actions, _job(), Observation(now=NOW), deadline=spent))
     assert obs.failure is None
     assert obs.container_stopped
