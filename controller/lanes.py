@@ -132,16 +132,20 @@ class Gate:
         self._report()
         try:
             obtained = await self._acquire(deadline)
-        finally:
+        except BaseException:  # cancelled while queued (a pass cut short, leadership lost)
             self.waiting -= 1
+            self._report()
+            raise
+        self.waiting -= 1
         waited = max(0.0, (self._clock() - started).total_seconds())
         self._observer.lane_waited(self.name, waited, obtained=obtained)
         if not obtained:
             self._report()
             raise LaneBusy(
                 f"no free slot in the {self.name} lane before the phase's deadline (waited "
-                f"{waited:.0f}s; {self.in_flight} of {self.slots} in flight, {self.setting}); "
-                "retrying — raise it if this lane is often full"
+                f"{waited:.0f}s, {self.in_flight} of {self.slots} in flight); will retry while the "
+                f"phase has time left — raise {self.setting} if this lane is often full "
+                f"(taobrev_lane_busy)"
             )
         self.in_flight += 1
         self._report()
