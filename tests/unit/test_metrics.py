@@ -86,6 +86,9 @@ def test_exposed_names_types_and_labels(registry: CollectorRegistry, rec: Record
         "taobrev_exit_to_teardown_seconds": ("histogram", set()),
         "taobrev_build_info": ("gauge", {"version", "brev_cli_version"}),
         "taobrev_leader": ("gauge", set()),
+        "taobrev_orphan_instances": ("gauge", {"state"}),
+        "taobrev_orphans_deleted": ("counter", {"reason"}),
+        "taobrev_orphan_sweeps": ("counter", {"result"}),
     }
     text = generate_latest(registry).decode()
     # prometheus_client also exposes <counter|histogram>_created gauges (the Deployment turns them
