@@ -37,6 +37,9 @@ TUN = machine.Tunables(poll_interval=5, wait_timeout=30, create_settle=60, backo
 INST = "tbj-ns-job-abc"
 IMAGE = "nvcr.io/nvidia/tao/tao-toolkit:6.0.0-pyt"
 
+# The marked name a job gets under the default Tunables (controller/naming.py).
+MARKED_PREFIX = f"tbj-{naming.cluster_mark(machine.Tunables().cluster_id)}-ns-job-"
+
 
 def spec(**instance: Any) -> TaoBrevJobSpec:
     inst = instance or {"ephemeral": {"gpuName": "L40S"}}
@@ -115,7 +118,9 @@ def test_a_new_job_gets_a_visible_pending_with_its_names_and_moves_on_at_once() 
     d = decide(TaoBrevJobStatus(), generation=3)
     assert d.status.phase is Phase.PENDING
     assert d.status.instance_name is not None
-    assert d.status.instance_name.startswith(f"tbj-{naming.cluster_mark(machine.Tunables().cluster_id)}-ns-job-")
+    assert d.status.instance_name.startswith(
+        f"tbj-{naming.cluster_mark(machine.Tunables().cluster_id)}-ns-job-"
+    )
     assert d.status.backend_ref == f"{d.status.instance_name}/{d.status.job_id}"
     assert d.status.observed_generation == 3
     assert d.actions == ()
@@ -262,7 +267,9 @@ def test_status_without_names_past_pending_gets_its_deterministic_names_back() -
     status = TaoBrevJobStatus(phase=Phase.RUNNING, phase_times={"Running": T0})
     d = decide(status, instance=running())
     assert d.status.instance_name is not None
-    assert d.status.instance_name.startswith(f"tbj-{naming.cluster_mark(machine.Tunables().cluster_id)}-ns-job-")
+    assert d.status.instance_name.startswith(
+        f"tbj-{naming.cluster_mark(machine.Tunables().cluster_id)}-ns-job-"
+    )
 
 
 # --- cancellation, failures, timeouts ------------------------------------------------------------

@@ -31,6 +31,9 @@ from tests.unit.test_machine import EPHEMERAL, INST, REUSE, T0, TUN, at, cond, d
 P = timedelta(seconds=TUN.poll_interval)
 ID = "i-1"
 
+# The marked name a job gets under the default Tunables (controller/naming.py).
+MARKED_PREFIX = f"tbj-{naming.cluster_mark(machine.Tunables().cluster_id)}-ns-job-"
+
 
 def listed_running(**fields: Any) -> TaoBrevJobStatus:
     """Running on an instance this job created and has seen (id recorded)."""
@@ -473,7 +476,9 @@ def test_a_pending_edit_from_reuse_to_ephemeral_re_derives_the_names() -> None:
     d = decide(first, spec_=EPHEMERAL)
     assert d.status.instance_created is True
     assert d.status.instance_name is not None
-    assert d.status.instance_name.startswith(f"tbj-{naming.cluster_mark(machine.Tunables().cluster_id)}-ns-job-")
+    assert d.status.instance_name.startswith(
+        f"tbj-{naming.cluster_mark(machine.Tunables().cluster_id)}-ns-job-"
+    )
 
 
 def test_tunables_refuse_fewer_than_three_listings() -> None:

@@ -1,0 +1,199 @@
+"""The sweep loop's I/O (controller/sweeper.py) over the in-memory Brev and Kubernetes fakes:
+delete + confirm, no sweep when a list fails, Report, foreign and teammates' instances, the
+retained-instance record (written before a Retain job finishes) and retainFor expiry."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+from prometheus_client import CollectorRegistry
+
+from controller import naming
+from controller.directory import InstanceDirectory
+from controller.errors import KubeUnavailable
+from controller.leadership import SoleLeader
+from controller.metrics import Recorder
+from controller.models import TaoBrevJobSpec, TaoBrevJobStatus
+from controller.orphans import Policy
+from controller.retained import CONFIG_MAP, RetainedRecord, RetainedStore, record_for
+from controller.sweeper import Sweeper
+from tests.fakes.brev import FakeBrev
+from tests.fakes.clock import T0, FakeClock
+from tests.fakes.harness import job_spec
+from tests.fakes.kube import FakeKube
+
+CLUSTER = "cluster-a"
+GRACE = 600.0
+OPERATOR_NS = "taobrev-system"
+
+
+class World:
+    def __init__(self, policy: Policy = Policy.DELETE) -> None:
+        self.clock = FakeClock()
+        self.brev = FakeBrev(self.clock)
+        self.kube = FakeKube()
+        self.registry = CollectorRegistry()
+        self.retained = RetainedStore(self.kube, OPERATOR_NS)
+        self.sweeper = Sweeper(
+            brev=self.brev,
+            directory=InstanceDirectory(self.brev, clock=self.clock.monotonic),
+            kube=self.kube,
+            retained=self.retained,
+            recorder=Recorder(self.registry, clock=self.clock.unix),
+            leadership=SoleLeader(),
+            cluster_id=CLUSTER,
+            policy=policy,
+            interval=60,
+            grace=GRACE,
+            listing_max_age=0,
+            clock=self.clock.now,
+        )
+
+    def sweep(self, after: float = 0.0) -> None:
+        self.clock.advance(after)
+        asyncio.run(self.sweeper.sweep_once())
+
+    def metric(self, name: str, **labels: str) -> float:
+        value = self.registry.get_sample_value(name, labels)
+        assert value is not None, (name, labels)
+        return value
+
+    def delete_outcomes(self) -> list[tuple[str, str]]:
+        return [(d.target, d.outcome) for d in self.brev.deletes]  # by id: we delete by id
+
+
+def ours(job: str, uid: str = "u1") -> str:
+    return naming.instance_name("ns", job, uid, cluster_id=CLUSTER)
+
+
+def test_an_orphan_is_deleted_after_the_grace_and_counted_once_confirmed() -> None:
+    w = World()
+    orphan = w.brev.add_instance(ours("stripped"))
+    w.sweep()
+    assert w.brev.deletes == []
+    assert w.metric("taobrev_orphan_instances", state="pending_grace") == 1
+    w.sweep(after=GRACE)
+    assert w.delete_outcomes() == [(orphan.id, "accepted")]
+    assert w.metric("taobrev_orphan_instances", state="deleting") == 1
+    assert w.metric("taobrev_orphans_deleted_total", reason="orphan") == 0  # not confirmed yet
+    w.sweep(after=5)  # still listed (DELETING): no second delete
+    assert len(w.brev.deletes) == 1
+    w.sweep(after=60)  # gone from the listing: one confirming delete answers not-found
+    assert w.delete_outcomes() == [(orphan.id, "accepted"), (orphan.id, "not-found")]
+    assert w.metric("taobrev_orphans_deleted_total", reason="orphan") == 1
+    assert w.metric("taobrev_orphan_instances", state="deleting") == 0
+    w.sweep(after=60)
+    assert len(w.brev.deletes) == 2  # nothing more to do
+    assert w.metric("taobrev_orphan_sweeps_total", result="done") == 5
+
+
+def test_a_failed_listing_or_job_list_means_no_sweep() -> None:
+    w = World()
+    w.brev.add_instance(ours("stripped"))
+    w.sweep()
+    w.brev.set_faults(list_failures=1)
+    w.sweep(after=GRACE)
+    w.kube.list_fails = KubeUnavailable("listing TaoBrevJobs: 503")
+    w.sweep(after=GRACE)
+    w.kube.list_fails = None
+    w.kube.config_map_fails = KubeUnavailable("reading ConfigMap: 503")
+    w.sweep(after=GRACE)
+    assert w.brev.deletes == []
+    assert w.metric("taobrev_orphan_sweeps_total", result="skipped") == 3
+    w.kube.config_map_fails = None
+    w.sweep()
+    assert len(w.brev.deletes) == 1  # the memory of first sight survived the skipped sweeps
+
+
+def test_policy_report_deletes_nothing_and_says_so_in_the_gauge() -> None:
+    w = World(Policy.REPORT)
+    w.brev.add_instance(ours("stripped"))
+    w.sweep()
+    w.sweep(after=GRACE)
+    w.sweep(after=GRACE)
+    assert w.brev.deletes == []
+    assert w.metric("taobrev_orphan_instances", state="reported") == 1
+
+
+def test_instances_of_running_jobs_other_clusters_and_people_are_untouched() -> None:
+    w = World()
+    w.kube.create("ns", "live", "u1", job_spec())
+    w.brev.add_instance(ours("live", "u1"))  # a Pending job's name, before its status is written
+    w.brev.add_instance(naming.instance_name("ns", "x", "u9", cluster_id="cluster-b"))
+    w.brev.add_instance("tbj-ns-legacy-1d7f4a52")
+    w.brev.add_instance("alice-box")
+    for _ in range(5):
+        w.sweep(after=GRACE)
+    assert w.brev.deletes == []
+    assert w.metric("taobrev_orphan_instances", state="pending_grace") == 0
+
+
+def test_a_teammates_marked_instance_brev_will_not_delete_for_us_is_reported_never_counted() -> None:
+    w = World()
+    w.brev.switch_identity("alice", login="token")
+    w.brev.add_instance(ours("theirs"), owner="bob")  # listed with --all, not deletable by alice
+    w.sweep()
+    w.sweep(after=GRACE)
+    assert [o for _, o in w.delete_outcomes()] == ["not-found"]
+    assert w.metric("taobrev_orphan_instances", state="reported") == 1
+    assert w.metric("taobrev_orphans_deleted_total", reason="orphan") == 0
+
+
+def retain_spec(retain_for: str | None) -> TaoBrevJobSpec:
+    eph: dict[str, object] = {"gpuName": "L40S"}
+    if retain_for is not None:
+        eph["retainFor"] = retain_for
+    raw = job_spec(instance={"ephemeral": eph, "onCompletion": "Retain"})
+    return TaoBrevJobSpec.parse(raw, default_image="nvcr.io/nvidia/tao/tao-toolkit:6.0.0-pyt")
+
+
+def test_record_for_keeps_only_created_and_retained_instances() -> None:
+    finished = TaoBrevJobStatus(
+        instance_name=ours("kept"), instance_id="i-1", instance_created=True, finished_at=T0
+    )
+    rec = record_for("ns", "kept", retain_spec("12h"), finished)
+    assert rec == RetainedRecord(ours("kept"), "i-1", "ns/kept", T0 + timedelta(hours=12))
+    forever = record_for("ns", "kept", retain_spec(None), finished)
+    assert forever is not None
+    assert forever.until is None
+    deleted_spec = TaoBrevJobSpec.parse(job_spec(), default_image="img")
+    assert record_for("ns", "gone", deleted_spec, finished) is None
+    reused = finished.model_copy(update={"instance_created": False})
+    assert record_for("ns", "kept", retain_spec(None), reused) is None
+
+
+def test_the_record_round_trips_through_the_config_map_and_protects_the_instance() -> None:
+    w = World()
+    inst = w.brev.add_instance(ours("kept"))
+    rec = RetainedRecord(inst.name, inst.id, "ns/kept", None)
+    asyncio.run(w.retained.record(rec))
+    assert (OPERATOR_NS, CONFIG_MAP) in w.kube.config_maps
+    assert asyncio.run(w.retained.read()) == {inst.name: rec}
+    for _ in range(5):
+        w.sweep(after=GRACE)
+    assert w.brev.deletes == []
+
+
+def test_an_unreadable_record_entry_still_protects_its_instance() -> None:
+    w = World()
+    inst = w.brev.add_instance(ours("kept"))
+    w.kube.config_maps[(OPERATOR_NS, CONFIG_MAP)] = ({inst.name: "{not json"}, 1)
+    for _ in range(3):
+        w.sweep(after=GRACE)
+    assert w.brev.deletes == []
+
+
+def test_retain_for_expiry_deletes_confirms_and_drops_the_record() -> None:
+    w = World()
+    inst = w.brev.add_instance(ours("kept"))
+    until = w.clock.now() + timedelta(hours=1)
+    asyncio.run(w.retained.record(RetainedRecord(inst.name, inst.id, "ns/kept", until)))
+    w.sweep(after=3599)
+    assert w.brev.deletes == []
+    w.sweep(after=1)
+    assert w.delete_outcomes() == [(inst.id, "accepted")]
+    w.sweep(after=120)
+    assert w.delete_outcomes() == [(inst.id, "accepted"), (inst.id, "not-found")]
+    assert w.metric("taobrev_orphans_deleted_total", reason="retention_expired") == 1
+    assert asyncio.run(w.retained.read()) == {}
