@@ -108,7 +108,7 @@ class Settings(BaseModel):
         "Delete", description="what the sweeper does with an orphaned instance: Delete or Report"
     )
     orphan_sweep_interval: float = Field(
-        300.0, ge=1, le=86400, description="seconds between orphan sweeps (leader only)"
+        300.0, ge=0.1, le=86400, description="seconds between orphan sweeps (leader only)"
     )
     orphan_grace: float = Field(
         600.0,
