@@ -85,7 +85,10 @@ class Sweeper:
         )
         while True:
             if not self._leadership.is_leading():
-                self.memory = Memory()  # a new term starts from what it sees, not an old term's clock
+                # A new term starts from what it sees, not from an old term's clock; a standby
+                # shows no orphans (the leader's gauges count them).
+                self.memory = Memory()
+                self._recorder.orphan_counts({})
                 await self._leadership.wait_leading()
             try:
                 await self._leadership.while_leading(self.sweep_once())
