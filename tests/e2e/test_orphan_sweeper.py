@@ -184,3 +184,42 @@ def test_policy_report_reports_and_deletes_nothing(stack: Stack) -> None:
     assert deletes_of(stack) == []
     assert metric(stack, "taobrev_orphans_deleted_total", reason="orphan") == 0
     assert "orphan_reported" in orphan_events(stack, orphan)
+
+
+def retained_record(stack: Stack) -> dict[str, Any]:
+    r = stack.kubectl(
+        "get", "configmap", "taobrev-retained", "-n", "taobrev-system", "-o", "json", check=False
+    )
+    return dict(json.loads(r.stdout).get("data") or {}) if r.returncode == 0 else {}
+
+
+def test_retained_instances_outlive_their_job_until_retain_for_expires(stack: Stack) -> None:
+    retain = {"onCompletion": "Retain", "ephemeral": {"gpuName": "L40S", "types": ["g6e.xlarge"]}}
+    ttl = {**retain, "ephemeral": {**retain["ephemeral"], "retainFor": "8s"}}
+    stack.apply(stack.job_manifest("kept", instance=retain))
+    stack.apply(stack.job_manifest("ttl", instance=ttl))
+    kept, expiring = stack.wait_finished("kept"), stack.wait_finished("ttl")
+    assert kept["outcome"] == "Succeeded"
+    assert expiring["outcome"] == "Succeeded"
+    # Recorded (through deploy/base's RBAC) before the jobs finished.
+    record = retained_record(stack)
+    assert set(record) == {kept["instanceName"], expiring["instanceName"]}
+    assert json.loads(record[kept["instanceName"]])["until"] is None
+
+    # Deleting the jobs hands the instances over: nothing references them any more.
+    for name in ("kept", "ttl"):
+        stack.kubectl("delete", "tbj", name, "-n", stack.namespace, "--wait=false")
+        stack.wait_gone(name)
+    wait_until(
+        stack,
+        lambda: metric(stack, "taobrev_orphans_deleted_total", reason="retention_expired") >= 1,
+        "the instance whose retainFor expired to be deleted",
+    )
+    assert not live(stack, expiring["instanceId"])
+    assert expiring["instanceName"] not in retained_record(stack)
+    # The one retained without a deadline stays, sweep after sweep, well past the grace.
+    start = sweeps(stack)
+    wait_until(stack, lambda: sweeps(stack) >= start + 2 * GRACE / INTERVAL, "sweeps past the grace")
+    assert live(stack, kept["instanceId"])
+    assert [a for a in deletes_of(stack) if kept["instanceId"] in a or kept["instanceName"] in a] == []
+    assert metric(stack, "taobrev_orphans_deleted_total", reason="orphan") == 0
