@@ -194,8 +194,9 @@ def retained_record(stack: Stack) -> dict[str, Any]:
 
 
 def test_retained_instances_outlive_their_job_until_retain_for_expires(stack: Stack) -> None:
-    retain = {"onCompletion": "Retain", "ephemeral": {"gpuName": "L40S", "types": ["g6e.xlarge"]}}
-    ttl = {**retain, "ephemeral": {**retain["ephemeral"], "retainFor": "8s"}}
+    machine: dict[str, Any] = {"gpuName": "L40S", "types": ["g6e.xlarge"]}
+    retain = {"onCompletion": "Retain", "ephemeral": machine}
+    ttl = {"onCompletion": "Retain", "ephemeral": {**machine, "retainFor": "8s"}}
     stack.apply(stack.job_manifest("kept", instance=retain))
     stack.apply(stack.job_manifest("ttl", instance=ttl))
     kept, expiring = stack.wait_finished("kept"), stack.wait_finished("ttl")
