@@ -6,13 +6,15 @@ from __future__ import annotations
 
 import asyncio
 from datetime import timedelta
+from typing import Any
 
+import pytest
 from prometheus_client import CollectorRegistry
 
 from controller import naming
 from controller.directory import InstanceDirectory
 from controller.errors import KubeUnavailable
-from controller.leadership import SoleLeader
+from controller.leadership import Leadership, SoleLeader
 from controller.metrics import Recorder
 from controller.models import TaoBrevJobSpec, TaoBrevJobStatus
 from controller.orphans import Policy
@@ -29,7 +31,9 @@ OPERATOR_NS = "taobrev-system"
 
 
 class World:
-    def __init__(self, policy: Policy = Policy.DELETE) -> None:
+    def __init__(
+        self, policy: Policy = Policy.DELETE, *, leadership: Leadership | None = None, interval: float = 60
+    ) -> None:
         self.clock = FakeClock()
         self.brev = FakeBrev(self.clock)
         self.kube = FakeKube()
@@ -41,10 +45,10 @@ class World:
             kube=self.kube,
             retained=self.retained,
             recorder=Recorder(self.registry, clock=self.clock.unix),
-            leadership=SoleLeader(),
+            leadership=leadership or SoleLeader(),
             cluster_id=CLUSTER,
             policy=policy,
-            interval=60,
+            interval=interval,
             grace=GRACE,
             listing_max_age=0,
             clock=self.clock.now,
@@ -197,3 +201,52 @@ def test_retain_for_expiry_deletes_confirms_and_drops_the_record() -> None:
     assert w.delete_outcomes() == [(inst.id, "accepted"), (inst.id, "not-found")]
     assert w.metric("taobrev_orphans_deleted_total", reason="retention_expired") == 1
     assert asyncio.run(w.retained.read()) == {}
+
+
+class Toggle:
+    """A Leadership the test switches: a standby idles in wait_leading."""
+
+    def __init__(self) -> None:
+        self.leading = asyncio.Event()
+
+    def is_leading(self) -> bool:
+        return self.leading.is_set()
+
+    async def wait_leading(self, timeout: float | None = None) -> bool:  # noqa: ASYNC109
+        await self.leading.wait()
+        return True
+
+    async def while_leading(self, work: Any) -> Any:
+        return await work
+
+
+def test_only_the_leader_sweeps_and_a_new_term_forgets_the_old_terms_clock() -> None:
+    toggle = Toggle()
+    w = World(leadership=toggle, interval=0.001)
+    w.brev.add_instance(ours("stripped"))
+
+    async def until(check: Any) -> None:
+        for _ in range(10_000):
+            if check():
+                return
+            await asyncio.sleep(0.001)
+        raise AssertionError("condition never held")
+
+    async def scenario() -> None:
+        task = asyncio.create_task(w.sweeper.run())
+        for _ in range(50):
+            await asyncio.sleep(0)
+        assert w.brev.listings == 0  # a standby makes no Brev call
+        toggle.leading.set()
+        await until(lambda: w.metric("taobrev_orphan_sweeps_total", result="done") >= 2)
+        assert w.sweeper.memory.first_seen
+        assert w.metric("taobrev_orphan_instances", state="pending_grace") == 1
+        toggle.leading.clear()  # the term ends
+        await until(lambda: not w.sweeper.memory.first_seen)
+        assert w.metric("taobrev_orphan_instances", state="pending_grace") == 0
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(scenario())
+    assert w.brev.deletes == []
