@@ -148,19 +148,11 @@ async def resolve_cluster_id(settings: Settings) -> Settings:
     stops start-up with the fix, since no instance may be named without it."""
     if settings.cluster_id:
         return settings
-    kube = KubeAccess(api_client(resolve_connection(settings)), request_timeout=settings.kube_request_timeout)
-    uid = ""
-    failure: TaoBrevError | None = None
-    for attempt in range(_CLUSTER_ID_TRIES):
-        try:
-            uid = await kube.namespace_uid("kube-system")
-            break
-        except KubeAccessDenied as exc:
-            failure = exc
-            break
-        except TaoBrevError as exc:  # the API server not answering yet: a few tries, then stop
-            failure = exc
-            await asyncio.sleep(min(2.0 * 2**attempt, 10.0))
+    api = api_client(resolve_connection(settings))
+    try:
+        uid, failure = await _kube_system_uid(KubeAccess(api, request_timeout=settings.kube_request_timeout))
+    finally:
+        api.close()
     if not uid:
         raise PermanentError(
             f"cannot derive the cluster id: {failure}. Set TAOBREV_CLUSTER_ID, or grant the operator "
@@ -168,6 +160,20 @@ async def resolve_cluster_id(settings: Settings) -> Settings:
         )
     log.info("cluster id derived from the kube-system namespace uid", cluster_id=uid)
     return settings.model_copy(update={"cluster_id": uid})
+
+
+async def _kube_system_uid(kube: KubeAccess) -> tuple[str, TaoBrevError | None]:
+    """(uid, None), or ("", why): a denial at once, an API server not answering after a few tries."""
+    failure: TaoBrevError | None = None
+    for attempt in range(_CLUSTER_ID_TRIES):
+        try:
+            return await kube.namespace_uid("kube-system"), None
+        except KubeAccessDenied as exc:
+            return "", exc
+        except TaoBrevError as exc:
+            failure = exc
+            await asyncio.sleep(min(2.0 * 2**attempt, 10.0))
+    return "", failure
 
 
 def add_leader_election(app: App, new_reconciler: Callable[[], Reconciler]) -> None:
