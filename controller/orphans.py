@@ -26,7 +26,7 @@ from enum import StrEnum
 from typing import Any
 
 from controller import naming
-from controller.brev.client import Instance
+from controller.brev.client import DELETING, Instance
 from controller.retained import RetainedRecord
 
 # An accepted delete whose instance is still listed (not DELETING) this long after is sent again:
@@ -194,7 +194,7 @@ def decide(
         findings.append(finding)
         mark = memory.deleting.get(inst.id)
         if mark is None or (
-            inst.status != "DELETING" and (now - mark.accepted_at).total_seconds() >= REDELETE_AFTER
+            inst.status != DELETING and (now - mark.accepted_at).total_seconds() >= REDELETE_AFTER
         ):
             delete.append(finding)
 

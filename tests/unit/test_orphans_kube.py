@@ -110,3 +110,16 @@ def test_config_map_is_created_then_replaced_at_the_version_read() -> None:
         asyncio.run(kube.write_config_map("sys", "rec", {}, "1"))  # someone wrote in between
     assert core.writes == [("create", None), ("replace", "1"), ("replace", "1")]
     assert asyncio.run(kube.read_config_map("sys", "rec")) == ({"a": "1", "b": "2"}, "2")
+
+
+def test_a_cluster_id_that_cannot_be_derived_stops_start_up_with_the_fix() -> None:
+    from controller.app import _kube_system_uid
+
+    denied = KubeAccess(
+        core=FakeCore(error=ApiException(status=403, reason="Forbidden")), custom=FakeCustom([])
+    )
+    uid, why = asyncio.run(_kube_system_uid(denied))
+    assert uid == ""
+    assert isinstance(why, KubeAccessDenied)  # at once: a denial does not pass by retrying
+    ok = KubeAccess(core=FakeCore(uid="ks-uid"), custom=FakeCustom([]))
+    assert asyncio.run(_kube_system_uid(ok)) == ("ks-uid", None)
