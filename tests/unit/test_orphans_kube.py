@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from kubernetes.client.rest import ApiException
 
+from controller.app import _kube_system_uid
 from controller.errors import KubeAccessDenied, KubeUnavailable
 from controller.kube import GROUP, PLURAL, VERSION, KubeAccess
 
@@ -113,8 +114,6 @@ def test_config_map_is_created_then_replaced_at_the_version_read() -> None:
 
 
 def test_a_cluster_id_that_cannot_be_derived_stops_start_up_with_the_fix() -> None:
-    from controller.app import _kube_system_uid
-
     denied = KubeAccess(
         core=FakeCore(error=ApiException(status=403, reason="Forbidden")), custom=FakeCustom([])
     )
