@@ -138,12 +138,14 @@ class Sweeper:
         deleting = dict(memory.deleting)
         refused: set[str] = set()
         for finding in plan.delete:
-            if await self._delete(finding):
+            answer = await self._delete(finding)
+            if answer == "accepted":
                 deleting[finding.instance.id] = DeleteMark(
                     finding.instance.id, finding.instance.name, finding.why, now
                 )
-            else:
+            elif answer == "refused":
                 refused.add(finding.instance.id)
+            # "failed" (transient): still due, sent again at the next sweep.
         for mark in plan.confirm:
             if await self._confirm(mark):
                 deleting.pop(mark.instance_id, None)
@@ -189,8 +191,9 @@ class Sweeper:
         else:
             log.info("orphan_deleting", **fields)
 
-    async def _delete(self, f: Finding) -> bool:
-        """Send the delete by id; True once brev accepted it."""
+    async def _delete(self, f: Finding) -> str:
+        """Send the delete by id: "accepted", "refused" (this identity cannot find it) or
+        "failed" (transient)."""
         inst = f.instance
         try:
             await self._brev.delete_instance(inst.id)
@@ -198,12 +201,12 @@ class Sweeper:
             # Listed, yet this identity's delete cannot find it: another user's instance with our
             # mark (a token login), or gone since the listing. Never counted as deleted.
             log.warning("orphan_delete_not_found", instance=inst.name, instance_id=inst.id, error=str(exc))
-            return False
+            return "refused"
         except TaoBrevError as exc:
             log.warning("orphan_delete_failed", instance=inst.name, instance_id=inst.id, error=str(exc))
-            return False
+            return "failed"
         log.warning("orphan_delete_requested", instance=inst.name, instance_id=inst.id, why=str(f.why))
-        return True
+        return "accepted"
 
     async def _confirm(self, mark: DeleteMark) -> bool:
         """One more delete for an accepted delete the listing no longer shows: not-found is the

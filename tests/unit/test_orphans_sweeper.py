@@ -110,6 +110,18 @@ def test_a_failed_listing_or_job_list_means_no_sweep() -> None:
     assert len(w.brev.deletes) == 1  # the memory of first sight survived the skipped sweeps
 
 
+def test_a_delete_that_fails_transiently_is_sent_again_at_the_next_sweep() -> None:
+    w = World()
+    orphan = w.brev.add_instance(ours("stripped"))
+    w.sweep()
+    w.brev.set_faults(delete_failures=1)
+    w.sweep(after=GRACE)
+    assert w.delete_outcomes() == [(orphan.id, "failed")]
+    assert w.metric("taobrev_orphan_instances", state="deleting") == 1  # still due, not "reported"
+    w.sweep(after=1)
+    assert w.delete_outcomes() == [(orphan.id, "failed"), (orphan.id, "accepted")]
+
+
 def test_policy_report_deletes_nothing_and_says_so_in_the_gauge() -> None:
     w = World(Policy.REPORT)
     w.brev.add_instance(ours("stripped"))
