@@ -7,7 +7,10 @@ from __future__ import annotations
 import asyncio
 from datetime import timedelta
 
-from controller.errors import KubeUnavailable
+import pytest
+
+from controller.errors import KubeUnavailable, SpecError
+from controller.models import TaoBrevJobSpec
 from controller.reconciler import Reconciler
 from controller.retained import CONFIG_MAP, RetainedRecord, RetainedStore
 from controller.timestamps import parse_time
@@ -69,3 +72,33 @@ def test_records_of_two_jobs_coexist() -> None:
     asyncio.run(store.record(RetainedRecord("tbj-other", "i-9", "ns/other", None)))
     asyncio.run(h.run(seconds=7200))
     assert set(asyncio.run(store.read())) == {"tbj-other", str(h.instance_name)}
+
+
+@pytest.mark.parametrize(
+    ("ephemeral", "on_completion", "says"),
+    [
+        ({"retainFor": "12h"}, None, "only meaningful with onCompletion: Retain"),
+        ({"retainFor": "12h"}, "Delete", "only meaningful with onCompletion: Retain"),
+        ({"retainFor": "0"}, "Retain", "give 1 s .. 366d"),
+        ({"retainFor": "400d"}, "Retain", "give 1 s .. 366d"),
+        ({"retainFor": "12 hours"}, "Retain", "spec.instance.ephemeral.retainFor"),
+    ],
+)
+def test_a_bad_retain_for_is_refused_naming_the_field_and_the_fix(
+    ephemeral: dict[str, str], on_completion: str | None, says: str
+) -> None:
+    instance: dict[str, object] = {"ephemeral": {"gpuName": "L40S", **ephemeral}}
+    if on_completion:
+        instance["onCompletion"] = on_completion
+    with pytest.raises(SpecError, match="retainFor") as err:
+        TaoBrevJobSpec.parse(job_spec(instance=instance))
+    assert says in str(err.value)
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("90", 90), ("90s", 90), ("12h", 43200), ("1d12h30m", 131400)])
+def test_retain_for_accepts_seconds_and_units(text: str, seconds: int) -> None:
+    spec = TaoBrevJobSpec.parse(
+        job_spec(instance={"ephemeral": {"retainFor": text}, "onCompletion": "Retain"})
+    )
+    assert spec.instance.ephemeral is not None
+    assert spec.instance.ephemeral.retain_for_seconds() == seconds
