@@ -16,6 +16,7 @@ suffix added later (per-attempt names) or a cut at 63 characters keeps it.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 
@@ -39,6 +40,7 @@ def _digest(uid: str, length: int = 8) -> str:
     return hashlib.sha256(uid.encode()).hexdigest()[:length]
 
 
+@functools.cache  # one cluster id per process: the sweeper asks for every listed instance
 def cluster_mark(cluster_id: str) -> str:
     """The 8 hex digits naming a cluster in instance names (any id in, a fixed alphabet out)."""
     if not cluster_id:
