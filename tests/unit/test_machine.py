@@ -118,9 +118,7 @@ def test_a_new_job_gets_a_visible_pending_with_its_names_and_moves_on_at_once() 
     d = decide(TaoBrevJobStatus(), generation=3)
     assert d.status.phase is Phase.PENDING
     assert d.status.instance_name is not None
-    assert d.status.instance_name.startswith(
-        f"tbj-{naming.cluster_mark(machine.Tunables().cluster_id)}-ns-job-"
-    )
+    assert d.status.instance_name.startswith(MARKED_PREFIX)
     assert d.status.backend_ref == f"{d.status.instance_name}/{d.status.job_id}"
     assert d.status.observed_generation == 3
     assert d.actions == ()
@@ -267,9 +265,7 @@ def test_status_without_names_past_pending_gets_its_deterministic_names_back() -
     status = TaoBrevJobStatus(phase=Phase.RUNNING, phase_times={"Running": T0})
     d = decide(status, instance=running())
     assert d.status.instance_name is not None
-    assert d.status.instance_name.startswith(
-        f"tbj-{naming.cluster_mark(machine.Tunables().cluster_id)}-ns-job-"
-    )
+    assert d.status.instance_name.startswith(MARKED_PREFIX)
 
 
 # --- cancellation, failures, timeouts ------------------------------------------------------------

@@ -476,9 +476,7 @@ def test_a_pending_edit_from_reuse_to_ephemeral_re_derives_the_names() -> None:
     d = decide(first, spec_=EPHEMERAL)
     assert d.status.instance_created is True
     assert d.status.instance_name is not None
-    assert d.status.instance_name.startswith(
-        f"tbj-{naming.cluster_mark(machine.Tunables().cluster_id)}-ns-job-"
-    )
+    assert d.status.instance_name.startswith(MARKED_PREFIX)
 
 
 def test_tunables_refuse_fewer_than_three_listings() -> None:
