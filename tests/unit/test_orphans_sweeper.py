@@ -5,6 +5,7 @@ retained-instance record (written before a Retain job finishes) and retainFor ex
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -12,6 +13,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from controller import naming
+from controller.brev.client import Instance
 from controller.directory import InstanceDirectory
 from controller.errors import KubeUnavailable
 from controller.leadership import Leadership, SoleLeader
@@ -32,10 +34,16 @@ OPERATOR_NS = "taobrev-system"
 
 class World:
     def __init__(
-        self, policy: Policy = Policy.DELETE, *, leadership: Leadership | None = None, interval: float = 60
+        self,
+        policy: Policy = Policy.DELETE,
+        *,
+        leadership: Leadership | None = None,
+        interval: float = 60,
+        grace: float = GRACE,
+        brev: type[FakeBrev] = FakeBrev,
     ) -> None:
         self.clock = FakeClock()
-        self.brev = FakeBrev(self.clock)
+        self.brev = brev(self.clock)
         self.kube = FakeKube()
         self.registry = CollectorRegistry()
         self.retained = RetainedStore(self.kube, OPERATOR_NS)
@@ -49,7 +57,7 @@ class World:
             cluster_id=CLUSTER,
             policy=policy,
             interval=interval,
-            grace=GRACE,
+            grace=grace,
             listing_max_age=0,
             clock=self.clock.now,
         )
@@ -90,6 +98,34 @@ def test_an_orphan_is_deleted_after_the_grace_and_counted_once_confirmed() -> No
     w.sweep(after=60)
     assert len(w.brev.deletes) == 2  # nothing more to do
     assert w.metric("taobrev_orphan_sweeps_total", result="done") == 5
+
+
+class CreateDuringListing(FakeBrev):
+    """A job is created (name in status first, as the operator does) and its instance made just
+    as the sweep lists Brev: the race an in-flight create runs against the sweep."""
+
+    kube: FakeKube | None = None
+
+    async def list_instances(self) -> Sequence[Instance]:
+        if self.kube is not None and not self.instances:
+            obj = self.kube.create("ns", "racing", "u-race", job_spec())
+            name = ours("racing", "u-race")
+            obj.status = {"phase": "Provisioning", "instanceName": name}
+            self.add_instance(name)
+        return await super().list_instances()
+
+
+def test_an_in_flight_create_is_never_swept_even_without_a_grace() -> None:
+    # The sweep lists Brev BEFORE the jobs: a job whose instance is in the listing is in the job
+    # list. (Listing the jobs first would see this instance unreferenced and, with no grace,
+    # delete it.)
+    w = World(grace=0, brev=CreateDuringListing)
+    assert isinstance(w.brev, CreateDuringListing)
+    w.brev.kube = w.kube
+    for _ in range(3):
+        w.sweep(after=60)
+    assert len(w.brev.instances) == 1
+    assert w.brev.deletes == []
 
 
 def test_a_failed_listing_or_job_list_means_no_sweep() -> None:
