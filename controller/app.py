@@ -6,6 +6,7 @@ tests build the same graph with their own pieces.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import socket
 from collections.abc import Callable
@@ -20,17 +21,21 @@ from controller.actions import ActionRunner
 from controller.brev.cli import BrevCLI, BrevCLISettings
 from controller.brev.client import BrevCredentials
 from controller.directory import InstanceDirectory
-from controller.errors import PermanentError, TaoBrevError
+from controller.errors import KubeAccessDenied, PermanentError, TaoBrevError
 from controller.health import Watchdog
 from controller.kube import KubeAccess, api_client, resolve_connection
 from controller.leadership import KubeLeaseStore, LeaderElector, Leadership, SoleLeader, identity
 from controller.logs import register_secret
 from controller.metrics import Recorder, RedactingRegistry
+from controller.orphans import Policy
 from controller.reconciler import EventSink, Reconciler
+from controller.retained import RetainedStore
 from controller.settings import Settings
+from controller.sweeper import Sweeper
 from controller.versions import load_versions
 
 log = structlog.get_logger("taobrev.app")
+_CLUSTER_ID_TRIES = 5
 
 
 @dataclass
@@ -46,6 +51,8 @@ class App:
     # Leader election (None when disabled); `leadership` is what the handlers consult.
     elector: LeaderElector | None = None
     leadership: Leadership = field(default_factory=SoleLeader)
+    # The orphan sweeper (controller/sweeper.py); its loop is started by the kopf startup handler.
+    sweeper: Sweeper | None = None
 
 
 def build(settings: Settings, events: EventSink) -> App:
@@ -103,6 +110,8 @@ def build(settings: Settings, events: EventSink) -> App:
         pull_timeout=settings.pull_timeout,
     )
 
+    retained = RetainedStore(kube, settings.operator_namespace)
+
     def new_reconciler() -> Reconciler:
         return Reconciler(
             kube=kube,
@@ -113,6 +122,7 @@ def build(settings: Settings, events: EventSink) -> App:
             tunables=settings.tunables(),
             listing_max_age=settings.listing_max_age,
             default_image=load_versions().images.tao_toolkit.pyt,
+            retained=retained,
         )
 
     watchdog = Watchdog(grace=settings.liveness_grace, pass_ceiling=settings.pass_ceiling())
@@ -121,7 +131,54 @@ def build(settings: Settings, events: EventSink) -> App:
         add_leader_election(app, new_reconciler)
     else:
         recorder.leader(True)
+    app.sweeper = Sweeper(
+        brev=brev,
+        directory=directory,
+        kube=kube,
+        retained=retained,
+        recorder=recorder,
+        leadership=app.leadership,
+        cluster_id=settings.resolved_cluster_id(),
+        policy=Policy(settings.orphan_policy),
+        interval=settings.orphan_sweep_interval,
+        grace=settings.orphan_grace,
+        listing_max_age=settings.listing_max_age,
+    )
     return app
+
+
+async def resolve_cluster_id(settings: Settings) -> Settings:
+    """Settings with the cluster id set: TAOBREV_CLUSTER_ID, else the kube-system namespace uid
+    (stable for the cluster's lifetime, unique per cluster). Read once at start-up; a failure
+    stops start-up with the fix, since no instance may be named without it."""
+    if settings.cluster_id:
+        return settings
+    api = api_client(resolve_connection(settings))
+    try:
+        uid, failure = await _kube_system_uid(KubeAccess(api, request_timeout=settings.kube_request_timeout))
+    finally:
+        api.close()
+    if not uid:
+        raise PermanentError(
+            f"cannot derive the cluster id: {failure}. Set TAOBREV_CLUSTER_ID, or grant the operator "
+            "`get` on namespace kube-system (deploy/base/rbac.yaml)"
+        )
+    log.info("cluster id derived from the kube-system namespace uid", cluster_id=uid)
+    return settings.model_copy(update={"cluster_id": uid})
+
+
+async def _kube_system_uid(kube: KubeAccess) -> tuple[str, TaoBrevError | None]:
+    """(uid, None), or ("", why): a denial at once, an API server not answering after a few tries."""
+    failure: TaoBrevError | None = None
+    for attempt in range(_CLUSTER_ID_TRIES):
+        try:
+            return await kube.namespace_uid("kube-system"), None
+        except KubeAccessDenied as exc:
+            return "", exc
+        except TaoBrevError as exc:
+            failure = exc
+            await asyncio.sleep(min(2.0 * 2**attempt, 10.0))
+    return "", failure
 
 
 def add_leader_election(app: App, new_reconciler: Callable[[], Reconciler]) -> None:

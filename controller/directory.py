@@ -85,6 +85,13 @@ class InstanceDirectory:
         inst, ambiguous = resolve_by_name(self._listing, name)
         return Sighting(known=True, instance=inst, ambiguous=ambiguous, identity=self._identity)
 
+    async def listing(self, *, max_age: float) -> tuple[Instance, ...] | None:
+        """The whole shared listing (the orphan sweeper's view), or None when brev could not be
+        listed right now (unknown, never "no instances")."""
+        if not await self._fresh(max_age):
+            return None
+        return self._listing
+
     async def _fresh(self, max_age: float) -> bool:
         if self._listing is None or self._clock() - self._taken_at > max_age:
             if self._inflight is None or self._inflight.done():

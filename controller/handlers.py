@@ -73,6 +73,10 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     # The daemon's blocking `docker wait` is cut short when the object is deleted.
     settings.execution.max_workers = 32
 
+    try:
+        ours = await app_module.resolve_cluster_id(ours)
+    except PermanentError as exc:
+        raise kopf.PermanentError(redact_text(str(exc))) from exc
     app = app_module.build(ours, _post_event)
     memo["app"] = app
     if ours.metrics_port:
@@ -92,6 +96,8 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         # stop the loop before releasing the Lease.
         memo["election"] = asyncio.create_task(app.elector.run(), name="leader election")
         memo["login"] = asyncio.create_task(app_module.login_when_leading(app), name="brev login")
+    if app.sweeper is not None:
+        memo["sweeper"] = asyncio.create_task(app.sweeper.run(), name="orphan sweeper")
 
 
 @kopf.on.login()
@@ -111,7 +117,7 @@ async def login(**_: Any) -> kopf.ConnectionInfo:
 @kopf.on.cleanup()
 async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     app = memo.get("app")
-    for name in ("login", "election"):
+    for name in ("sweeper", "login", "election"):
         task = memo.get(name)
         if task is not None:
             task.cancel()

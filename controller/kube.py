@@ -1,4 +1,5 @@
-"""Kubernetes access the reconciler needs: read Secrets, patch status. Nothing else.
+"""Kubernetes access the operator needs: read Secrets, patch status; for the orphan sweeper, the
+cluster identity, the TaoBrevJob list and the retained-instance ConfigMap. Nothing else.
 
 The API server is a fault source like Brev: every call carries `_request_timeout` (a paused or
 half-open server must not hold a pass forever), and every failure leaves this module as a
@@ -229,6 +230,99 @@ class KubeAccess:
             )
 
         return await asyncio.to_thread(_patch)
+
+    # -- cluster identity, the job list and the retained-instance record (controller/sweeper.py)
+
+    async def namespace_uid(self, name: str) -> str:
+        """The uid of a namespace (kube-system's names this cluster: TAOBREV_CLUSTER_ID's default)."""
+        where = f"namespace {name}"
+
+        def _get() -> str:
+            try:
+                ns = self._core.read_namespace(name, _request_timeout=self._timeout)
+            except ApiException as exc:
+                raise _translate(exc, f"reading the uid of {where} (or set TAOBREV_CLUSTER_ID)") from None
+            except (Urllib3Error, OSError) as exc:
+                raise _translate(exc, f"reading the uid of {where}") from None
+            uid = ns.metadata.uid if ns.metadata is not None else None
+            if not uid:
+                raise KubeUnavailable(f"{where} has no uid in the API server's answer")
+            return str(uid)
+
+        return await asyncio.to_thread(_get)
+
+    async def list_jobs(self, page_size: int = 500) -> list[dict[str, Any]]:
+        """Every TaoBrevJob of the cluster (all namespaces, every page), as plain dicts. Raises
+        rather than return a partial list: a caller deciding what is unreferenced needs all."""
+
+        def _list() -> list[dict[str, Any]]:
+            items: list[dict[str, Any]] = []
+            token: str | None = None
+            while True:
+                kwargs: dict[str, Any] = {"limit": page_size, "_request_timeout": self._timeout}
+                if token:
+                    kwargs["_continue"] = token
+                try:
+                    page = self._custom.list_cluster_custom_object(GROUP, VERSION, PLURAL, **kwargs)
+                except ApiException as exc:
+                    raise _translate(exc, "listing TaoBrevJobs in all namespaces") from None
+                except (Urllib3Error, OSError) as exc:
+                    raise _translate(exc, "listing TaoBrevJobs in all namespaces") from None
+                if not isinstance(page, Mapping) or not isinstance(page.get("items"), list):
+                    raise KubeUnavailable("listing TaoBrevJobs: the API server's answer has no items list")
+                items.extend(dict(i) for i in page["items"])
+                token = (page.get("metadata") or {}).get("continue") or None
+                if not token:
+                    return items
+
+        return await asyncio.to_thread(_list)
+
+    async def read_config_map(self, namespace: str, name: str) -> tuple[dict[str, str], str] | None:
+        """(data, resourceVersion) of a ConfigMap, or None if it does not exist."""
+        where = f"ConfigMap {namespace}/{name}"
+
+        def _read() -> tuple[dict[str, str], str] | None:
+            try:
+                cm = self._core.read_namespaced_config_map(name, namespace, _request_timeout=self._timeout)
+            except ApiException as exc:
+                if exc.status == 404:
+                    return None
+                raise _translate(exc, f"reading {where}") from None
+            except (Urllib3Error, OSError) as exc:
+                raise _translate(exc, f"reading {where}") from None
+            version = cm.metadata.resource_version if cm.metadata is not None else None
+            return dict(cm.data or {}), str(version or "")
+
+        return await asyncio.to_thread(_read)
+
+    async def write_config_map(
+        self, namespace: str, name: str, data: Mapping[str, str], resource_version: str | None
+    ) -> None:
+        """Create (resource_version None) or replace the ConfigMap only if it is still at
+        `resource_version` (optimistic concurrency: a 409 is a KubeUnavailable, read again)."""
+        where = f"ConfigMap {namespace}/{name}"
+
+        def _write() -> None:
+            meta = k8s.V1ObjectMeta(
+                name=name,
+                namespace=namespace,
+                resource_version=resource_version,
+                labels={"app.kubernetes.io/name": "taobrev-operator"},
+            )
+            body = k8s.V1ConfigMap(metadata=meta, data=dict(data))
+            try:
+                if resource_version is None:
+                    self._core.create_namespaced_config_map(namespace, body, _request_timeout=self._timeout)
+                else:
+                    self._core.replace_namespaced_config_map(
+                        name, namespace, body, _request_timeout=self._timeout
+                    )
+            except ApiException as exc:
+                raise _translate(exc, f"writing {where}") from None
+            except (Urllib3Error, OSError) as exc:
+                raise _translate(exc, f"writing {where}") from None
+
+        await asyncio.to_thread(_write)
 
 
 def redact_status(value: Any) -> Any:

@@ -12,7 +12,7 @@ their cardinality follows the number of TaoBrevJob objects in the cluster, not t
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from threading import Thread
 from typing import Final
 from wsgiref.simple_server import WSGIServer
@@ -26,6 +26,10 @@ from controller.models import Phase
 # The status.phase values of the TaoBrevJob API, in lifecycle order (SPEC.md).
 PHASES: Final = tuple(str(p) for p in Phase)
 BREV_RESULTS: Final = ("ok", "error", "timeout")
+# Label values of the orphan sweeper's series (controller/orphans.py State and Why).
+ORPHAN_STATES: Final = ("pending_grace", "reported", "deleting")
+ORPHAN_REASONS: Final = ("orphan", "retention_expired")
+ORPHAN_SWEEP_RESULTS: Final = ("done", "skipped")
 # `from_phase` of a job's first transition: there was no phase before it.
 NO_PHASE: Final = "none"
 
@@ -197,6 +201,33 @@ class Recorder:
             ["lane"],
             registry=registry,
         )
+        # The orphan sweeper (controller/sweeper.py). Every label value is created up front, so
+        # the series exist (at 0) from the first scrape and alerts see 0, not "no data".
+        self._orphans = Gauge(
+            "taobrev_orphan_instances",
+            "Instances carrying this cluster's mark that no TaoBrevJob references, by state: "
+            "pending_grace (within the grace), reported (left alone), deleting (delete sent).",
+            ["state"],
+            registry=registry,
+        )
+        self._orphans_deleted = Counter(
+            "taobrev_orphans_deleted",
+            "Orphaned or expired retained instances the sweeper deleted (delete confirmed not-found).",
+            ["reason"],
+            registry=registry,
+        )
+        self._orphan_sweeps = Counter(
+            "taobrev_orphan_sweeps",
+            "Orphan sweeps by result: done, or skipped (listing, job list or record unreadable).",
+            ["result"],
+            registry=registry,
+        )
+        for state in ORPHAN_STATES:
+            self._orphans.labels(state=state).set(0)
+        for reason in ORPHAN_REASONS:
+            self._orphans_deleted.labels(reason=reason)
+        for result in ORPHAN_SWEEP_RESULTS:
+            self._orphan_sweeps.labels(result=result)
         self.build_info(version, brev_cli_version)
 
     # -- process ---------------------------------------------------------------------------------
@@ -336,6 +367,22 @@ class Recorder:
 
     def exit_to_teardown(self, seconds: float) -> None:
         self._exit_teardown.observe(seconds)
+
+    # -- orphan sweeper --------------------------------------------------------------------------
+
+    def orphan_counts(self, counts: Mapping[str, int]) -> None:
+        for state in ORPHAN_STATES:
+            self._orphans.labels(state=state).set(counts.get(state, 0))
+
+    def orphan_deleted(self, reason: str) -> None:
+        if reason not in ORPHAN_REASONS:
+            raise ValueError(f"orphan_deleted reason must be one of {ORPHAN_REASONS}, got {reason!r}")
+        self._orphans_deleted.labels(reason=reason).inc()
+
+    def orphan_sweep(self, result: str) -> None:
+        if result not in ORPHAN_SWEEP_RESULTS:
+            raise ValueError(f"orphan_sweep result must be one of {ORPHAN_SWEEP_RESULTS}, got {result!r}")
+        self._orphan_sweeps.labels(result=result).inc()
 
 
 def _check_phase(phase: str) -> None:

@@ -14,6 +14,7 @@ Pure module: no kopf, kubernetes, os or subprocess imports, even transitively (`
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated, Any, Self
@@ -78,6 +79,10 @@ MAX_SPEC_CONTENT = 262144
 # Timeout bounds (seconds) shared by every field of `Timeouts`.
 TIMEOUT_MIN = 10
 TIMEOUT_MAX = 604800
+# spec.instance.ephemeral.retainFor: plain seconds ("3600") or units ("12h", "1d12h", "90m").
+RETAIN_FOR_PATTERN = r"^([0-9]+|([0-9]+[smhd])+)$"
+RETAIN_FOR_MAX = 366 * 86400
+_RETAIN_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 DEFAULT_SHM_SIZE = "16g"
 DEFAULT_S3_REGION = "us-east-1"
@@ -326,6 +331,39 @@ class EphemeralInstance(_SpecModel):
             "CLI supports it."
         ),
     )
+    retain_for: str | None = Field(
+        default=None,
+        pattern=RETAIN_FOR_PATTERN,
+        max_length=32,
+        description=(
+            "With onCompletion: Retain, how long the operator keeps the instance after the job "
+            "finished before it deletes it (seconds, or units s/m/h/d such as 12h or 1d12h; max "
+            "366d). Unset: a retained instance is kept until you delete it. The deadline is "
+            "recorded when the job finishes and holds after the TaoBrevJob is deleted."
+        ),
+    )
+
+    @field_validator("retain_for")
+    @classmethod
+    def _retain_for_bounded(cls, value: str | None) -> str | None:
+        if value is not None:
+            seconds = retain_for_seconds(value)
+            if not 1 <= seconds <= RETAIN_FOR_MAX:
+                raise ValueError(
+                    f"spec.instance.ephemeral.retainFor: {value!r} is {seconds} s; give 1 s .. 366d "
+                    "(e.g. 12h), or omit it to keep the instance until you delete it"
+                )
+        return value
+
+    def retain_for_seconds(self) -> int | None:
+        return retain_for_seconds(self.retain_for) if self.retain_for is not None else None
+
+
+def retain_for_seconds(value: str) -> int:
+    """ "3600" -> 3600, "1d12h" -> 129600 (the pattern has been checked)."""
+    if value.isdigit():
+        return int(value)
+    return sum(int(n) * _RETAIN_UNITS[u] for n, u in re.findall(r"([0-9]+)([smhd])", value))
 
 
 _ONE_INSTANCE_RULE = CelRule(
@@ -343,10 +381,23 @@ _REUSE_NEVER_DELETED_RULE = CelRule(
 )
 
 
+_RETAIN_FOR_NEEDS_RETAIN_RULE = CelRule(
+    "!has(self.ephemeral) || !has(self.ephemeral.retainFor) || "
+    "(has(self.onCompletion) && self.onCompletion == 'Retain')",
+    "spec.instance.ephemeral.retainFor: only meaningful with onCompletion: Retain (an ephemeral "
+    "instance is deleted at the end by default); set onCompletion: Retain or remove retainFor",
+    ".ephemeral.retainFor",
+)
+
+
 class InstanceSpec(_SpecModel):
     """Where to run: exactly one of reuse or ephemeral."""
 
-    model_config = ConfigDict(json_schema_extra=_validations(_ONE_INSTANCE_RULE, _REUSE_NEVER_DELETED_RULE))
+    model_config = ConfigDict(
+        json_schema_extra=_validations(
+            _ONE_INSTANCE_RULE, _REUSE_NEVER_DELETED_RULE, _RETAIN_FOR_NEEDS_RETAIN_RULE
+        )
+    )
 
     reuse: ReuseInstance | None = Field(default=None, description="Run on an existing brev instance.")
     ephemeral: EphemeralInstance | None = Field(
@@ -366,6 +417,12 @@ class InstanceSpec(_SpecModel):
             raise ValueError(_ONE_INSTANCE_RULE.message)
         if self.reuse is not None and self.on_completion is OnCompletion.DELETE:
             raise ValueError(_REUSE_NEVER_DELETED_RULE.message)
+        if (
+            self.ephemeral is not None
+            and self.ephemeral.retain_for is not None
+            and self.on_completion is not OnCompletion.RETAIN
+        ):
+            raise ValueError(_RETAIN_FOR_NEEDS_RETAIN_RULE.message)
         return self
 
     def effective_on_completion(self) -> OnCompletion:

@@ -26,6 +26,7 @@ from controller.kube import KubeAccess
 from controller.logs import register_secret
 from controller.metrics import Recorder
 from controller.models import Phase, TaoBrevJobSpec, TaoBrevJobStatus, merge_patch
+from controller.retained import RetainedStore, record_for
 from controller.steps import (
     Action,
     ActionFailure,
@@ -93,6 +94,7 @@ class Reconciler:
         listing_max_age: float,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         default_image: str | None = None,
+        retained: RetainedStore | None = None,
     ) -> None:
         self._kube = kube
         self._directory = directory
@@ -104,6 +106,9 @@ class Reconciler:
         self._clock = clock
         # The pinned TAO image, for a spec that reached us without the CRD's default applied.
         self._default_image = default_image
+        # Where a job that keeps its instance (onCompletion: Retain) records it before it finishes
+        # (controller/retained.py); None: not recorded (tests without a sweeper).
+        self._retained = retained
         self._locks: dict[str, asyncio.Lock] = {}
         # The status last written per uid, typed and as sent (the watch may lag behind it).
         self._written: dict[str, TaoBrevJobStatus] = {}
@@ -332,6 +337,12 @@ class Reconciler:
         new = decision.status
         for note in decision.events:
             self._events(ref, note.type, note.reason, note.message)
+        if self._retained is not None and new.finished_at and not old.finished_at:
+            # BEFORE the status says finished: a failed write fails this pass (retried), so no
+            # retained instance is ever left unrecorded for the orphan sweeper to take.
+            record = record_for(ref.namespace, ref.name, spec, new)
+            if record is not None:
+                await self._retained.record(record)
         old_k8s, new_k8s = old.to_k8s(), new.to_k8s()
         if _comparable(new_k8s) != _comparable(old_k8s):
             # Serialised once where it leaves; fields cleared since the last write go as null.

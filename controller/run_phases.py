@@ -47,7 +47,7 @@ def assign_names(p: Pass, namespace: str, name: str, uid: str) -> None:
         return
     job = naming.job_id(name, uid)
     reuse = p.spec.instance.reuse
-    inst = reuse.name if reuse else naming.instance_name(namespace, name, uid)
+    inst = reuse.name if reuse else naming.instance_name(namespace, name, uid, cluster_id=p.tun.cluster_id)
     p.s.job_id = job
     p.s.instance_name = inst
     p.s.instance_created = reuse is None

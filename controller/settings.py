@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -129,6 +130,29 @@ class Settings(BaseModel):
         10.0, gt=0, le=3600, description="the leader stops acting if it has not renewed for this long"
     )
     leader_retry_period: float = Field(2.0, gt=0, le=600, description="seconds between election attempts")
+    # --- ownership and the orphan sweeper (controller/naming.py, controller/sweeper.py)
+    cluster_id: str | None = Field(
+        None,
+        min_length=1,
+        max_length=253,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]*$",
+        description=(
+            "identity of this cluster in instance names (tbj-<sha256(id)[:8]>-...); default: the "
+            "kube-system namespace uid. Never change it while instances exist"
+        ),
+    )
+    orphan_policy: Literal["Delete", "Report"] = Field(
+        "Delete", description="what the sweeper does with an orphaned instance: Delete or Report"
+    )
+    orphan_sweep_interval: float = Field(
+        300.0, ge=0.1, le=86400, description="seconds between orphan sweeps (leader only)"
+    )
+    orphan_grace: float = Field(
+        600.0,
+        ge=0,
+        le=7 * 86400,
+        description="seconds an instance must stay unreferenced (from first seen) before it is an orphan",
+    )
 
     def pass_ceiling(self) -> float:
         """The longest a single reconcile pass may legitimately run (a registry pull plus an exec)."""
@@ -140,6 +164,7 @@ class Settings(BaseModel):
             wait_timeout=self.wait_timeout,
             create_settle=self.create_settle,
             backoff_max=self.backoff_max,
+            cluster_id=self.resolved_cluster_id(),
         )
 
     def lanes(self, observer: LaneObserver | None = None) -> Lanes:
@@ -147,6 +172,11 @@ class Settings(BaseModel):
         shared = self.max_concurrent_brev_calls
         legacy = (shared, f"{PREFIX}MAX_CONCURRENT_BREV_CALLS") if shared is not None else None
         return Lanes(sizes, shared=legacy, observer=observer)
+
+    def resolved_cluster_id(self) -> str:
+        if not self.cluster_id:
+            raise ValueError("the cluster id is not resolved yet (controller.app.resolve_cluster_id)")
+        return self.cluster_id
 
     def leader_timing(self) -> Timing:
         return Timing(self.leader_lease_duration, self.leader_renew_deadline, self.leader_retry_period)

@@ -26,6 +26,9 @@ class Tunables:
     stop_grace: float | None = None
     # Failed cleanups of a reused instance before the job says secrets may remain on it.
     cleanup_attempts: int = 3
+    # Names every instance this operator creates (controller/naming.py ownership mark). The
+    # composition root passes the resolved TAOBREV_CLUSTER_ID; this default serves pure tests.
+    cluster_id: str = "local"
 
     def __post_init__(self) -> None:
         if self.absent_listings < MIN_ABSENT_LISTINGS:

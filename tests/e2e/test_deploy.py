@@ -180,6 +180,7 @@ def test_the_readme_namespaced_overlay_renders_and_passes_a_server_side_dry_run(
         ("vision", "taobrev-operator-job-secrets"),
         (OPERATOR_NAMESPACE, "taobrev-operator-brev-credentials"),
         (OPERATOR_NAMESPACE, "taobrev-operator-leader-election"),
+        (OPERATOR_NAMESPACE, "taobrev-operator-retained-instances"),
     }
     assert any(
         d["kind"] == "ClusterRole" and d["metadata"]["name"] == "taobrev-operator-namespaces" for d in objects
@@ -359,6 +360,7 @@ def test_operator_without_its_cluster_role_binding_cannot_act_on_jobs(
         "taobrev-operator-job-secrets",  # the job namespace's RoleBinding
         "taobrev-operator-brev-credentials",
         "taobrev-operator-leader-election",
+        "taobrev-operator-retained-instances",
     }
 
     token_file = tmp_path / "token" / "token"
@@ -366,8 +368,13 @@ def test_operator_without_its_cluster_role_binding_cannot_act_on_jobs(
     token_file.write_text(cp.service_account_token(OPERATOR_NAMESPACE, account, duration="1h"))
     token_file.chmod(0o600)
     bindings_json = json.dumps({"apiVersion": "v1", "kind": "List", "items": bindings})
+    # The cluster id is given: deriving it needs the unbound ClusterRole (kube-system's uid), and
+    # without it the operator would stop at start-up instead of reaching the list under test.
     operator = OperatorProcess(
-        cp, brev_sim, tmp_path / "operator", extra_env={"TAOBREV_KUBE_TOKEN_PATH": str(token_file)}
+        cp,
+        brev_sim,
+        tmp_path / "operator",
+        extra_env={"TAOBREV_KUBE_TOKEN_PATH": str(token_file), "TAOBREV_CLUSTER_ID": "unbound-test"},
     )
     stack = Stack(cp, brev_sim, s3_server, operator, namespace, f"results-{namespace}"[:63].rstrip("-"))
     try:

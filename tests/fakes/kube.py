@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from controller.errors import SecretAccessDenied, StatusRejected
+from controller.errors import KubeUnavailable, SecretAccessDenied, StatusRejected
 from controller.kube import KubeAccess, minimal_status, trimmed_status
 
 
@@ -88,6 +88,10 @@ class FakeKube(KubeAccess):
         self.rejected: list[dict[str, Any]] = []
         self.secret_reads = 0
         self.max_list_items = max_list_items
+        self.namespace_uids: dict[str, str] = {"kube-system": "kube-system-uid-0001"}
+        self.config_maps: dict[tuple[str, str], tuple[dict[str, str], int]] = {}
+        self.list_fails: Exception | None = None  # list_jobs raises this when set
+        self.config_map_fails: Exception | None = None  # read_config_map raises this when set
 
     # -- test controls -----------------------------------------------------------------------
 
@@ -146,6 +150,31 @@ class FakeKube(KubeAccess):
         raise StatusRejected(
             f"the API server refused the status of TaoBrevJob {namespace}/{name} even trimmed to a minimum"
         )
+
+    async def namespace_uid(self, name: str) -> str:
+        if name not in self.namespace_uids:
+            raise KubeUnavailable(f"reading the uid of namespace {name}: 404 Not Found")
+        return self.namespace_uids[name]
+
+    async def list_jobs(self, page_size: int = 500) -> list[dict[str, Any]]:
+        if self.list_fails is not None:
+            raise self.list_fails
+        return [copy.deepcopy(o.body()) for o in self.objects.values()]
+
+    async def read_config_map(self, namespace: str, name: str) -> tuple[dict[str, str], str] | None:
+        if self.config_map_fails is not None:
+            raise self.config_map_fails
+        found = self.config_maps.get((namespace, name))
+        return None if found is None else (dict(found[0]), str(found[1]))
+
+    async def write_config_map(
+        self, namespace: str, name: str, data: Mapping[str, str], resource_version: str | None
+    ) -> None:
+        found = self.config_maps.get((namespace, name))
+        current = None if found is None else str(found[1])
+        if current != resource_version:
+            raise KubeUnavailable(f"writing ConfigMap {namespace}/{name}: 409 Conflict")
+        self.config_maps[(namespace, name)] = (dict(data), (found[1] if found else 0) + 1)
 
     def _refused(self, status: Mapping[str, Any]) -> bool:
         """422 from the CRD's maxItems: a list in the status longer than `max_list_items`."""

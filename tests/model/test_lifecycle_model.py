@@ -42,7 +42,7 @@ BROKEN = 10**6
 PASSES = st.integers(0, 2)
 AFTER = st.sampled_from([0.0, 30.0, 90.0, 200.0, 500.0])  # "broken until healed" for the counting faults
 
-INSTANCE_NAME = naming.instance_name(NAMESPACE, NAME, UID)
+INSTANCE_NAME = naming.instance_name(NAMESPACE, NAME, UID, cluster_id=TUNABLES.cluster_id)
 
 
 def spec(instance: dict[str, Any] = EPHEMERAL) -> dict[str, Any]:

@@ -203,7 +203,10 @@ def test_operator_cluster_role_is_exactly_what_kopf_and_the_reconciler_use() -> 
         ("", "events", "create"),
         ("apiextensions.k8s.io", "customresourcedefinitions", "list"),
         ("apiextensions.k8s.io", "customresourcedefinitions", "watch"),
+        ("", "namespaces", "get"),  # kube-system only: the cluster id (below)
     }
+    (ns_rule,) = [r for r in rules_of("ClusterRole", "taobrev-operator") if r["resources"] == ["namespaces"]]
+    assert ns_rule["resourceNames"] == ["kube-system"]
 
 
 def test_secrets_are_readable_by_name_only() -> None:

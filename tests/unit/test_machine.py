@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from controller import machine, reasons
+from controller import machine, naming, reasons
 from controller.brev.client import DELETING, DEPLOYING, FAILURE, RUNNING, STOPPED, Instance
 from controller.models import Outcome, Phase, TaoBrevJobSpec, TaoBrevJobStatus
 from controller.steps import (
@@ -36,6 +36,9 @@ T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 TUN = machine.Tunables(poll_interval=5, wait_timeout=30, create_settle=60, backoff_base=2, backoff_max=60)
 INST = "tbj-ns-job-abc"
 IMAGE = "nvcr.io/nvidia/tao/tao-toolkit:6.0.0-pyt"
+
+# The marked name a job gets under the default Tunables (controller/naming.py).
+MARKED_PREFIX = f"tbj-{naming.cluster_mark(machine.Tunables().cluster_id)}-ns-job-"
 
 
 def spec(**instance: Any) -> TaoBrevJobSpec:
@@ -115,7 +118,7 @@ def test_a_new_job_gets_a_visible_pending_with_its_names_and_moves_on_at_once() 
     d = decide(TaoBrevJobStatus(), generation=3)
     assert d.status.phase is Phase.PENDING
     assert d.status.instance_name is not None
-    assert d.status.instance_name.startswith("tbj-ns-job-")
+    assert d.status.instance_name.startswith(MARKED_PREFIX)
     assert d.status.backend_ref == f"{d.status.instance_name}/{d.status.job_id}"
     assert d.status.observed_generation == 3
     assert d.actions == ()
@@ -262,7 +265,7 @@ def test_status_without_names_past_pending_gets_its_deterministic_names_back() -
     status = TaoBrevJobStatus(phase=Phase.RUNNING, phase_times={"Running": T0})
     d = decide(status, instance=running())
     assert d.status.instance_name is not None
-    assert d.status.instance_name.startswith("tbj-ns-job-")
+    assert d.status.instance_name.startswith(MARKED_PREFIX)
 
 
 # --- cancellation, failures, timeouts ------------------------------------------------------------

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from controller import machine, reasons
+from controller import machine, naming, reasons
 from controller.brev.client import STOPPED
 from controller.models import Outcome, Phase, TaoBrevJobStatus
 from controller.steps import (
@@ -30,6 +30,9 @@ from tests.unit.test_machine import EPHEMERAL, INST, REUSE, T0, TUN, at, cond, d
 
 P = timedelta(seconds=TUN.poll_interval)
 ID = "i-1"
+
+# The marked name a job gets under the default Tunables (controller/naming.py).
+MARKED_PREFIX = f"tbj-{naming.cluster_mark(machine.Tunables().cluster_id)}-ns-job-"
 
 
 def listed_running(**fields: Any) -> TaoBrevJobStatus:
@@ -473,7 +476,7 @@ def test_a_pending_edit_from_reuse_to_ephemeral_re_derives_the_names() -> None:
     d = decide(first, spec_=EPHEMERAL)
     assert d.status.instance_created is True
     assert d.status.instance_name is not None
-    assert d.status.instance_name.startswith("tbj-ns-job-")
+    assert d.status.instance_name.startswith(MARKED_PREFIX)
 
 
 def test_tunables_refuse_fewer_than_three_listings() -> None:

@@ -94,6 +94,9 @@ def test_exposed_names_types_and_labels(registry: CollectorRegistry, rec: Record
         "taobrev_lane_waiting": ("gauge", {"lane"}),
         "taobrev_lane_wait_seconds": ("histogram", {"lane"}),
         "taobrev_lane_busy": ("counter", {"lane"}),
+        "taobrev_orphan_instances": ("gauge", {"state"}),
+        "taobrev_orphans_deleted": ("counter", {"reason"}),
+        "taobrev_orphan_sweeps": ("counter", {"result"}),
     }
     text = generate_latest(registry).decode()
     # prometheus_client also exposes <counter|histogram>_created gauges (the Deployment turns them

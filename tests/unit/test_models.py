@@ -401,7 +401,7 @@ def test_api_field_names_match_the_contract() -> None:
     assert set(props["instance"]["properties"]) == {"reuse", "ephemeral", "onCompletion"}
     assert set(props["instance"]["properties"]["ephemeral"]["properties"]) == {
         "types", "gpuName", "provider", "minVram", "minTotalVram", "minCapability", "minDisk",
-        "maxBootTimeMinutes", "startupScript", "cloudCredId", "workspaceGroupId",
+        "maxBootTimeMinutes", "startupScript", "cloudCredId", "workspaceGroupId", "retainFor",
     }  # fmt: skip
     assert set(props["data"]["properties"]) == {"inputs", "resultsUri", "s3EndpointUrl", "s3Region"}
     assert set(props["credentials"]["properties"]) == {"ngcApiKey", "s3", "extraEnv"}

@@ -1,0 +1,124 @@
+"""KubeAccess's sweeper methods over fakes of the kubernetes client: every page of the job list
+(or an error, never a partial list), the cluster uid, and the ConfigMap's optimistic writes."""
+
+from __future__ import annotations
+
+import asyncio
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from kubernetes.client.rest import ApiException
+
+from controller.app import _kube_system_uid
+from controller.errors import KubeAccessDenied, KubeUnavailable
+from controller.kube import GROUP, PLURAL, VERSION, KubeAccess
+
+
+class FakeCustom:
+    def __init__(self, pages: list[dict[str, Any] | BaseException]) -> None:
+        self.pages = list(pages)
+        self.calls: list[dict[str, Any]] = []
+
+    def list_cluster_custom_object(self, group: str, version: str, plural: str, **kwargs: Any) -> Any:
+        assert (group, version, plural) == (GROUP, VERSION, PLURAL)
+        self.calls.append(kwargs)
+        page = self.pages.pop(0)
+        if isinstance(page, BaseException):
+            raise page
+        return page
+
+
+class FakeCore:
+    def __init__(self, *, uid: str | None = "ks-uid", error: BaseException | None = None) -> None:
+        self.uid = uid
+        self.error = error
+        self.maps: dict[tuple[str, str], Any] = {}
+        self.writes: list[tuple[str, str | None]] = []
+
+    def read_namespace(self, name: str, **_: Any) -> Any:
+        if self.error is not None:
+            raise self.error
+        return SimpleNamespace(metadata=SimpleNamespace(uid=self.uid))
+
+    def read_namespaced_config_map(self, name: str, namespace: str, **_: Any) -> Any:
+        if (namespace, name) not in self.maps:
+            raise ApiException(status=404, reason="Not Found")
+        return self.maps[(namespace, name)]
+
+    def create_namespaced_config_map(self, namespace: str, body: Any, **_: Any) -> None:
+        self.writes.append(("create", body.metadata.resource_version))
+        body.metadata.resource_version = "1"
+        self.maps[(namespace, body.metadata.name)] = body
+
+    def replace_namespaced_config_map(self, name: str, namespace: str, body: Any, **_: Any) -> None:
+        self.writes.append(("replace", body.metadata.resource_version))
+        if body.metadata.resource_version != self.maps[(namespace, name)].metadata.resource_version:
+            raise ApiException(status=409, reason="Conflict")
+        body.metadata.resource_version = str(int(body.metadata.resource_version) + 1)
+        self.maps[(namespace, name)] = body
+
+
+def job(name: str) -> dict[str, Any]:
+    return {"metadata": {"namespace": "ns", "name": name, "uid": name}}
+
+
+def test_list_jobs_follows_every_page() -> None:
+    custom = FakeCustom(
+        [
+            {"items": [job("a"), job("b")], "metadata": {"continue": "tok"}},
+            {"items": [job("c")], "metadata": {}},
+        ]
+    )
+    jobs = asyncio.run(KubeAccess(core=FakeCore(), custom=custom).list_jobs(page_size=2))
+    assert [j["metadata"]["name"] for j in jobs] == ["a", "b", "c"]
+    assert [c.get("_continue") for c in custom.calls] == [None, "tok"]
+    assert all(c["limit"] == 2 for c in custom.calls)
+
+
+def test_a_failed_page_fails_the_whole_list() -> None:
+    custom = FakeCustom(
+        [{"items": [job("a")], "metadata": {"continue": "tok"}}, ApiException(status=503, reason="Busy")]
+    )
+    with pytest.raises(KubeUnavailable, match="listing TaoBrevJobs"):
+        asyncio.run(KubeAccess(core=FakeCore(), custom=custom).list_jobs())
+
+
+def test_a_forbidden_list_names_the_rbac_fix() -> None:
+    custom = FakeCustom([ApiException(status=403, reason="Forbidden")])
+    with pytest.raises(KubeAccessDenied, match="RBAC"):
+        asyncio.run(KubeAccess(core=FakeCore(), custom=custom).list_jobs())
+
+
+def test_namespace_uid_and_its_failure_naming_the_setting() -> None:
+    assert asyncio.run(KubeAccess(core=FakeCore(), custom=FakeCustom([])).namespace_uid("kube-system")) == (
+        "ks-uid"
+    )
+    denied = FakeCore(error=ApiException(status=403, reason="Forbidden"))
+    with pytest.raises(KubeAccessDenied, match="TAOBREV_CLUSTER_ID"):
+        asyncio.run(KubeAccess(core=denied, custom=FakeCustom([])).namespace_uid("kube-system"))
+
+
+def test_config_map_is_created_then_replaced_at_the_version_read() -> None:
+    core = FakeCore()
+    kube = KubeAccess(core=core, custom=FakeCustom([]))
+    assert asyncio.run(kube.read_config_map("sys", "rec")) is None
+    asyncio.run(kube.write_config_map("sys", "rec", {"a": "1"}, None))
+    found = asyncio.run(kube.read_config_map("sys", "rec"))
+    assert found == ({"a": "1"}, "1")
+    asyncio.run(kube.write_config_map("sys", "rec", {"a": "1", "b": "2"}, "1"))
+    with pytest.raises(KubeUnavailable, match="409"):
+        asyncio.run(kube.write_config_map("sys", "rec", {}, "1"))  # someone wrote in between
+    assert core.writes == [("create", None), ("replace", "1"), ("replace", "1")]
+    assert asyncio.run(kube.read_config_map("sys", "rec")) == ({"a": "1", "b": "2"}, "2")
+
+
+def test_a_cluster_id_that_cannot_be_derived_stops_start_up_with_the_fix() -> None:
+    denied = KubeAccess(
+        core=FakeCore(error=ApiException(status=403, reason="Forbidden")), custom=FakeCustom([])
+    )
+    uid, why = asyncio.run(_kube_system_uid(denied))
+    assert uid == ""
+    assert isinstance(why, KubeAccessDenied)  # at once: a denial does not pass by retrying
+    ok = KubeAccess(core=FakeCore(uid="ks-uid"), custom=FakeCustom([]))
+    assert asyncio.run(_kube_system_uid(ok)) == ("ks-uid", None)

@@ -1,0 +1,300 @@
+"""The sweep loop's I/O (controller/sweeper.py) over the in-memory Brev and Kubernetes fakes:
+delete + confirm, no sweep when a list fails, Report, foreign and teammates' instances, the
+retained-instance record (written before a Retain job finishes) and retainFor expiry."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from prometheus_client import CollectorRegistry
+
+from controller import naming
+from controller.brev.client import Instance
+from controller.directory import InstanceDirectory
+from controller.errors import KubeUnavailable
+from controller.leadership import Leadership, SoleLeader
+from controller.metrics import Recorder
+from controller.models import TaoBrevJobSpec, TaoBrevJobStatus
+from controller.orphans import Policy
+from controller.retained import CONFIG_MAP, RetainedRecord, RetainedStore, record_for
+from controller.sweeper import Sweeper
+from tests.fakes.brev import FakeBrev
+from tests.fakes.clock import T0, FakeClock
+from tests.fakes.harness import job_spec
+from tests.fakes.kube import FakeKube
+
+CLUSTER = "cluster-a"
+GRACE = 600.0
+OPERATOR_NS = "taobrev-system"
+
+
+class World:
+    def __init__(
+        self,
+        policy: Policy = Policy.DELETE,
+        *,
+        leadership: Leadership | None = None,
+        interval: float = 60,
+        grace: float = GRACE,
+        brev: type[FakeBrev] = FakeBrev,
+    ) -> None:
+        self.clock = FakeClock()
+        self.brev = brev(self.clock)
+        self.kube = FakeKube()
+        self.registry = CollectorRegistry()
+        self.retained = RetainedStore(self.kube, OPERATOR_NS)
+        self.sweeper = Sweeper(
+            brev=self.brev,
+            directory=InstanceDirectory(self.brev, clock=self.clock.monotonic),
+            kube=self.kube,
+            retained=self.retained,
+            recorder=Recorder(self.registry, clock=self.clock.unix),
+            leadership=leadership or SoleLeader(),
+            cluster_id=CLUSTER,
+            policy=policy,
+            interval=interval,
+            grace=grace,
+            listing_max_age=0,
+            clock=self.clock.now,
+        )
+
+    def sweep(self, after: float = 0.0) -> None:
+        self.clock.advance(after)
+        asyncio.run(self.sweeper.sweep_once())
+
+    def metric(self, name: str, **labels: str) -> float:
+        value = self.registry.get_sample_value(name, labels)
+        assert value is not None, (name, labels)
+        return value
+
+    def delete_outcomes(self) -> list[tuple[str, str]]:
+        return [(d.target, d.outcome) for d in self.brev.deletes]  # by id: we delete by id
+
+
+def ours(job: str, uid: str = "u1") -> str:
+    return naming.instance_name("ns", job, uid, cluster_id=CLUSTER)
+
+
+def test_an_orphan_is_deleted_after_the_grace_and_counted_once_confirmed() -> None:
+    w = World()
+    orphan = w.brev.add_instance(ours("stripped"))
+    w.sweep()
+    assert w.brev.deletes == []
+    assert w.metric("taobrev_orphan_instances", state="pending_grace") == 1
+    w.sweep(after=GRACE)
+    assert w.delete_outcomes() == [(orphan.id, "accepted")]
+    assert w.metric("taobrev_orphan_instances", state="deleting") == 1
+    assert w.metric("taobrev_orphans_deleted_total", reason="orphan") == 0  # not confirmed yet
+    w.sweep(after=5)  # still listed (DELETING): no second delete
+    assert len(w.brev.deletes) == 1
+    w.sweep(after=60)  # gone from the listing: one confirming delete answers not-found
+    assert w.delete_outcomes() == [(orphan.id, "accepted"), (orphan.id, "not-found")]
+    assert w.metric("taobrev_orphans_deleted_total", reason="orphan") == 1
+    assert w.metric("taobrev_orphan_instances", state="deleting") == 0
+    w.sweep(after=60)
+    assert len(w.brev.deletes) == 2  # nothing more to do
+    assert w.metric("taobrev_orphan_sweeps_total", result="done") == 5
+
+
+class CreateDuringListing(FakeBrev):
+    """A job is created (name in status first, as the operator does) and its instance made just
+    as the sweep lists Brev: the race an in-flight create runs against the sweep."""
+
+    kube: FakeKube | None = None
+
+    async def list_instances(self) -> Sequence[Instance]:
+        if self.kube is not None and not self.instances:
+            obj = self.kube.create("ns", "racing", "u-race", job_spec())
+            name = ours("racing", "u-race")
+            obj.status = {"phase": "Provisioning", "instanceName": name}
+            self.add_instance(name)
+        return await super().list_instances()
+
+
+def test_an_in_flight_create_is_never_swept_even_without_a_grace() -> None:
+    # The sweep lists Brev BEFORE the jobs: a job whose instance is in the listing is in the job
+    # list. (Listing the jobs first would see this instance unreferenced and, with no grace,
+    # delete it.)
+    w = World(grace=0, brev=CreateDuringListing)
+    assert isinstance(w.brev, CreateDuringListing)
+    w.brev.kube = w.kube
+    for _ in range(3):
+        w.sweep(after=60)
+    assert len(w.brev.instances) == 1
+    assert w.brev.deletes == []
+
+
+def test_a_failed_listing_or_job_list_means_no_sweep() -> None:
+    w = World()
+    w.brev.add_instance(ours("stripped"))
+    w.sweep()
+    w.brev.set_faults(list_failures=1)
+    w.sweep(after=GRACE)
+    w.kube.list_fails = KubeUnavailable("listing TaoBrevJobs: 503")
+    w.sweep(after=GRACE)
+    w.kube.list_fails = None
+    w.kube.config_map_fails = KubeUnavailable("reading ConfigMap: 503")
+    w.sweep(after=GRACE)
+    assert w.brev.deletes == []
+    assert w.metric("taobrev_orphan_sweeps_total", result="skipped") == 3
+    w.kube.config_map_fails = None
+    w.sweep()
+    assert len(w.brev.deletes) == 1  # the memory of first sight survived the skipped sweeps
+
+
+def test_a_delete_that_fails_transiently_is_sent_again_at_the_next_sweep() -> None:
+    w = World()
+    orphan = w.brev.add_instance(ours("stripped"))
+    w.sweep()
+    w.brev.set_faults(delete_failures=1)
+    w.sweep(after=GRACE)
+    assert w.delete_outcomes() == [(orphan.id, "failed")]
+    assert w.metric("taobrev_orphan_instances", state="deleting") == 1  # still due, not "reported"
+    w.sweep(after=1)
+    assert w.delete_outcomes() == [(orphan.id, "failed"), (orphan.id, "accepted")]
+
+
+def test_policy_report_deletes_nothing_and_says_so_in_the_gauge() -> None:
+    w = World(Policy.REPORT)
+    w.brev.add_instance(ours("stripped"))
+    w.sweep()
+    w.sweep(after=GRACE)
+    w.sweep(after=GRACE)
+    assert w.brev.deletes == []
+    assert w.metric("taobrev_orphan_instances", state="reported") == 1
+
+
+def test_instances_of_running_jobs_other_clusters_and_people_are_untouched() -> None:
+    w = World()
+    w.kube.create("ns", "live", "u1", job_spec())
+    w.brev.add_instance(ours("live", "u1"))  # a Pending job's name, before its status is written
+    w.brev.add_instance(naming.instance_name("ns", "x", "u9", cluster_id="cluster-b"))
+    w.brev.add_instance("tbj-ns-legacy-1d7f4a52")
+    w.brev.add_instance("alice-box")
+    for _ in range(5):
+        w.sweep(after=GRACE)
+    assert w.brev.deletes == []
+    assert w.metric("taobrev_orphan_instances", state="pending_grace") == 0
+
+
+def test_a_teammates_marked_instance_brev_will_not_delete_for_us_is_reported_never_counted() -> None:
+    w = World()
+    w.brev.switch_identity("alice", login="token")
+    w.brev.add_instance(ours("theirs"), owner="bob")  # listed with --all, not deletable by alice
+    w.sweep()
+    w.sweep(after=GRACE)
+    assert [o for _, o in w.delete_outcomes()] == ["not-found"]
+    assert w.metric("taobrev_orphan_instances", state="reported") == 1
+    assert w.metric("taobrev_orphans_deleted_total", reason="orphan") == 0
+
+
+def retain_spec(retain_for: str | None) -> TaoBrevJobSpec:
+    eph: dict[str, object] = {"gpuName": "L40S"}
+    if retain_for is not None:
+        eph["retainFor"] = retain_for
+    raw = job_spec(instance={"ephemeral": eph, "onCompletion": "Retain"})
+    return TaoBrevJobSpec.parse(raw, default_image="nvcr.io/nvidia/tao/tao-toolkit:6.0.0-pyt")
+
+
+def test_record_for_keeps_only_created_and_retained_instances() -> None:
+    finished = TaoBrevJobStatus(
+        instance_name=ours("kept"), instance_id="i-1", instance_created=True, finished_at=T0
+    )
+    rec = record_for("ns", "kept", retain_spec("12h"), finished)
+    assert rec == RetainedRecord(ours("kept"), "i-1", "ns/kept", T0 + timedelta(hours=12))
+    forever = record_for("ns", "kept", retain_spec(None), finished)
+    assert forever is not None
+    assert forever.until is None
+    deleted_spec = TaoBrevJobSpec.parse(job_spec(), default_image="img")
+    assert record_for("ns", "gone", deleted_spec, finished) is None
+    reused = finished.model_copy(update={"instance_created": False})
+    assert record_for("ns", "kept", retain_spec(None), reused) is None
+
+
+def test_the_record_round_trips_through_the_config_map_and_protects_the_instance() -> None:
+    w = World()
+    inst = w.brev.add_instance(ours("kept"))
+    rec = RetainedRecord(inst.name, inst.id, "ns/kept", None)
+    asyncio.run(w.retained.record(rec))
+    assert (OPERATOR_NS, CONFIG_MAP) in w.kube.config_maps
+    assert asyncio.run(w.retained.read()) == {inst.name: rec}
+    for _ in range(5):
+        w.sweep(after=GRACE)
+    assert w.brev.deletes == []
+
+
+def test_an_unreadable_record_entry_still_protects_its_instance() -> None:
+    w = World()
+    inst = w.brev.add_instance(ours("kept"))
+    w.kube.config_maps[(OPERATOR_NS, CONFIG_MAP)] = ({inst.name: "{not json"}, 1)
+    for _ in range(3):
+        w.sweep(after=GRACE)
+    assert w.brev.deletes == []
+
+
+def test_retain_for_expiry_deletes_confirms_and_drops_the_record() -> None:
+    w = World()
+    inst = w.brev.add_instance(ours("kept"))
+    until = w.clock.now() + timedelta(hours=1)
+    asyncio.run(w.retained.record(RetainedRecord(inst.name, inst.id, "ns/kept", until)))
+    w.sweep(after=3599)
+    assert w.brev.deletes == []
+    w.sweep(after=1)
+    assert w.delete_outcomes() == [(inst.id, "accepted")]
+    w.sweep(after=120)
+    assert w.delete_outcomes() == [(inst.id, "accepted"), (inst.id, "not-found")]
+    assert w.metric("taobrev_orphans_deleted_total", reason="retention_expired") == 1
+    assert asyncio.run(w.retained.read()) == {}
+
+
+class Toggle:
+    """A Leadership the test switches: a standby idles in wait_leading."""
+
+    def __init__(self) -> None:
+        self.leading = asyncio.Event()
+
+    def is_leading(self) -> bool:
+        return self.leading.is_set()
+
+    async def wait_leading(self, timeout: float | None = None) -> bool:  # noqa: ASYNC109
+        await self.leading.wait()
+        return True
+
+    async def while_leading(self, work: Any) -> Any:
+        return await work
+
+
+def test_only_the_leader_sweeps_and_a_new_term_forgets_the_old_terms_clock() -> None:
+    toggle = Toggle()
+    w = World(leadership=toggle, interval=0.001)
+    w.brev.add_instance(ours("stripped"))
+
+    async def until(check: Any) -> None:
+        for _ in range(10_000):
+            if check():
+                return
+            await asyncio.sleep(0.001)
+        raise AssertionError("condition never held")
+
+    async def scenario() -> None:
+        task = asyncio.create_task(w.sweeper.run())
+        for _ in range(50):
+            await asyncio.sleep(0)
+        assert w.brev.listings == 0  # a standby makes no Brev call
+        toggle.leading.set()
+        await until(lambda: w.metric("taobrev_orphan_sweeps_total", result="done") >= 2)
+        assert w.sweeper.memory.first_seen
+        assert w.metric("taobrev_orphan_instances", state="pending_grace") == 1
+        toggle.leading.clear()  # the term ends
+        await until(lambda: not w.sweeper.memory.first_seen)
+        assert w.metric("taobrev_orphan_instances", state="pending_grace") == 0
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(scenario())
+    assert w.brev.deletes == []
