@@ -5,7 +5,9 @@ checkpoints and TAO's `status.json` (JSON lines) under results_dir, stops on req
 and exits with the chosen code. A top-level `simulation:` mapping in the spec may set `epochs`,
 `epoch_seconds` (nominal, x speed), `exit_code` and `fail_at_epoch`; the `train_exit_code` fault
 overrides the exit code. The `tao_progress_bars` and `tao_long_line_bytes` faults add what real
-training prints: tqdm `\r` redraws and one multi-megabyte line.
+training prints: tqdm `\r` redraws and one multi-megabyte line. `train.resume_training_checkpoint_path`
+(override or spec) resumes after that checkpoint's epoch; the `*_at_epoch` faults lose the instance
+when an epoch ends (SIM-CONTRACT.md section 6).
 
 `run()` is usable in-process (a thread per container): it never exits the interpreter, installs
 no signal handler and sleeps only through `stop.wait()`, so setting `stop` is what SIGTERM is to
@@ -18,6 +20,7 @@ import datetime as dt
 import json
 import math
 import os
+import re
 import signal
 import sys
 import threading
@@ -25,6 +28,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
+from tests.brevsim import faults as knobs
+from tests.brevsim.backend import Backend
 from tests.brevsim.container import host_path
 from tests.brevsim.model import NOMINAL
 from tests.brevsim.record import record_call
@@ -42,6 +47,42 @@ ACTIONS = {
     "gen_trt_engine",
 }
 SIGTERM_EXIT = 128 + signal.SIGTERM
+KILLED_EXIT = 137  # the VM died under the container
+RESUME_KEY = "resume_training_checkpoint_path"
+CHECKPOINT_NAME = re.compile(r"_epoch_(\d+)\.pth$")
+
+
+class CheckpointError(Exception):
+    """A resume checkpoint that cannot be loaded; the text is what TAO (Lightning/torch) prints."""
+
+
+def checkpoint_epoch(ctr_path: str, host: Path) -> int:
+    """The epoch of a checkpoint the stand-in wrote: from its name (`*_epoch_NNN.pth`), verified
+    against its content (`checkpoint N`). Stricter than TAO: a mismatch is a corrupt file."""
+    if not host.is_file():
+        raise CheckpointError(f"FileNotFoundError: Checkpoint at {ctr_path} not found. Aborting training.\n")
+    named = CHECKPOINT_NAME.search(host.name)
+    try:
+        content = host.read_bytes().decode()
+    except UnicodeDecodeError:
+        content = ""
+    if named is None or content != f"checkpoint {int(named.group(1))}\n":
+        raise CheckpointError(
+            f"RuntimeError: Error(s) in loading checkpoint {ctr_path}: PytorchStreamReader failed "
+            "reading zip archive: failed finding central directory\n"
+        )
+    return int(named.group(1))
+
+
+def _strike(state: str, instance_id: str, name: str, epoch: int, own_container: str) -> bool:
+    """Fire an `*_at_epoch` fault aimed at this instance for this epoch (faults re-read: a test may
+    aim one after the container started). True when the instance was lost."""
+    store = Store(state)
+    for knob, how in knobs.EPOCH_STRIKES.items():
+        if knobs.epoch_for(store.fault(knob), name, instance_id) == epoch:
+            Backend(store).strike(instance_id, how, spare_container=own_container)
+            return True
+    return False
 
 
 def _status(path: Path, status: str, message: str, **extra: Any) -> None:
@@ -190,13 +231,29 @@ def run(
         _status(status, "FAILURE", "Training was interrupted (SIGTERM)")
         return SIGTERM_EXIT
 
+    # Resume only when asked (override or the spec's train: mapping): no auto-resume.
+    resume = overrides.get(f"train.{RESUME_KEY}") or train.get(RESUME_KEY)
+    first = 1
+    if resume and action in ("train", "retrain"):
+        try:
+            done = checkpoint_epoch(str(resume), Path(host_path(mounts, rootfs, str(resume))))
+        except CheckpointError as e:
+            con.error(f"Traceback (most recent call last):\n{e}")
+            _status(status, "FAILURE", f"Cannot resume from {resume}")
+            return 1
+        first = done + 1
     con.log(f"Starting {network} {action} with spec {spec_path}")
-    _status(status, "STARTED", f"Starting {network} {action}")
+    if first > 1:
+        con.log(f"Resuming training from checkpoint {resume} (epoch {first - 1})")
+        _status(status, "STARTED", f"Starting {network} {action}", resumed_from_epoch=first - 1)
+    else:
+        _status(status, "STARTED", f"Starting {network} {action}")
     bars = bool(store.fault("tao_progress_bars"))
     long_line = int(store.fault("tao_long_line_bytes") or 0)
     if long_line > 0:
         con.long_line(long_line)
-    for epoch in range(1, epochs + 1):
+    own_container = Path(rootfs).parent.name
+    for epoch in range(first, epochs + 1):
         if bars:
             if not con.progress_bar(epoch, epochs, epoch_s):
                 return stopped()
@@ -213,6 +270,8 @@ def run(
         if action in ("train", "retrain"):
             (out_dir / f"model_epoch_{epoch:03d}.pth").write_bytes(f"checkpoint {epoch}\n".encode())
         _status(status, "RUNNING", f"Epoch {epoch} finished", epoch=epoch, max_epoch=epochs, loss=loss)
+        if _strike(state, instance_id, str(meta.get("name") or ""), epoch, own_container):
+            return KILLED_EXIT
     if exit_code:
         con.error(f"Execution failed with exit code {exit_code}\n")
         _status(status, "FAILURE", f"{action} failed")
