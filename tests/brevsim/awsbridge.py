@@ -27,14 +27,51 @@ def _is_upload(args: list[str]) -> bool:
     return bool(positional) and positional[0] in ("cp", "sync", "mv") and positional[-1].startswith("s3://")
 
 
-def _checkpoint_sync(args: list[str]) -> str | None:
+# `aws s3 sync` options that take a value (so the value is not a path).
+_VALUED = frozenset(
+    {
+        "--exclude",
+        "--include",
+        "--endpoint-url",
+        "--region",
+        "--profile",
+        "--storage-class",
+        "--acl",
+        "--sse",
+        "--sse-kms-key-id",
+        "--content-type",
+        "--cache-control",
+        "--page-size",
+        "--metadata",
+        "--expires",
+        "--grants",
+        "--output",
+        "--query",
+        "--color",
+    }
+)
+
+
+def checkpoint_sync(args: list[str]) -> str | None:
     """`to` for `aws s3 sync <local> s3://.../checkpoints/`, `from` for the reverse, else None."""
     if "s3" not in args:
         return None
-    positional = [a for a in args[args.index("s3") + 1 :] if not a.startswith("-")]
-    if len(positional) != 3 or positional[0] != "sync":
+    rest = args[args.index("s3") + 1 :]
+    if "sync" not in rest:
         return None
-    src, dst = positional[1], positional[2]
+    paths: list[str] = []
+    after = rest[rest.index("sync") + 1 :]
+    skip = False
+    for a in after:
+        if skip:
+            skip = False
+        elif a.startswith("-"):
+            skip = a in _VALUED
+        else:
+            paths.append(a)
+    if len(paths) != 2:
+        return None
+    src, dst = paths
     if dst.startswith("s3://") and dst.rstrip("/").endswith("/checkpoints"):
         return "to"
     if src.startswith("s3://") and src.rstrip("/").endswith("/checkpoints"):
@@ -58,7 +95,7 @@ def main(state: str, instance_id: str, mounts: list[dict[str, Any]], rootfs: str
             f"{fault if isinstance(fault, str) else 'internal error'}\n"
         )
         return 1
-    direction = _checkpoint_sync(argv)
+    direction = checkpoint_sync(argv)
     if direction == "to" and store.consume_fault_counter("checkpoint_sync_fails"):
         positional = [a for a in argv if not a.startswith("-")]
         sys.stderr.write(

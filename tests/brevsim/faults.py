@@ -71,6 +71,12 @@ _FAULTS: tuple[Knob, ...] = (
     Knob("failure_at_epoch", {}, "{name or id: N}: the instance turns FAILURE when TAO ends epoch N"),
     Knob("stop_at_epoch", {}, "{name or id: N}: the instance is STOPPED (preempted) when TAO ends epoch N"),
     Knob(
+        "epoch_fault_sync_wait_s",
+        0,
+        "an `*_at_epoch` fault first holds training (up to this long, nominal s) until a checkpoint "
+        "sync started after epoch N's checkpoint has ended on the instance",
+    ),
+    Knob(
         "checkpoint_sync_fails",
         0,
         "the next N `aws s3 sync` calls TO a `.../checkpoints/` destination fail with an S3 error",

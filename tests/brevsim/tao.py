@@ -24,13 +24,15 @@ import re
 import signal
 import sys
 import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
 from tests.brevsim import faults as knobs
+from tests.brevsim.awsbridge import checkpoint_sync
 from tests.brevsim.backend import Backend
-from tests.brevsim.container import host_path
+from tests.brevsim.container import Docker, host_path, parse_iso
 from tests.brevsim.model import NOMINAL
 from tests.brevsim.record import record_call
 from tests.brevsim.store import Store, read_json
@@ -74,15 +76,46 @@ def checkpoint_epoch(ctr_path: str, host: Path) -> int:
     return int(named.group(1))
 
 
-def _strike(state: str, instance_id: str, name: str, epoch: int, own_container: str) -> bool:
-    """Fire an `*_at_epoch` fault aimed at this instance for this epoch (faults re-read: a test may
-    aim one after the container started). True when the instance was lost."""
-    store = Store(state)
+def _strike_due(store: Store, instance_id: str, name: str, epoch: int) -> str | None:
+    """Which `*_at_epoch` fault aims at this instance for this epoch, if any."""
     for knob, how in knobs.EPOCH_STRIKES.items():
         if knobs.epoch_for(store.fault(knob), name, instance_id) == epoch:
-            Backend(store).strike(instance_id, how, spare_container=own_container)
+            return how
+    return None
+
+
+def _sync_ended(store: Store, instance_id: str, own: str, since: float, seen: set[str]) -> bool:
+    """Whether a checkpoint sync container (not `own`) created at or after `since` has ended
+    (exited, or removed after it was seen). `seen` collects the ones found running."""
+    docker = Docker(store, instance_id)
+    present = set(docker.ids())
+    if seen - present:
+        return True  # a seen sync finished and was removed (--rm)
+    for cid in present - {own}:
+        cfg = docker.config(cid)
+        if cfg is None or parse_iso(str(cfg.get("Created", ""))) < since:
+            continue
+        if checkpoint_sync([str(a) for a in cfg.get("Args", [])]) != "to":
+            continue
+        st = docker.state(cid) or {}
+        if st.get("Status") == "exited":
             return True
+        seen.add(cid)
     return False
+
+
+def _await_sync(store: Store, instance_id: str, own: str, since: float, stop: threading.Event) -> bool:
+    """Hold (no training) until a checkpoint sync that can see this epoch's checkpoint has ended,
+    at most `epoch_fault_sync_wait_s`; False when stopped meanwhile."""
+    limit = store.delay("epoch_fault_sync_wait_s", 0.0)
+    deadline = time.monotonic() + limit
+    seen: set[str] = set()
+    while time.monotonic() < deadline:
+        if _sync_ended(store, instance_id, own, since, seen):
+            return True
+        if stop.wait(0.02):
+            return False
+    return True
 
 
 def _status(path: Path, status: str, message: str, **extra: Any) -> None:
@@ -270,7 +303,14 @@ def run(
         if action in ("train", "retrain"):
             (out_dir / f"model_epoch_{epoch:03d}.pth").write_bytes(f"checkpoint {epoch}\n".encode())
         _status(status, "RUNNING", f"Epoch {epoch} finished", epoch=epoch, max_epoch=epochs, loss=loss)
-        if _strike(state, instance_id, str(meta.get("name") or ""), epoch, own_container):
+        # Faults are re-read: a test may aim one at an instance id after the container started.
+        written = time.time()  # a sync created after this sees epoch's checkpoint
+        now = Store(state)
+        strike = _strike_due(now, instance_id, str(meta.get("name") or ""), epoch)
+        if strike is not None:
+            if not _await_sync(now, instance_id, own_container, written, stop):
+                return stopped()
+            Backend(now).strike(instance_id, strike, spare_container=own_container)
             return KILLED_EXIT
     if exit_code:
         con.error(f"Execution failed with exit code {exit_code}\n")

@@ -260,14 +260,14 @@ def test_an_epoch_fault_for_a_later_epoch_than_trained_never_fires(brev_sim: Bre
 
 
 # -- checkpoint sync / restore faults (the aws-cli image against loopback S3) ---------------------
-def aws_on(sim: BrevSim, s3: S3Server, inst: str, *args: str) -> Any:
+def aws_on(sim: BrevSim, s3: S3Server, inst: str, *args: str, job: str = "u") -> Any:
     creds = b"AWS_ACCESS_KEY_ID=AKIATEST\nAWS_SECRET_ACCESS_KEY=very-secret\nAWS_DEFAULT_REGION=us-east-1\n"
     env_file = sim.instance_files(inst) / "s3.env"
     env_file.write_bytes(creds)
     return remote(
         sim,
         inst,
-        f"docker run --rm --env-file ~/s3.env -v ~/taobrev/u:/job {AWS} --endpoint-url {s3.endpoint_url} "
+        f"docker run --rm --env-file ~/s3.env -v ~/taobrev/{job}:/job {AWS} --endpoint-url {s3.endpoint_url} "
         + " ".join(args),
     )
 
@@ -325,3 +325,25 @@ def test_search_json_reports_price_per_hour_as_the_real_cli_does(brev_sim: BrevS
         assert row["price_per_hour"] == catalog.BY_TYPE[row["type"]].price_per_hour
     cpu = json.loads(brev(brev_sim, "search", "cpu", "--json").stdout)
     assert all(isinstance(r["price_per_hour"], float | int) for r in cpu)
+
+
+def test_an_epoch_fault_can_wait_for_the_checkpoint_sync_of_that_epoch(
+    brev_sim: BrevSim, s3_server: S3Server
+) -> None:
+    """With `epoch_fault_sync_wait_s`, the loss comes after the next checkpoint sync, so that
+    sync holds epoch N's checkpoint (the e2e 'lost at epoch 3, resume at 4' needs exactly this)."""
+    s3_server.create_bucket("ckpt")
+    inst_id, train_dir = start_training(
+        brev_sim, epochs=6, vanish_at_epoch={"inst": 2}, epoch_fault_sync_wait_s=100000
+    )
+    wait_until((train_dir / "model_epoch_002.pth").exists, "epoch 2's checkpoint")
+    assert [w["status"] for w in ls_json(brev_sim)] == ["RUNNING"]  # held, not lost yet
+    sync = aws_on(
+        brev_sim, s3_server, "inst", "s3", "sync", "/job/results", "s3://ckpt/p/checkpoints/", job="j"
+    )
+    assert sync.returncode == 0, sync.stderr
+    wait_until(lambda: ls_json(brev_sim) == [], "the instance to vanish after the sync")
+    keys = {o["Key"] for o in s3_server.client().list_objects_v2(Bucket="ckpt")["Contents"]}
+    assert "p/checkpoints/train/model_epoch_002.pth" in keys
+    assert not (train_dir / "model_epoch_003.pth").exists()
+    assert container_state(brev_sim, inst_id)["ExitCode"] == 137
