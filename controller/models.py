@@ -761,6 +761,14 @@ class AttemptRecord(_StatusModel):
     deleted_at: Timestamp | None = Field(
         default=None, description="When deletion of the instance was confirmed (absent: pending)."
     )
+    restored_at: Timestamp | None = Field(
+        default=None, description="When <resultsUri>/checkpoints/ was restored onto this instance."
+    )
+    resumed_from: str | None = Field(
+        default=None,
+        description="Checkpoint this attempt resumed from (train.resume_training_checkpoint_path).",
+    )
+    resumed_from_epoch: int | None = Field(default=None, description="Epoch of that checkpoint.")
     billed_seconds: int | None = Field(
         default=None, ge=0, description="Create request to confirmed deletion (or now, while it lasts)."
     )
@@ -770,7 +778,8 @@ class AttemptRecord(_StatusModel):
 
 
 class CheckpointStatus(_StatusModel):
-    """The last checkpoint sync to <resultsUri>/checkpoints/ and what the current attempt resumed."""
+    """The checkpoint sync to <resultsUri>/checkpoints/ (what each attempt resumed from is in
+    attempts[])."""
 
     epoch: int | None = Field(default=None, description="Latest epoch found in the synced files.")
     synced_at: Timestamp | None = Field(default=None, description="When the last sync finished.")
@@ -782,12 +791,6 @@ class CheckpointStatus(_StatusModel):
         default=None, ge=0, description="Consecutive failed syncs (transient; retried next interval)."
     )
     last_error: str | None = Field(default=None, description="Why the last sync failed.")
-    restored_epoch: int | None = Field(
-        default=None, description="Epoch of the checkpoint the current attempt resumed from."
-    )
-    restored_path: str | None = Field(
-        default=None, description="Container path of that checkpoint (train.resume_training_checkpoint_path)."
-    )
 
 
 class TaoBrevJobStatus(_StatusModel):

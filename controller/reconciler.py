@@ -32,7 +32,9 @@ from controller.steps import (
     Decision,
     Observation,
     PrepareWorkload,
+    RestoreCheckpoints,
     StartContainer,
+    SyncCheckpoints,
     UploadResults,
     WaitForExit,
 )
@@ -425,7 +427,9 @@ def parse_status(raw: Mapping[str, Any]) -> TaoBrevJobStatus:
 def _needs_secrets(action: Action) -> bool:
     if isinstance(action, WaitForExit):
         return action.start_if_missing  # it (re)starts a container that is not there
-    return isinstance(action, PrepareWorkload | StartContainer | UploadResults)
+    return isinstance(
+        action, PrepareWorkload | StartContainer | UploadResults | SyncCheckpoints | RestoreCheckpoints
+    )
 
 
 def _deadline(spec: TaoBrevJobSpec | None, status: TaoBrevJobStatus) -> datetime | None:

@@ -3,8 +3,8 @@ Pulling and Running. Once the run has ended, controller/teardown.py takes over."
 
 from __future__ import annotations
 
-from controller import naming, reasons
-from controller.absence import instance_gone_or_failed
+from controller import naming, reasons, recovery
+from controller.absence import instance_fate
 from controller.brev.client import DELETING, FAILURE, RUNNING, STOPPED, CreateRequest
 from controller.decision_pass import Pass
 from controller.models import Outcome, Phase
@@ -14,11 +14,12 @@ from controller.steps import (
     EventNote,
     PrepareWorkload,
     ProbeExec,
+    RestoreCheckpoints,
     StartContainer,
     StartInstance,
     WaitForExit,
 )
-from controller.teardown import stopping, teardown, uploading
+from controller.teardown import instance_released, stopping, teardown, uploading
 from controller.transitions import phase_timeout
 
 
@@ -66,9 +67,33 @@ def _check_timeout(p: Pass) -> bool:
     return False
 
 
+def instance_gone_or_failed(p: Pass) -> bool:
+    """The instance is confirmed lost, FAILURE or DELETING (or, when another attempt may follow,
+    STOPPED by someone else): the run ends — or, with attempts left, only this attempt does
+    (controller/recovery.py). Also True while a `brev delete` confirming a suspected loss is under
+    way (the caller does nothing else)."""
+    fate = instance_fate(p)
+    retry = recovery.may_retry(p)
+    if fate is None and retry:
+        fate = recovery.stopped_by_someone(p)
+    if fate is None:
+        return bool(p.actions)
+    if retry:
+        recovery.end_attempt(p, *fate)
+    else:
+        p.end_run(Outcome.FAILED, *fate)
+    return True
+
+
 def provisioning(p: Pass) -> None:
     if _check_timeout(p):
         _step_after_end(p)
+        return
+    if recovery.ended_not_switched(p):
+        # The previous attempt's instance is deleted and confirmed before the next is created.
+        rec = recovery.current(p)
+        released = rec is not None and rec.deleted_at is not None
+        recovery.release_previous(p, released or instance_released(p))
         return
     if not p.obs.instance_known or p.ambiguous():
         return  # listing failed transiently, or it cannot tell which instance is ours: look again
@@ -85,7 +110,8 @@ def provisioning(p: Pass) -> None:
             p.actions.append(ProbeExec(p.instance))
         elif inst.status in (FAILURE, DELETING):
             instance_gone_or_failed(p)
-            _step_after_end(p)
+            if p.s.outcome:
+                _step_after_end(p)
         elif inst.status == STOPPED and not p.ephemeral:
             _start(p)
         return
@@ -162,9 +188,19 @@ def _create_request(p: Pass) -> CreateRequest:
 
 
 def waiting_exec(p: Pass) -> None:
-    if instance_gone_or_failed(p) or _check_timeout(p):
+    if instance_gone_or_failed(p):
         if p.s.outcome:
             _step_after_end(p)
+        return
+    if p.timed_out() and recovery.may_retry(p):
+        # Never exec-ready: another instance may be.
+        limit = phase_timeout(p.spec, p.phase)
+        recovery.end_attempt(
+            p, reasons.timeout(p.phase), f"instance {p.instance} did not accept commands within {limit}s"
+        )
+        return
+    if _check_timeout(p):
+        _step_after_end(p)
         return
     if p.obs.probe_ok:
         p.enter(Phase.PULLING, "instance accepts commands; logging in to the registry and pulling the image")
@@ -183,12 +219,20 @@ def pulling(p: Pass) -> None:
             _step_after_end(p)
         return
     if p.obs.prepared:
+        if recovery.needs_restore(p):
+            if p.obs.restored is None:
+                p.actions.append(RestoreCheckpoints(p.instance))
+                return
+            recovery.fold_restore(p)
         p.enter(Phase.RUNNING, f"starting container {p.s.job_id} on {p.instance}")
         p.s.container_started_at = p.now
-        p.actions.append(StartContainer(p.instance))
+        p.actions.append(StartContainer(p.instance, resume_path=recovery.resume_path(p)))
         p.requeue = 0.0
         return
     p.actions.append(PrepareWorkload(p.instance))
+    if recovery.needs_restore(p):
+        # Checkpoints go back into the results directory before the container starts.
+        p.actions.append(RestoreCheckpoints(p.instance))
 
 
 def _exited(p: Pass, code: int) -> None:
@@ -205,6 +249,13 @@ def _exited(p: Pass, code: int) -> None:
             reasons.timeout(Phase.RUNNING),
             f"Running did not finish within {limit}s (spec.timeouts); exit code {code}",
         )
+    elif recovery.retries_exit_code(p, code):
+        recovery.end_attempt(
+            p,
+            reasons.EXIT_CODE_RETRIED,
+            f"training container exited with code {code} (spec.recovery.retryOnExitCodes)",
+        )
+        return
     elif code == 0:
         p.end_run(Outcome.SUCCEEDED, reasons.SUCCEEDED, "training container exited 0")
     else:
@@ -215,6 +266,7 @@ def _exited(p: Pass, code: int) -> None:
 
 
 def running(p: Pass) -> None:
+    recovery.fold_sync(p)
     if p.obs.log_tail:
         p.s.last_log_lines = log_lines(p.obs.log_tail)
     if p.obs.exit_code is not None:
@@ -226,7 +278,7 @@ def running(p: Pass) -> None:
         uploading(p)
         return
     if not p.s.outcome and instance_gone_or_failed(p) and not p.s.outcome:
-        return  # confirming a suspected loss with brev delete first
+        return  # confirming a suspected loss with brev delete first, or this attempt ended
     if not p.s.outcome and p.timed_out():
         if "WaitForExit" in p.obs.completed:
             # Looked in this pass and it still runs: now it really is over time.
@@ -241,9 +293,13 @@ def running(p: Pass) -> None:
     if p.s.outcome:
         stopping(p)
         return
+    # Starting a detached checkpoint sync is one short call; the copy never holds up the wait.
+    recovery.schedule_sync(p)
     # A bounded blocking wait: returns as soon as the container exits, costs one brev call per
     # wait_timeout while it runs.
-    p.actions.append(WaitForExit(p.instance, timeout_seconds=p.tun.wait_timeout))
+    p.actions.append(
+        WaitForExit(p.instance, timeout_seconds=p.tun.wait_timeout, resume_path=recovery.resume_path(p))
+    )
     p.requeue = 0.0
 
 

@@ -182,6 +182,12 @@ def _cleanup_done(p: Pass) -> bool:
     return True
 
 
+def instance_released(p: Pass) -> bool:
+    """Whether the current instance is confirmed deleted (asking brev to delete it if needed);
+    also how recovery releases a previous attempt's instance before the next create."""
+    return _instance_released(p)
+
+
 def _instance_released(p: Pass) -> bool:
     """Ask brev to delete our instance, then confirm: `brev delete` answers not found, or the
     delete was accepted and the instance stays unlisted for `absent_listings` listings."""
