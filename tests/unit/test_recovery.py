@@ -21,6 +21,8 @@ from controller.steps import (
     StartContainer,
     StopContainer,
     SyncCheckpoints,
+    UploadResults,
+    UploadSummary,
     WaitForExit,
 )
 from tests.unit.test_machine import IMAGE, INST, T0, TUN, at, decide, kinds
@@ -183,9 +185,17 @@ def test_never_exec_ready_starts_a_new_attempt_then_fails_when_attempts_are_spen
 def test_exit_codes_are_retried_only_when_listed() -> None:
     listed = rspec(recovery={"maxAttempts": 3, "retryOnExitCodes": [137]})
     d = step(running_job(), listed, instance=inst(), exit_code=137, completed=("WaitForExit",))
+    # The live instance's results and logs are uploaded first (the restore reads them back).
+    assert kinds(d) == [UploadResults]
+    assert d.status.phase is Phase.RUNNING
+    assert d.status.outcome is None
+    after_crash = step(d.status, listed, instance=inst())
+    assert kinds(after_crash) == [UploadResults]  # still owed after a restart
+    d = step(d.status, listed, instance=inst(), upload=UploadSummary(3, 300), completed=("UploadResults",))
     assert d.status.phase is Phase.PROVISIONING
     assert d.status.attempts is not None
     assert d.status.attempts[0].ended_reason == reasons.EXIT_CODE_RETRIED
+    assert d.status.exit_code is None
     d = step(running_job(), listed, instance=inst(), exit_code=1, completed=("WaitForExit",))
     assert d.status.outcome is Outcome.FAILED
     assert d.status.reason == reasons.TRAINING_FAILED
