@@ -26,6 +26,7 @@ from controller.kube import KubeAccess, api_client, resolve_connection
 from controller.leadership import KubeLeaseStore, LeaderElector, Leadership, SoleLeader, identity
 from controller.logs import register_secret
 from controller.metrics import Recorder, RedactingRegistry
+from controller.pricing import PriceBook
 from controller.reconciler import EventSink, Reconciler
 from controller.settings import Settings
 from controller.versions import load_versions
@@ -89,6 +90,7 @@ def build(settings: Settings, events: EventSink) -> App:
         recorder=recorder,
     )
     directory = InstanceDirectory(brev)
+    prices = PriceBook(brev)
     runner = ActionRunner(
         brev,
         directory,
@@ -108,6 +110,7 @@ def build(settings: Settings, events: EventSink) -> App:
             tunables=settings.tunables(),
             listing_max_age=settings.listing_max_age,
             default_image=load_versions().images.tao_toolkit.pyt,
+            prices=prices,
         )
 
     watchdog = Watchdog(grace=settings.liveness_grace, pass_ceiling=settings.pass_ceiling())

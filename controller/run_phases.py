@@ -17,6 +17,7 @@ from controller.steps import (
     RestoreCheckpoints,
     StartContainer,
     StartInstance,
+    UploadResults,
     WaitForExit,
 )
 from controller.teardown import instance_released, stopping, teardown, uploading
@@ -250,11 +251,7 @@ def _exited(p: Pass, code: int) -> None:
             f"Running did not finish within {limit}s (spec.timeouts); exit code {code}",
         )
     elif recovery.retries_exit_code(p, code):
-        recovery.end_attempt(
-            p,
-            reasons.EXIT_CODE_RETRIED,
-            f"training container exited with code {code} (spec.recovery.retryOnExitCodes)",
-        )
+        _upload_then_retry(p)
         return
     elif code == 0:
         p.end_run(Outcome.SUCCEEDED, reasons.SUCCEEDED, "training container exited 0")
@@ -265,12 +262,30 @@ def _exited(p: Pass, code: int) -> None:
     uploading(p)
 
 
+def _upload_then_retry(p: Pass) -> None:
+    """A listed exit code on a live instance: upload its results and logs (one attempt, as at the
+    end of a run: nothing the attempt made is lost, and the restore reads them back), then the
+    attempt ends and its instance is deleted."""
+    if p.obs.upload is None and not p.s.upload_attempts:
+        p.actions.append(UploadResults(p.instance))
+        p.requeue = 0.0
+        return
+    recovery.end_attempt(
+        p,
+        reasons.EXIT_CODE_RETRIED,
+        f"training container exited with code {p.s.exit_code} (spec.recovery.retryOnExitCodes)",
+    )
+
+
 def running(p: Pass) -> None:
     recovery.fold_sync(p)
     if p.obs.log_tail:
         p.s.last_log_lines = log_lines(p.obs.log_tail)
     if p.obs.exit_code is not None:
         _exited(p, p.obs.exit_code)
+        return
+    if p.s.exit_code is not None and not p.s.outcome and p.s.container_exited_at is not None:
+        _upload_then_retry(p)  # exited with a listed code: uploading before the next attempt
         return
     if p.spec is None:
         # Deleted with a spec we cannot read: nothing to upload to; cleanup removes the container.

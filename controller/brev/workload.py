@@ -879,20 +879,28 @@ class Workload:
         credentials: S3Credentials,
         deadline: datetime | None = None,
     ) -> RestoreReport:
-        """Copy <uri>/checkpoints/ into results/ (before the container starts) and report the
-        latest checkpoint by epoch number; an empty prefix restores nothing (not an error)."""
+        """Copy <uri>/results/ and <uri>/checkpoints/ into results/ (before the container starts)
+        and report the latest checkpoint by epoch number; empty prefixes restore nothing (not an
+        error: training starts from scratch)."""
         split_s3_uri(results_uri, "resultsUri")
         s3_env = s3_env_file(credentials, region=region)
-        source = f"{results_uri.rstrip('/')}/checkpoints"
-        aws = self._aws(
-            ["s3", "sync", source, "/job/results", "--only-show-errors"],
-            [f"{self._path('results')}:/job/results"],
-            endpoint,
-            region,
-        )
+        base = results_uri.rstrip("/")
+        source = f"{base}/checkpoints"
+        mounts = [f"{self._path('results')}:/job/results"]
+        # results/ holds what an earlier attempt uploaded when it exited with a retried code;
+        # checkpoints/ what the periodic sync copied. Either may be the newer.
+        copy = [
+            self._aws(
+                ["s3", "sync", f"{base}/{sub}", "/job/results", "--only-show-errors"],
+                mounts,
+                endpoint,
+                region,
+            )
+            for sub in ("results", "checkpoints")
+        ]
         command = (
             f"{self._secret_scope(self._secret(S3_ENV_FILE))}"
-            f"mkdir -p {self._path('results')} && {aws} 2>&1 || exit $?; "
+            f"mkdir -p {self._path('results')} && {copy[0]} 2>&1 && {copy[1]} 2>&1 || exit $?; "
             f"cd {self._path()} && echo {_RESTORED} $(find results -type f | wc -l) && "
             f"echo {_LATEST} $({self._latest_checkpoint()})"
         )
