@@ -217,7 +217,8 @@ class Backend:
     def strike(self, inst_id: str, how: str, *, spare_container: str | None = None) -> None:
         """An epoch-triggered fault (faults.py `*_at_epoch`): the provider loses the instance now.
         `vanish`: gone without DELETING (as `disappear_after_s`); `failure`: FAILURE; `stop`:
-        STOPPING then STOPPED (preempted). Its containers die with it (exit 137)."""
+        STOPPING then STOPPED (preempted). Its other containers die with it (exit 137); the caller's
+        own container (`spare_container`) decides what it reports."""
         now = self.store.now()
         with self.store.tx() as db:
             cur = db["instances"].get(inst_id)
@@ -234,8 +235,4 @@ class Backend:
                 cur["phase_at"] = now
             else:
                 raise ValueError(f"unknown strike {how!r}: vanish, failure or stop")
-        d = self.store.instance_dir(inst_id)
-        if how == "vanish" and d.is_dir():
-            (d / "gone").touch()  # never comes back: every container shim kills its program
-        else:
-            container.kill_all(self.store, inst_id, spare=spare_container)
+        container.kill_all(self.store, inst_id, spare=spare_container)

@@ -311,6 +311,11 @@ def run(
             if not _await_sync(now, instance_id, own_container, written, stop):
                 return stopped()
             Backend(now).strike(instance_id, strike, spare_container=own_container)
+            if strike == "stop":
+                return stopped()  # a graceful shutdown: dockerd sends SIGTERM (exit 143)
+            # A VM that vanished or failed reports nothing ever again: no exit code reaches an
+            # in-flight `docker wait`; the program stays until its runner stops it (test teardown).
+            stop.wait()
             return KILLED_EXIT
     if exit_code:
         con.error(f"Execution failed with exit code {exit_code}\n")
