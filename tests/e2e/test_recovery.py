@@ -163,7 +163,8 @@ def test_a_job_that_exhausts_its_attempts_fails_with_every_attempt_listed(stack:
     second = attempt_instance_name(first, 2)
     stack.sim.set_faults(vanish_at_epoch={first: 1, second: 1})
     status = stack.wait_finished("exhaust", timeout=300)
-    assert status["outcome"] == "Failed", json.dumps(status, indent=1)
+    print(json.dumps(status, indent=1))  # shown when an assertion below fails
+    assert status["outcome"] == "Failed"
     attempts = status["attempts"]
     assert [a["attempt"] for a in attempts] == [1, 2]
     assert [a["instanceName"] for a in attempts] == [first, second]
