@@ -94,6 +94,8 @@ def end_attempt(p: Pass, reason: str, message: str) -> None:
     rec = current(p)
     assert rec is not None, "an owned instance always has an attempt record"
     n = rec.attempt
+    # absence.py's wording for the end of a run; here no upload follows.
+    message = message.removesuffix("; uploading what can be reached, then deleting it")
     rec.ended_at = p.now
     rec.ended_reason = reason
     rec.ended_message = clip(message)

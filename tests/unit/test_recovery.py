@@ -9,7 +9,7 @@ from typing import Any
 
 from controller import naming, reasons
 from controller.brev.client import FAILURE, RUNNING, STOPPED, Instance
-from controller.models import AttemptRecord, Outcome, Phase, TaoBrevJobSpec, TaoBrevJobStatus
+from controller.models import AttemptRecord, Outcome, Phase, TaoBrevJobSpec, TaoBrevJobStatus, merge_patch
 from controller.steps import (
     ActionFailure,
     CheckpointRestore,
@@ -387,3 +387,14 @@ def test_attempt_names_keep_the_suffix_within_63_characters() -> None:
     name = naming.attempt_instance_name(long, 10)
     assert len(name) <= 63
     assert name.endswith("-a10")
+
+
+def test_a_nested_field_cleared_in_status_is_sent_as_null() -> None:
+    """JSON merge patch merges nested objects: a checkpoint failure count that was reset must be
+    nulled explicitly, or the stored status keeps it."""
+    old = {"checkpoint": {"epoch": 2, "failures": 1, "lastError": "boom"}, "attempt": 1}
+    new = {"checkpoint": {"epoch": 3}, "attempt": 1}
+    assert merge_patch(old, new) == {
+        "checkpoint": {"epoch": 3, "failures": None, "lastError": None},
+        "attempt": 1,
+    }
