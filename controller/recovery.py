@@ -73,7 +73,8 @@ def retries_exit_code(p: Pass, code: int) -> bool:
 
 def stopped_by_someone(p: Pass) -> tuple[str, str] | None:
     """An instance this job created is STOPPED/STOPPING: this job never stops it, so someone (or
-    Brev) did. Only a reason to recover; without attempts left today's behaviour stands."""
+    Brev) did, and nothing on it answers. With attempts left a new one follows; without, the run
+    ends (InstanceStopped) and teardown deletes it."""
     inst = p.obs.instance
     if not p.owned or inst is None or inst.status not in (STOPPED, STOPPING):
         return None

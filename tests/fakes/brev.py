@@ -154,6 +154,9 @@ class FakeInstance:
     listed_from: float
     gpu: str = "L40S"
     delete_accepted_at: float | None = None
+    # When it went to FAILURE or was STOPPED by someone else (`set_status`): from then on
+    # nothing on it can be reached.
+    broken_at: float | None = None
     deleting_at: float | None = None
     gone_at: float | None = None
     containers: dict[str, FakeContainer] = field(default_factory=dict)
@@ -344,6 +347,7 @@ class FakeBrev:
         for inst in self._match(target, self.instances.values()):
             if inst.delete_accepted_at is None:
                 inst.status = status
+                inst.broken_at = self.clock.monotonic() if inst.broken_at is None else inst.broken_at
 
     def switch_identity(self, identity: str, *, login: str = "token") -> None:
         """Another credential: a token login sees and touches only its own instances."""

@@ -150,10 +150,20 @@ def test_an_instance_stopped_by_someone_else_starts_a_new_attempt() -> None:
     assert d.status.attempts[0].ended_reason == reasons.INSTANCE_STOPPED
 
 
-def test_without_attempts_left_a_stopped_instance_keeps_todays_behaviour() -> None:
+def test_without_attempts_left_a_stopped_instance_ends_the_run_and_is_deleted() -> None:
+    """Found by the model test: before, every exec failed transiently and the job never ended."""
     one = rspec(recovery={"maxAttempts": 1})
     d = step(running_job(), one, instance=inst(STOPPED))
-    assert d.status.phase is Phase.RUNNING
+    assert d.status.outcome is Outcome.FAILED
+    assert d.status.reason == reasons.INSTANCE_STOPPED
+    assert StopContainer not in kinds(d)
+    d = step(d.status, one, instance=inst(STOPPED), now=T0 + P)
+    assert d.status.phase is Phase.DELETED
+    assert DeleteInstance(ID) in d.actions
+
+
+def test_a_stopped_reused_instance_is_not_judged_lost() -> None:
+    d = step(running_job(created=False), rspec(reuse={"name": INST}), instance=inst(STOPPED))
     assert d.status.outcome is None
 
 
