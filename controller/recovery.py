@@ -57,7 +57,8 @@ def attempt_no(p: Pass) -> int:
 
 
 def may_retry(p: Pass) -> bool:
-    assert p.spec is not None or not enabled(p)
+    """Another attempt may follow this one: recovery applies, the run has not ended, the job is
+    not being deleted, and attempts are left."""
     return (
         enabled(p)
         and p.spec is not None
