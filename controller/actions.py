@@ -139,6 +139,10 @@ class ActionRunner:
         if isinstance(action, WaitForExit):
             async with self._waits:
                 return await self._wait(action, job, obs, deadline)
+        if isinstance(action, RestoreCheckpoints):
+            # A whole transfer: long work, never holding a slot the short calls need.
+            async with self._waits:
+                return await self._checkpoints(action, job, obs, deadline)
         async with self._calls:
             return await self._short(action, job, obs, deadline)
 

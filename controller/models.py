@@ -919,10 +919,14 @@ class TaoBrevJobStatus(_StatusModel):
 
 
 def merge_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
-    """The JSON merge patch (RFC 7386) taking stored status `old` to `new`: top-level fields
-    present before and absent now are sent as null, which is how merge patch deletes them."""
+    """The JSON merge patch (RFC 7386) taking stored status `old` to `new`: fields present before
+    and absent now are sent as null, which is how merge patch deletes them — at every depth,
+    because merge patch merges nested objects (e.g. status.checkpoint) key by key. Lists are
+    replaced whole."""
     patch = dict(new)
-    for key in old:
+    for key, before in old.items():
         if key not in new:
             patch[key] = None
+        elif isinstance(before, dict) and isinstance(new[key], dict):
+            patch[key] = merge_patch(before, new[key])
     return patch

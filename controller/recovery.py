@@ -57,7 +57,8 @@ def attempt_no(p: Pass) -> int:
 
 
 def may_retry(p: Pass) -> bool:
-    assert p.spec is not None or not enabled(p)
+    """Another attempt may follow this one: recovery applies, the run has not ended, the job is
+    not being deleted, and attempts are left."""
     return (
         enabled(p)
         and p.spec is not None
@@ -73,7 +74,8 @@ def retries_exit_code(p: Pass, code: int) -> bool:
 
 def stopped_by_someone(p: Pass) -> tuple[str, str] | None:
     """An instance this job created is STOPPED/STOPPING: this job never stops it, so someone (or
-    Brev) did. Only a reason to recover; without attempts left today's behaviour stands."""
+    Brev) did, and nothing on it answers. With attempts left a new one follows; without, the run
+    ends (InstanceStopped) and teardown deletes it."""
     inst = p.obs.instance
     if not p.owned or inst is None or inst.status not in (STOPPED, STOPPING):
         return None
@@ -94,6 +96,8 @@ def end_attempt(p: Pass, reason: str, message: str) -> None:
     rec = current(p)
     assert rec is not None, "an owned instance always has an attempt record"
     n = rec.attempt
+    # absence.py's wording for the end of a run; here no upload follows.
+    message = message.removesuffix("; uploading what can be reached, then deleting it")
     rec.ended_at = p.now
     rec.ended_reason = reason
     rec.ended_message = clip(message)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from controller import naming, reasons, recovery
 from controller.absence import instance_fate
-from controller.brev.client import DELETING, FAILURE, RUNNING, STOPPED, CreateRequest
+from controller.brev.client import DELETING, FAILURE, RUNNING, STOPPED, STOPPING, CreateRequest
 from controller.decision_pass import Pass
 from controller.models import Outcome, Phase
 from controller.status_text import log_lines
@@ -75,7 +75,8 @@ def instance_gone_or_failed(p: Pass) -> bool:
     way (the caller does nothing else)."""
     fate = instance_fate(p)
     retry = recovery.may_retry(p)
-    if fate is None and retry:
+    if fate is None:
+        # This job never stops an instance it created: someone did, and exec will not answer.
         fate = recovery.stopped_by_someone(p)
     if fate is None:
         return bool(p.actions)
@@ -109,7 +110,7 @@ def provisioning(p: Pass) -> None:
                 Phase.WAITING_EXEC, f"instance {p.instance} is RUNNING; waiting for it to accept commands"
             )
             p.actions.append(ProbeExec(p.instance))
-        elif inst.status in (FAILURE, DELETING):
+        elif inst.status in (FAILURE, DELETING) or (inst.status in (STOPPED, STOPPING) and p.ephemeral):
             instance_gone_or_failed(p)
             if p.s.outcome:
                 _step_after_end(p)

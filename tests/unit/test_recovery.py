@@ -9,7 +9,7 @@ from typing import Any
 
 from controller import naming, reasons
 from controller.brev.client import FAILURE, RUNNING, STOPPED, Instance
-from controller.models import AttemptRecord, Outcome, Phase, TaoBrevJobSpec, TaoBrevJobStatus
+from controller.models import AttemptRecord, Outcome, Phase, TaoBrevJobSpec, TaoBrevJobStatus, merge_patch
 from controller.steps import (
     ActionFailure,
     CheckpointRestore,
@@ -150,10 +150,20 @@ def test_an_instance_stopped_by_someone_else_starts_a_new_attempt() -> None:
     assert d.status.attempts[0].ended_reason == reasons.INSTANCE_STOPPED
 
 
-def test_without_attempts_left_a_stopped_instance_keeps_todays_behaviour() -> None:
+def test_without_attempts_left_a_stopped_instance_ends_the_run_and_is_deleted() -> None:
+    """Found by the model test: before, every exec failed transiently and the job never ended."""
     one = rspec(recovery={"maxAttempts": 1})
     d = step(running_job(), one, instance=inst(STOPPED))
-    assert d.status.phase is Phase.RUNNING
+    assert d.status.outcome is Outcome.FAILED
+    assert d.status.reason == reasons.INSTANCE_STOPPED
+    assert StopContainer not in kinds(d)
+    d = step(d.status, one, instance=inst(STOPPED), now=T0 + P)
+    assert d.status.phase is Phase.DELETED
+    assert DeleteInstance(ID) in d.actions
+
+
+def test_a_stopped_reused_instance_is_not_judged_lost() -> None:
+    d = step(running_job(created=False), rspec(reuse={"name": INST}), instance=inst(STOPPED))
     assert d.status.outcome is None
 
 
@@ -387,3 +397,14 @@ def test_attempt_names_keep_the_suffix_within_63_characters() -> None:
     name = naming.attempt_instance_name(long, 10)
     assert len(name) <= 63
     assert name.endswith("-a10")
+
+
+def test_a_nested_field_cleared_in_status_is_sent_as_null() -> None:
+    """JSON merge patch merges nested objects: a checkpoint failure count that was reset must be
+    nulled explicitly, or the stored status keeps it."""
+    old = {"checkpoint": {"epoch": 2, "failures": 1, "lastError": "boom"}, "attempt": 1}
+    new = {"checkpoint": {"epoch": 3}, "attempt": 1}
+    assert merge_patch(old, new) == {
+        "checkpoint": {"epoch": 3, "failures": None, "lastError": None},
+        "attempt": 1,
+    }
