@@ -74,6 +74,10 @@ crds: $(STAMP) ## Regenerate crds/ from controller/models.py
 bench: $(STAMP) ## Benchmarks: per-job brev calls, API writes, exit-to-teardown delay, throughput
 	$(PY) -m tests.bench
 
+.PHONY: bench-recovery
+bench-recovery: $(STAMP) ## Benchmark: lost instance -> resumed on a new one (all durations x one factor)
+	$(PY) -m tests.bench_recovery
+
 .PHONY: kube-build
 kube-build: $(STAMP) ## Build (or reuse the cached) kube-apiserver and etcd
 	$(PY) -m tests.devenv.kubebuild

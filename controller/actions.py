@@ -22,18 +22,23 @@ from controller.directory import InstanceDirectory
 from controller.errors import InstanceNotFound, PermanentError, TaoBrevError, TransientError
 from controller.lanes import BUDGETED, Lane, Lanes
 from controller.models import TaoBrevJobSpec
+from controller.recovery import container_path, resume_arg
 from controller.steps import (
     Action,
     ActionFailure,
+    CheckpointRestore,
+    CheckpointSync,
     CleanupWorkload,
     CreateInstance,
     DeleteInstance,
     Observation,
     PrepareWorkload,
     ProbeExec,
+    RestoreCheckpoints,
     StartContainer,
     StartInstance,
     StopContainer,
+    SyncCheckpoints,
     UploadResults,
     UploadSummary,
     WaitForExit,
@@ -96,6 +101,8 @@ ACTION_LANES: Mapping[type[Action], Lane] = {
     CleanupWorkload: Lane.STOP,
     UploadResults: Lane.UPLOAD,
     DeleteInstance: Lane.DELETE,
+    SyncCheckpoints: Lane.CHECKPOINT,
+    RestoreCheckpoints: Lane.CHECKPOINT,
 }
 
 
@@ -161,12 +168,12 @@ class ActionRunner:
         if isinstance(action, WaitForExit):
             return await self._wait(action, job, obs, budget)
         if isinstance(action, StartContainer):
-            await self._start(self._workload(action.instance, job), job, budget)
+            await self._start(self._workload(action.instance, job), job, budget, action.resume_path)
             return obs.with_(container_started=True)
         async with self._lanes.hold(lane, budget):
             return await self._call(action, job, obs, budget)
 
-    async def _call(  # noqa: PLR0911 - one return per action kind
+    async def _call(  # noqa: PLR0911 - one case per action kind
         self, action: Action, job: JobContext, obs: Observation, deadline: datetime | None
     ) -> Observation:
         match action:
@@ -205,6 +212,8 @@ class ActionRunner:
                     if must:
                         raise
                 return obs.with_(cleaned=True)
+            case SyncCheckpoints() | RestoreCheckpoints():
+                return await self._checkpoints(action, job, obs, deadline)
             case DeleteInstance(name=name):
                 try:
                     await self._brev.delete_instance(name)
@@ -215,6 +224,29 @@ class ActionRunner:
                 self._directory.invalidate()
                 return obs.with_(delete_requested=True)
         raise AssertionError(f"unhandled action {action!r}")
+
+    async def _checkpoints(
+        self,
+        action: SyncCheckpoints | RestoreCheckpoints,
+        job: JobContext,
+        obs: Observation,
+        deadline: datetime | None,
+    ) -> Observation:
+        """Checkpoint sync (starts a detached copy; one short call) and restore (before start)."""
+        data = job.spec.data
+        wl = self._workload(action.instance, job)
+        creds = _secrets(job, type(action).__name__).s3
+        if isinstance(action, SyncCheckpoints):
+            report = await wl.sync_checkpoints(
+                data.results_uri, data.s3_endpoint_url, data.s3_region, credentials=creds, deadline=deadline
+            )
+            sync = CheckpointSync(report.state, report.started, report.epoch, report.objects, report.message)
+            return obs.with_(checkpoint_sync=sync)
+        got = await wl.restore_checkpoints(
+            data.results_uri, data.s3_endpoint_url, data.s3_region, credentials=creds, deadline=deadline
+        )
+        path = container_path(got.latest) if got.latest else None
+        return obs.with_(restored=CheckpointRestore(got.objects, path, got.epoch))
 
     async def _wait(
         self, action: WaitForExit, job: JobContext, obs: Observation, deadline: datetime | None
@@ -231,7 +263,7 @@ class ActionRunner:
                 return obs.with_(exit_code=CONTAINER_MISSING_EXIT)
             # Crashed between writing containerStartedAt and `docker run`: start it (idempotent),
             # in the start lane (the wait's slot is released by now).
-            await self._start(wl, job, deadline)
+            await self._start(wl, job, deadline, action.resume_path)
             return obs.with_(exit_code=None, container_started=True)
         # The container's own FinishedAt: operator downtime is never counted as the job's run time.
         return obs.with_(exit_code=info.code, log_tail=info.tail, exit_finished_at=info.finished_at)
@@ -250,8 +282,12 @@ class ActionRunner:
                 deadline=deadline,
             )
 
-    async def _start(self, wl: Workload, job: JobContext, deadline: datetime | None) -> None:
+    async def _start(
+        self, wl: Workload, job: JobContext, deadline: datetime | None, resume_path: str | None = None
+    ) -> None:
         task, secrets = job.spec.task, _secrets(job, "StartContainer")
+        # Attempt >= 2: TAO's key=value override resumes from the restored checkpoint.
+        args = [*(task.args or ()), *([resume_arg(resume_path)] if resume_path else [])]
 
         async def start() -> None:
             await wl.start_container(
@@ -259,7 +295,7 @@ class ActionRunner:
                 network_arch=task.network_arch,
                 action=task.action,
                 spec_path=task.spec_path or SPEC_MOUNT_PATH,
-                args=list(task.args or ()),
+                args=args,
                 env={e.name: e.value for e in task.env or ()},
                 secret_env=dict(sorted(secrets.extra_env.items())),
                 gpus=task.gpus,

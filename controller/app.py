@@ -28,6 +28,7 @@ from controller.leadership import KubeLeaseStore, LeaderElector, Leadership, Sol
 from controller.logs import register_secret
 from controller.metrics import Recorder, RedactingRegistry
 from controller.orphans import Policy
+from controller.pricing import PriceBook
 from controller.reconciler import EventSink, Reconciler
 from controller.retained import RetainedStore
 from controller.settings import Settings
@@ -102,6 +103,7 @@ def build(settings: Settings, events: EventSink) -> App:
             "pool, so teardown waits behind probes and pulls; unset it to use the lanes (TAOBREV_LANE_*)",
             slots=settings.max_concurrent_brev_calls,
         )
+    prices = PriceBook(brev)
     runner = ActionRunner(
         brev,
         directory,
@@ -123,6 +125,7 @@ def build(settings: Settings, events: EventSink) -> App:
             listing_max_age=settings.listing_max_age,
             default_image=load_versions().images.tao_toolkit.pyt,
             retained=retained,
+            prices=prices,
         )
 
     watchdog = Watchdog(grace=settings.liveness_grace, pass_ceiling=settings.pass_ceiling())

@@ -34,11 +34,11 @@ are re-exported here for the modules and tests that use them as `machine.<name>`
 
 from __future__ import annotations
 
-from controller import conditions, reasons
+from controller import conditions, reasons, recovery
 from controller.decision_pass import Pass
 from controller.errors import InstanceNotFound
 from controller.identities import same_reach
-from controller.models import Outcome, Phase, TaoBrevJobSpec, TaoBrevJobStatus
+from controller.models import CheckpointStatus, Outcome, Phase, TaoBrevJobSpec, TaoBrevJobStatus
 from controller.run_phases import (
     assign_names,
     pending,
@@ -133,11 +133,14 @@ def decide(
         p.end_run(Outcome.CANCELED, reasons.CANCELED, f"the TaoBrevJob was deleted during {p.phase}")
 
     if not _handle_failure(p):
+        recovery.track(p)
+        recovery.check_budget(p)
         _step(p, namespace=namespace, name=name, uid=uid)
     return _finish(p, generation, requeue=p.requeue)
 
 
 def _finish(p: Pass, generation: int, requeue: float | None) -> Decision:
+    recovery.track(p)
     p.s.observed_generation = generation
     p.s.conditions = conditions.derive(p.s, p.prev_conditions, generation, p.now)
     if p.s.finished_at:
@@ -150,6 +153,10 @@ def _handle_failure(p: Pass) -> bool:
     f = p.obs.failure
     if f is None:
         p.recovered()
+        return False
+    if f.action == "SyncCheckpoints":
+        # Never the job's problem: counted and shown, retried at the next interval, no backoff.
+        recovery.sync_failed(p, p.s.checkpoint or CheckpointStatus(), f.message)
         return False
     if f.action == "CreateInstance":
         _create_failed(p, f)

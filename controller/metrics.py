@@ -153,6 +153,19 @@ class Recorder:
             ["namespace", "name", "instance"],
             registry=registry,
         )
+        self._job_billed = Gauge(
+            "taobrev_job_billed_seconds",
+            "Billed instance seconds of the job over all attempts (create request to confirmed deletion).",
+            ["namespace", "name"],
+            registry=registry,
+        )
+        self._job_cost = Gauge(
+            "taobrev_job_estimated_cost_dollars",
+            "Estimated cost of the job over all attempts (billed time x hourly price from `brev "
+            "search`); absent while a price is unknown.",
+            ["namespace", "name"],
+            registry=registry,
+        )
         self._exit_teardown = Histogram(
             "taobrev_exit_to_teardown_seconds",
             "Time from the training container's exit to the confirmed deletion of its instance.",
@@ -353,8 +366,20 @@ class Recorder:
             self._job_phase_timeout,
             self._job_ended,
             self._instance_uptime_gauge,
+            self._job_billed,
+            self._job_cost,
         ):
             gauge.remove_by_labels(job)
+
+    def job_billing(
+        self, namespace: str, name: str, billed_seconds: float, cost_dollars: float | None
+    ) -> None:
+        """Per-job billing gauges from status (every pass); cost None drops the cost series."""
+        self._job_billed.labels(namespace=namespace, name=name).set(billed_seconds)
+        if cost_dollars is None:
+            self._job_cost.remove_by_labels({"namespace": namespace, "name": name})
+        else:
+            self._job_cost.labels(namespace=namespace, name=name).set(cost_dollars)
 
     # -- instances -------------------------------------------------------------------------------
 

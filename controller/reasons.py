@@ -53,3 +53,12 @@ RESULTS_NOT_UPLOADED = "ResultsNotUploaded"
 NOT_STALLED = "NotStalled"
 INSTANCE_IN_USE = "InstanceInUse"
 RELEASED = "Released"
+
+# Recovery and budgets (issue 12).
+BUDGET_EXCEEDED = "BudgetExceeded"
+INSTANCE_STOPPED = "InstanceStopped"
+EXIT_CODE_RETRIED = "RetriedExitCode"
+RECOVERING = "Recovering"
+ATTEMPT_STARTED = "AttemptStarted"
+CHECKPOINT_SYNC_FAILED = "CheckpointSyncFailed"
+CHECKPOINT_RESTORED = "CheckpointRestored"

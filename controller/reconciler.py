@@ -26,6 +26,7 @@ from controller.kube import KubeAccess
 from controller.logs import register_secret
 from controller.metrics import Recorder
 from controller.models import Phase, TaoBrevJobSpec, TaoBrevJobStatus, merge_patch
+from controller.pricing import PriceBook
 from controller.retained import RetainedStore, record_for
 from controller.steps import (
     Action,
@@ -34,7 +35,9 @@ from controller.steps import (
     Decision,
     Observation,
     PrepareWorkload,
+    RestoreCheckpoints,
     StartContainer,
+    SyncCheckpoints,
     UploadResults,
     WaitForExit,
 )
@@ -95,6 +98,7 @@ class Reconciler:
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         default_image: str | None = None,
         retained: RetainedStore | None = None,
+        prices: PriceBook | None = None,
     ) -> None:
         self._kube = kube
         self._directory = directory
@@ -109,6 +113,8 @@ class Reconciler:
         # Where a job that keeps its instance (onCompletion: Retain) records it before it finishes
         # (controller/retained.py); None: not recorded (tests without a sweeper).
         self._retained = retained
+        # Hourly prices by instance type (`brev search`, cached): billed cost in status.
+        self._prices = prices
         self._locks: dict[str, asyncio.Lock] = {}
         # The status last written per uid, typed and as sent (the watch may lag behind it).
         self._written: dict[str, TaoBrevJobStatus] = {}
@@ -287,11 +293,16 @@ class Reconciler:
         if not name:
             return obs.with_(instance_known=True, instance=None)
         seen = await self._directory.find(name, status.instance_id, max_age=self._listing_max_age)
+        price: float | None = None
+        inst = seen.instance
+        if self._prices is not None and inst is not None and inst.instance_type and status.instance_created:
+            price = await self._prices.price(inst.instance_type)
         return obs.with_(
             instance_known=seen.known,
             instance=seen.instance,
             instance_ambiguous=seen.ambiguous,
             identity=seen.identity,
+            price_per_hour=price,
         )
 
     async def _load_secrets(self, namespace: str, spec: TaoBrevJobSpec) -> JobSecrets:
@@ -372,6 +383,10 @@ class Reconciler:
             outcome=str(status.outcome) if status.outcome else None,
             ended_at=finished.timestamp() if finished else None,
         )
+        if status.billed_seconds is not None:
+            self._recorder.job_billing(
+                ref.namespace, ref.name, status.billed_seconds, status.estimated_cost_dollars
+            )
 
     def _account(self, ref: JobRef, old: TaoBrevJobStatus, new: TaoBrevJobStatus) -> None:
         old_phase, new_phase = old.phase, new.phase
@@ -450,7 +465,9 @@ def parse_status(raw: Mapping[str, Any]) -> TaoBrevJobStatus:
 def _needs_secrets(action: Action) -> bool:
     if isinstance(action, WaitForExit):
         return action.start_if_missing  # it (re)starts a container that is not there
-    return isinstance(action, PrepareWorkload | StartContainer | UploadResults)
+    return isinstance(
+        action, PrepareWorkload | StartContainer | UploadResults | SyncCheckpoints | RestoreCheckpoints
+    )
 
 
 def _deadline(spec: TaoBrevJobSpec | None, status: TaoBrevJobStatus, now: datetime) -> datetime | None:

@@ -3,9 +3,9 @@ Pulling and Running. Once the run has ended, controller/teardown.py takes over."
 
 from __future__ import annotations
 
-from controller import naming, reasons
-from controller.absence import instance_gone_or_failed
-from controller.brev.client import DELETING, FAILURE, RUNNING, STOPPED, CreateRequest
+from controller import naming, reasons, recovery
+from controller.absence import instance_fate
+from controller.brev.client import DELETING, FAILURE, RUNNING, STOPPED, STOPPING, CreateRequest
 from controller.decision_pass import Pass
 from controller.models import Outcome, Phase
 from controller.status_text import log_lines
@@ -14,11 +14,13 @@ from controller.steps import (
     EventNote,
     PrepareWorkload,
     ProbeExec,
+    RestoreCheckpoints,
     StartContainer,
     StartInstance,
+    UploadResults,
     WaitForExit,
 )
-from controller.teardown import stopping, teardown, uploading
+from controller.teardown import instance_released, stopping, teardown, uploading
 from controller.transitions import phase_timeout
 
 
@@ -66,9 +68,34 @@ def _check_timeout(p: Pass) -> bool:
     return False
 
 
+def instance_gone_or_failed(p: Pass) -> bool:
+    """The instance is confirmed lost, FAILURE or DELETING (or, when another attempt may follow,
+    STOPPED by someone else): the run ends — or, with attempts left, only this attempt does
+    (controller/recovery.py). Also True while a `brev delete` confirming a suspected loss is under
+    way (the caller does nothing else)."""
+    fate = instance_fate(p)
+    retry = recovery.may_retry(p)
+    if fate is None:
+        # This job never stops an instance it created: someone did, and exec will not answer.
+        fate = recovery.stopped_by_someone(p)
+    if fate is None:
+        return bool(p.actions)
+    if retry:
+        recovery.end_attempt(p, *fate)
+    else:
+        p.end_run(Outcome.FAILED, *fate)
+    return True
+
+
 def provisioning(p: Pass) -> None:
     if _check_timeout(p):
         _step_after_end(p)
+        return
+    if recovery.ended_not_switched(p):
+        # The previous attempt's instance is deleted and confirmed before the next is created.
+        rec = recovery.current(p)
+        released = rec is not None and rec.deleted_at is not None
+        recovery.release_previous(p, released or instance_released(p))
         return
     if not p.obs.instance_known or p.ambiguous():
         return  # listing failed transiently, or it cannot tell which instance is ours: look again
@@ -83,9 +110,10 @@ def provisioning(p: Pass) -> None:
                 Phase.WAITING_EXEC, f"instance {p.instance} is RUNNING; waiting for it to accept commands"
             )
             p.actions.append(ProbeExec(p.instance))
-        elif inst.status in (FAILURE, DELETING):
+        elif inst.status in (FAILURE, DELETING) or (inst.status in (STOPPED, STOPPING) and p.ephemeral):
             instance_gone_or_failed(p)
-            _step_after_end(p)
+            if p.s.outcome:
+                _step_after_end(p)
         elif inst.status == STOPPED and not p.ephemeral:
             _start(p)
         return
@@ -172,6 +200,13 @@ def waiting_exec(p: Pass) -> None:
         p.enter(Phase.PULLING, "instance accepts commands; logging in to the registry and pulling the image")
         p.actions.append(PrepareWorkload(p.instance))
         return
+    if p.timed_out() and recovery.may_retry(p):
+        # Never exec-ready: another instance may be.
+        limit = phase_timeout(p.spec, p.phase)
+        recovery.end_attempt(
+            p, reasons.timeout(p.phase), f"instance {p.instance} did not accept commands within {limit}s"
+        )
+        return
     if _check_timeout(p):
         _step_after_end(p)
         return
@@ -189,15 +224,23 @@ def pulling(p: Pass) -> None:
         return
     # Like the probe: a pull + staging that succeeded counts even past the deadline.
     if p.obs.prepared:
+        if recovery.needs_restore(p):
+            if p.obs.restored is None:
+                p.actions.append(RestoreCheckpoints(p.instance))
+                return
+            recovery.fold_restore(p)
         p.enter(Phase.RUNNING, f"starting container {p.s.job_id} on {p.instance}")
         p.s.container_started_at = p.now
-        p.actions.append(StartContainer(p.instance))
+        p.actions.append(StartContainer(p.instance, resume_path=recovery.resume_path(p)))
         p.requeue = 0.0
         return
     if _check_timeout(p):
         _step_after_end(p)
         return
     p.actions.append(PrepareWorkload(p.instance))
+    if recovery.needs_restore(p):
+        # Checkpoints go back into the results directory before the container starts.
+        p.actions.append(RestoreCheckpoints(p.instance))
 
 
 def _exited(p: Pass, code: int) -> None:
@@ -214,6 +257,9 @@ def _exited(p: Pass, code: int) -> None:
             reasons.timeout(Phase.RUNNING),
             f"Running did not finish within {limit}s (spec.timeouts); exit code {code}",
         )
+    elif recovery.retries_exit_code(p, code):
+        _upload_then_retry(p)
+        return
     elif code == 0:
         p.end_run(Outcome.SUCCEEDED, reasons.SUCCEEDED, "training container exited 0")
     else:
@@ -223,11 +269,30 @@ def _exited(p: Pass, code: int) -> None:
     uploading(p)
 
 
+def _upload_then_retry(p: Pass) -> None:
+    """A listed exit code on a live instance: upload its results and logs (one attempt, as at the
+    end of a run: nothing the attempt made is lost, and the restore reads them back), then the
+    attempt ends and its instance is deleted."""
+    if p.obs.upload is None and not p.s.upload_attempts:
+        p.actions.append(UploadResults(p.instance))
+        p.requeue = 0.0
+        return
+    recovery.end_attempt(
+        p,
+        reasons.EXIT_CODE_RETRIED,
+        f"training container exited with code {p.s.exit_code} (spec.recovery.retryOnExitCodes)",
+    )
+
+
 def running(p: Pass) -> None:
+    recovery.fold_sync(p)
     if p.obs.log_tail:
         p.s.last_log_lines = log_lines(p.obs.log_tail)
     if p.obs.exit_code is not None:
         _exited(p, p.obs.exit_code)
+        return
+    if p.s.exit_code is not None and not p.s.outcome and p.s.container_exited_at is not None:
+        _upload_then_retry(p)  # exited with a listed code: uploading before the next attempt
         return
     if p.spec is None:
         # Deleted with a spec we cannot read: nothing to upload to; cleanup removes the container.
@@ -235,7 +300,7 @@ def running(p: Pass) -> None:
         uploading(p)
         return
     if not p.s.outcome and instance_gone_or_failed(p) and not p.s.outcome:
-        return  # confirming a suspected loss with brev delete first
+        return  # confirming a suspected loss with brev delete first, or this attempt ended
     if not p.s.outcome and p.timed_out():
         if "WaitForExit" in p.obs.completed:
             # Looked in this pass and it still runs: now it really is over time.
@@ -250,9 +315,13 @@ def running(p: Pass) -> None:
     if p.s.outcome:
         stopping(p)
         return
+    # Starting a detached checkpoint sync is one short call; the copy never holds up the wait.
+    recovery.schedule_sync(p)
     # A bounded blocking wait: returns as soon as the container exits, costs one brev call per
     # wait_timeout while it runs.
-    p.actions.append(WaitForExit(p.instance, timeout_seconds=p.tun.wait_timeout))
+    p.actions.append(
+        WaitForExit(p.instance, timeout_seconds=p.tun.wait_timeout, resume_path=recovery.resume_path(p))
+    )
     p.requeue = 0.0
 
 

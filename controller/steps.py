@@ -30,6 +30,31 @@ class UploadSummary:
 
 
 @dataclass(frozen=True)
+class CheckpointSync:
+    """What `SyncCheckpoints` learned about the PREVIOUS detached sync (the one it replaced).
+
+    `state`: "running" (still copying: nothing started), "ok" (it finished; epoch/objects are what
+    it copied), "failed" (it exited non-zero or vanished; `message` says how), "none" (no earlier
+    sync on this instance). `started` is True when this call started the next sync."""
+
+    state: str
+    started: bool
+    epoch: int | None = None
+    objects: int | None = None
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class CheckpointRestore:
+    """What `RestoreCheckpoints` put back into the results directory: the latest checkpoint by
+    epoch number (`*_epoch_NNN.pth`), as a container path, or None when there was none."""
+
+    objects: int
+    path: str | None = None
+    epoch: int | None = None
+
+
+@dataclass(frozen=True)
 class Observation:
     """What the reconciler knows this pass: the world as observed, plus results of actions it just
     performed. Only facts written into status survive a crash; everything here is recomputed."""
@@ -65,6 +90,10 @@ class Observation:
     start_requested: bool = False
     created: bool = False
     log_tail: tuple[str, ...] = ()
+    # Hourly price of the listed instance's type from `brev search` (None: unknown / not looked up).
+    price_per_hour: float | None = None
+    checkpoint_sync: CheckpointSync | None = None
+    restored: CheckpointRestore | None = None
     failure: ActionFailure | None = None
     # Names of the actions that completed in this pass (set by the reconciler): evidence of
     # progress, which clears a transient error, and proof a bounded wait really looked.
@@ -102,6 +131,8 @@ class PrepareWorkload:
 @dataclass(frozen=True)
 class StartContainer:
     instance: str
+    # Attempt >= 2 with a restored checkpoint: `train.resume_training_checkpoint_path=<this>`.
+    resume_path: str | None = None
 
 
 @dataclass(frozen=True)
@@ -110,6 +141,22 @@ class WaitForExit:
     timeout_seconds: float
     # While running normally a missing container is (re)started; while stopping it is not.
     start_if_missing: bool = True
+    resume_path: str | None = None
+
+
+@dataclass(frozen=True)
+class SyncCheckpoints:
+    """Look at the previous detached checkpoint sync and start the next one (one brev call):
+    never blocks on the copy itself, so exit notice and teardown are never delayed by it."""
+
+    instance: str
+
+
+@dataclass(frozen=True)
+class RestoreCheckpoints:
+    """Copy <resultsUri>/checkpoints/ into the results directory before the container starts."""
+
+    instance: str
 
 
 @dataclass(frozen=True)
@@ -147,6 +194,8 @@ Action = (
     | UploadResults
     | CleanupWorkload
     | DeleteInstance
+    | SyncCheckpoints
+    | RestoreCheckpoints
 )
 
 

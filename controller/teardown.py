@@ -45,10 +45,13 @@ from controller.steps import (
 )
 from controller.transitions import phase_timeout
 
+# The run ended because nothing on the instance can be reached any more: no stop, no upload.
+_UNREACHABLE = (reasons.INSTANCE_LOST, reasons.INSTANCE_FAILED, reasons.INSTANCE_STOPPED)
+
 
 def stopping(p: Pass) -> None:
     """Canceled, timed out or lost while running: stop the container, bounded by the grace."""
-    if p.s.reason in (reasons.INSTANCE_LOST, reasons.INSTANCE_FAILED):
+    if p.s.reason in _UNREACHABLE:
         p.enter(Phase.UPLOADING, "instance lost; nothing to upload")
         uploading(p)
         return
@@ -125,7 +128,7 @@ def _nothing_to_upload(p: Pass) -> bool:
     on to teardown (True when this step is done)."""
     unlisted = p.obs.instance_known and p.obs.instance is None and not p.exec_evidence()
     tried_unlisted = bool(p.s.upload_attempts) and p.s.reason == reasons.INSTANCE_NOT_LISTED and unlisted
-    lost = p.s.reason in (reasons.INSTANCE_LOST, reasons.INSTANCE_FAILED)
+    lost = p.s.reason in _UNREACHABLE
     if p.spec is not None and not lost and not tried_unlisted:
         return False
     if p.start_phase == Phase.RUNNING:
@@ -180,6 +183,12 @@ def _cleanup_done(p: Pass) -> bool:
     # Unreachable, gone, or goes with the instance: nothing of ours can be removed now.
     p.s.cleaned_up_at = p.now
     return True
+
+
+def instance_released(p: Pass) -> bool:
+    """Whether the current instance is confirmed deleted (asking brev to delete it if needed);
+    also how recovery releases a previous attempt's instance before the next create."""
+    return _instance_released(p)
 
 
 def _instance_released(p: Pass) -> bool:

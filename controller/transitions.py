@@ -10,9 +10,10 @@ from controller.models import Phase, TaoBrevJobSpec, Timeouts
 TRANSITIONS: Mapping[Phase, frozenset[Phase]] = {
     Phase.PENDING: frozenset({Phase.PROVISIONING, Phase.DELETED}),
     Phase.PROVISIONING: frozenset({Phase.WAITING_EXEC, Phase.DELETED}),
-    Phase.WAITING_EXEC: frozenset({Phase.PULLING, Phase.DELETED}),
-    Phase.PULLING: frozenset({Phase.RUNNING, Phase.DELETED}),
-    Phase.RUNNING: frozenset({Phase.UPLOADING}),
+    # Back to Provisioning: the attempt ended and another one follows (controller/recovery.py).
+    Phase.WAITING_EXEC: frozenset({Phase.PULLING, Phase.DELETED, Phase.PROVISIONING}),
+    Phase.PULLING: frozenset({Phase.RUNNING, Phase.DELETED, Phase.PROVISIONING}),
+    Phase.RUNNING: frozenset({Phase.UPLOADING, Phase.PROVISIONING}),
     Phase.UPLOADING: frozenset({Phase.DELETED}),
     Phase.DELETED: frozenset(),
 }

@@ -12,6 +12,7 @@ are idempotent, because the transport may run them twice. Layout under the insta
     ~/taobrev/<job>/data/<path>/...     staged inputs, mounted at /workspace/data
     ~/taobrev/<job>/results/...         TAO's results_dir, mounted at /workspace/results
     ~/taobrev/<job>/logs/container.log  `docker logs` copy uploaded with the results
+    ~/taobrev/<job>/ckpt/pending        what the running checkpoint sync copies ("<files> <epoch>")
 
 Secrets never appear in a command string: they reach the instance through `put_file` (ssh stdin)
 and are read there by `--password-stdin` and `--env-file`. The remote command of the step that
@@ -67,6 +68,16 @@ _TAIL_MARK = "__taobrev_log_tail__"
 _MIN_CALL_S = 1.0
 # Docker's zero time: FinishedAt of a container that has not exited.
 _ZERO_TIME_PREFIX = "0001-01-01"
+# Checkpoint sync (a detached aws-cli container named <job>-ckpt) and restore markers.
+CKPT_SUFFIX = "-ckpt"
+_SYNC_RUNNING = "TAOBREV_SYNC_RUNNING"
+_SYNC_NONE = "TAOBREV_SYNC_NONE"
+_SYNC_PREV = "TAOBREV_SYNC_PREV"
+_SYNC_PENDING = "TAOBREV_SYNC_PENDING"
+_SYNC_LOG = "TAOBREV_SYNC_LOG"
+_SYNC_STARTED = "TAOBREV_SYNC_STARTED"
+_RESTORED = "TAOBREV_RESTORED"
+_LATEST = "TAOBREV_LATEST"
 
 _AUTH_MARKERS = ("unauthorized", "denied", "forbidden", "incorrect username or password", "401", "403")
 _NETWORK_MARKERS = ("timeout", "timed out", "connection refused", "no such host", "tls handshake", "eof")
@@ -116,6 +127,28 @@ class ExitInfo:
     code: int | None
     finished_at: datetime | None
     tail: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class SyncReport:
+    """The previous checkpoint sync as the next interval found it: `state` is running, ok, failed
+    or none; `started` whether this call started the next one; epoch/objects what it copied."""
+
+    state: str
+    started: bool
+    epoch: int | None = None
+    objects: int | None = None
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class RestoreReport:
+    """Files in the results directory after the restore and the latest `*_epoch_NNN.pth` among
+    them (path relative to the job directory, e.g. ``results/train/model_epoch_003.pth``)."""
+
+    objects: int
+    latest: str | None
+    epoch: int | None
 
 
 @dataclass(frozen=True)
@@ -778,9 +811,117 @@ class Workload:
             )
         return len(local), sum(local.values())
 
+    # -- checkpoints --------------------------------------------------------------------------
+
+    def _latest_checkpoint(self) -> str:
+        """Shell: print "<epoch> <path>" of the highest-numbered `*_epoch_NNN.pth` under results/
+        (run in the job directory), or nothing."""
+        return (
+            "find results -type f -name '*_epoch_*.pth' 2>/dev/null "
+            "| sed -n 's/^\\(.*_epoch_\\([0-9][0-9]*\\)\\.pth\\)$/\\2 \\1/p' | sort -n | tail -1"
+        )
+
+    async def sync_checkpoints(
+        self,
+        results_uri: str,
+        endpoint: str | None = None,
+        region: str | None = None,
+        *,
+        credentials: S3Credentials,
+        deadline: datetime | None = None,
+    ) -> SyncReport:
+        """ONE short call per interval: report how the previous detached sync ended (and remove
+        its container, whose config carried the S3 keys), then start the next one, detached:
+        `aws s3 sync` of results/ to <uri>/checkpoints/ copies only new or changed files. The copy
+        never blocks this call, so exit notice and teardown are never delayed by it. The S3 keys
+        file exists only while this command runs (docker reads --env-file at `docker run`)."""
+        split_s3_uri(results_uri, "resultsUri")
+        s3_env = s3_env_file(credentials, region=region)
+        ckpt = shlex.quote(self.job_id + CKPT_SUFFIX)
+        pending = self._path("ckpt/pending")
+        run = ["docker", "run", "-d", "--name", ckpt, "--label", shlex.quote(f"tao-job={self.job_id}")]
+        run += ["--env-file", self._secret(S3_ENV_FILE), "-e", "AWS_PAGER="]
+        run += ["-v", f"{self._path('results')}:/job/results:ro", shlex.quote(self.settings.aws_cli_image)]
+        if endpoint:
+            run += ["--endpoint-url", shlex.quote(endpoint)]
+        if region:
+            run += ["--region", shlex.quote(region)]
+        target = f"{results_uri.rstrip('/')}/checkpoints"
+        run += ["s3", "sync", "/job/results", shlex.quote(target), "--only-show-errors"]
+        command = (
+            f"{self._secret_scope(self._secret(S3_ENV_FILE))}"
+            f"mkdir -p {self._path('results')} {self._path('ckpt')} || exit $?; "
+            "st=$(docker inspect --format "
+            f"'{{{{.State.Status}}}} {{{{.State.ExitCode}}}}' {ckpt} 2>/dev/null); "
+            f'case "$st" in running*|created*|restarting*) echo {_SYNC_RUNNING}; exit 0;; esac; '
+            f'if [ -n "$st" ]; then echo "{_SYNC_PREV} $st"; '
+            f"docker logs --tail 5 {ckpt} 2>&1 | tail -c 2000 | sed 's/^/{_SYNC_LOG} /'; "
+            f"docker rm -f {ckpt} >/dev/null 2>&1; "
+            f"sed 's/^/{_SYNC_PENDING} /' {pending} 2>/dev/null; else echo {_SYNC_NONE}; fi; "
+            f"cd {self._path()} || exit $?; "
+            f'n=$(find results -type f | wc -l); e=$({self._latest_checkpoint()} | cut -d" " -f1); '
+            f'echo "$n ${{e:--}}" > {pending}; '
+            f"{' '.join(run)} >/dev/null 2>&1 && echo {_SYNC_STARTED}"
+        )
+        await self._put_secret(S3_ENV_FILE, s3_env, deadline)
+        result = self._secrets_removed(
+            await self._run(command, self.settings.command_timeout, deadline, "checkpoint sync"),
+            "checkpoint sync",
+        )
+        return parse_sync_report(result)
+
+    async def restore_checkpoints(
+        self,
+        results_uri: str,
+        endpoint: str | None = None,
+        region: str | None = None,
+        *,
+        credentials: S3Credentials,
+        deadline: datetime | None = None,
+    ) -> RestoreReport:
+        """Copy <uri>/results/ and <uri>/checkpoints/ into results/ (before the container starts)
+        and report the latest checkpoint by epoch number; empty prefixes restore nothing (not an
+        error: training starts from scratch)."""
+        split_s3_uri(results_uri, "resultsUri")
+        s3_env = s3_env_file(credentials, region=region)
+        base = results_uri.rstrip("/")
+        source = f"{base}/checkpoints"
+        mounts = [f"{self._path('results')}:/job/results"]
+        # results/ holds what an earlier attempt uploaded when it exited with a retried code;
+        # checkpoints/ what the periodic sync copied. Either may be the newer.
+        copy = [
+            self._aws(
+                ["s3", "sync", f"{base}/{sub}", "/job/results", "--only-show-errors"],
+                mounts,
+                endpoint,
+                region,
+            )
+            for sub in ("results", "checkpoints")
+        ]
+        command = (
+            f"{self._secret_scope(self._secret(S3_ENV_FILE))}"
+            f"mkdir -p {self._path('results')} && {copy[0]} 2>&1 && {copy[1]} 2>&1 || exit $?; "
+            f"cd {self._path()} && echo {_RESTORED} $(find results -type f | wc -l) && "
+            f"echo {_LATEST} $({self._latest_checkpoint()})"
+        )
+        await self._put_secret(S3_ENV_FILE, s3_env, deadline)
+        result = self._secrets_removed(
+            await self._run(command, self.settings.transfer_timeout, deadline, "checkpoint restore"),
+            "checkpoint restore",
+        )
+        if not result.ok:
+            raise TransientError(
+                f"restoring checkpoints from {source} failed",
+                reason="CheckpointRestoreFailed",
+                cli_message=_message(result),
+            )
+        return parse_restore_report(result.stdout)
+
     async def remove_container(self, *, deadline: datetime | None = None) -> None:
         name = shlex.quote(self.job_id)
-        command = f"docker rm -f {name} >/dev/null 2>&1; ! docker inspect {name} >/dev/null 2>&1"
+        ckpt = shlex.quote(self.job_id + CKPT_SUFFIX)
+        # The checkpoint sync's container goes too (its config carries the S3 keys).
+        command = f"docker rm -f {name} {ckpt} >/dev/null 2>&1; ! docker inspect {name} >/dev/null 2>&1"
         result = await self._run(command, self.settings.command_timeout, deadline, "docker rm")
         if not result.ok:
             raise TransientError(
@@ -799,6 +940,44 @@ class Workload:
                 reason="CleanupFailed",
                 cli_message=_message(result),
             )
+
+
+def parse_sync_report(result: ExecResult) -> SyncReport:
+    """The output of `sync_checkpoints`' command."""
+    lines = [line.strip() for line in result.stdout.splitlines()]
+    if _SYNC_RUNNING in lines:
+        return SyncReport("running", started=False, message="the previous sync is still copying")
+    started = _SYNC_STARTED in lines
+    prev = next((line.split()[1:] for line in lines if line.startswith(_SYNC_PREV + " ")), None)
+    if prev is None:
+        state, epoch, objects, message = "none", None, None, ""
+    else:
+        code = prev[1] if len(prev) > 1 else ""
+        pending = next((line.split()[1:] for line in lines if line.startswith(_SYNC_PENDING + " ")), [])
+        log = " ".join(line.removeprefix(_SYNC_LOG).strip() for line in lines if line.startswith(_SYNC_LOG))
+        objects = int(pending[0]) if pending and pending[0].isdigit() else None
+        epoch = int(pending[1]) if len(pending) > 1 and pending[1].isdigit() else None
+        if code == "0":
+            state, message = "ok", ""
+        else:
+            state, message = "failed", f"aws s3 sync exited {code or '?'}: {log or 'no output'}"[:1000]
+    if not result.ok or not started:
+        # The previous one's report stands; the failed start is this interval's failure.
+        raise TransientError(
+            "starting the checkpoint sync failed", reason="CheckpointSyncFailed", cli_message=_message(result)
+        )
+    return SyncReport(state, started=True, epoch=epoch, objects=objects, message=message)
+
+
+def parse_restore_report(stdout: str) -> RestoreReport:
+    objects, latest, epoch = 0, None, None
+    for line in stdout.splitlines():
+        words = line.split()
+        if words[:1] == [_RESTORED] and len(words) > 1 and words[1].isdigit():
+            objects = int(words[1])
+        if words[:1] == [_LATEST] and len(words) == 3 and words[1].isdigit():
+            epoch, latest = int(words[1]), words[2]
+    return RestoreReport(objects=objects, latest=latest, epoch=epoch)
 
 
 def _finished_at(state_text: str) -> datetime | None:

@@ -124,10 +124,13 @@ def kill_tree(state: dict[str, Any], sig: int) -> None:
                     os.kill(pid, sig)
 
 
-def kill_all(store: Store, instance_id: str) -> None:
-    """The VM went away: every running container dies (exit 137)."""
+def kill_all(store: Store, instance_id: str, *, spare: str | None = None) -> None:
+    """The VM went away: every running container dies (exit 137); `spare` is the caller's own
+    container (a program striking its own instance dies by returning 137 itself)."""
     docker = Docker(store, instance_id)
     for cid in docker.ids():
+        if cid == spare:
+            continue
         st = docker.state(cid)
         if st and st.get("Running"):
             kill_tree(st, signal.SIGKILL)

@@ -40,6 +40,8 @@ CRD_PATH = Path(__file__).resolve().parents[2] / "crds" / "taobrevjob.yaml"
 
 # Keywords Kubernetes rejects in a structural schema, or that pydantic adds and we do not want.
 _DROP = {"title", "$defs", "definitions"}
+# Numeric exclusive bounds (JSON Schema 2020) -> the OpenAPI v3.0 keyword holding the bound.
+_EXCLUSIVE = {"exclusiveMinimum": "minimum", "exclusiveMaximum": "maximum"}
 # Spec sections frozen once the job has left Pending (spec.timeouts stays mutable).
 IMMUTABLE_SPEC_FIELDS = ("task", "instance", "data", "credentials")
 # Keywords that must never reach the CRD (tests assert on this list).
@@ -78,18 +80,28 @@ def _resolve(node: Any, defs: dict[str, Any]) -> Any:
         return _resolve(merged, defs)
     out: dict[str, Any] = {}
     for key, value in node.items():
-        if key in _DROP:
-            continue
-        if key == "additionalProperties" and value is False:
-            # Unknown fields are pruned by the API server; `false` next to properties is refused.
-            continue
-        if key == "properties":
-            out[key] = {name: _resolve(sub, defs) for name, sub in value.items()}
-        elif key == "required" and not value:
-            continue
-        else:
-            out[key] = _resolve(value, defs)
+        _keyword(out, key, value, defs)
     return out
+
+
+def _keyword(out: dict[str, Any], key: str, value: Any, defs: dict[str, Any]) -> None:
+    """Copy one schema keyword into `out` in its structural form (or drop it)."""
+    if key in _DROP:
+        return
+    if key == "additionalProperties" and value is False:
+        # Unknown fields are pruned by the API server; `false` next to properties is refused.
+        return
+    if key == "properties":
+        out[key] = {name: _resolve(sub, defs) for name, sub in value.items()}
+    elif key == "required" and not value:
+        return
+    elif key in _EXCLUSIVE and not isinstance(value, bool):
+        # JSON Schema 2020 (pydantic's gt/lt) writes the bound itself; OpenAPI v3.0, which the
+        # API server speaks, wants the bound in minimum/maximum and a boolean flag.
+        out[_EXCLUSIVE[key]] = value
+        out[key] = True
+    else:
+        out[key] = _resolve(value, defs)
 
 
 def structural(model_schema: dict[str, Any]) -> dict[str, Any]:
@@ -190,6 +202,23 @@ def crd() -> dict[str, Any]:
                         _column("GPU", ".status.gpu", desc="GPU as brev reports it."),
                         _column("Action", ".spec.task.action", priority=1, desc="TAO action."),
                         _column("Reason", ".status.reason", priority=1, desc="Reason of the outcome."),
+                        _column(
+                            "Attempt", ".status.attempt", type_="integer", priority=1, desc="Current attempt."
+                        ),
+                        _column(
+                            "Billed",
+                            ".status.billedSeconds",
+                            type_="integer",
+                            priority=1,
+                            desc="Billed instance seconds, all attempts.",
+                        ),
+                        _column(
+                            "Cost",
+                            ".status.estimatedCostDollars",
+                            type_="number",
+                            priority=1,
+                            desc="Estimated cost in dollars, all attempts (empty: price unknown).",
+                        ),
                         _column(
                             "Age", ".metadata.creationTimestamp", type_="date", desc="Time since creation."
                         ),

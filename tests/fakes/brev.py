@@ -103,6 +103,13 @@ class Faults:
     pull_s: float = 30.0  # an image pull takes this long
     run_s: float = 300.0  # the training container runs this long ...
     exit_code: int = 0  # ... and exits with this code
+    # Checkpoints (issue 12). epoch_s > 0: the container trains `epochs` epochs of epoch_s each
+    # (run_s is then ignored), writes model_epoch_NNN.pth after each, and resumes from the
+    # checkpoint named by train.resume_training_checkpoint_path.
+    epoch_s: float = 0.0
+    epochs: int = 6
+    sync_s: float = 5.0  # a detached checkpoint sync lands in S3 this long after it started ...
+    sync_failures: int = 0  # ... unless it is one of the next N syncs, which fail
 
 
 @dataclass
@@ -113,6 +120,17 @@ class FakeContainer:
     exit_code: int
     exited_at: float | None = None
     final_code: int | None = None
+    # Epoch modelling (Faults.epoch_s > 0): trains epochs first_epoch..last_epoch.
+    epoch_s: float = 0.0
+    first_epoch: int = 1
+
+    def epoch_at(self, now: float) -> int:
+        """The last epoch whose checkpoint is on disk at `now` (first_epoch - 1 before any)."""
+        if self.epoch_s <= 0:
+            return 0
+        end = now if self.exited_at is None else min(now, self.exited_at)
+        done = int(max(0.0, end - self.started_at) // self.epoch_s)
+        return self.first_epoch - 1 + done
 
     def settle(self, now: float) -> None:
         if self.exited_at is None and now >= self.started_at + self.run_s:
@@ -136,9 +154,14 @@ class FakeInstance:
     listed_from: float
     gpu: str = "L40S"
     delete_accepted_at: float | None = None
+    # When it went to FAILURE or was STOPPED by someone else (`set_status`): from then on
+    # nothing on it can be reached.
+    broken_at: float | None = None
     deleting_at: float | None = None
     gone_at: float | None = None
     containers: dict[str, FakeContainer] = field(default_factory=dict)
+    # The latest checkpoint epoch in each job's results directory on this instance's disk.
+    disk_epochs: dict[str, int] = field(default_factory=dict)
     files: dict[str, bytes] = field(default_factory=dict)
     images: set[str] = field(default_factory=set)  # pulled onto this instance's disk
 
@@ -190,6 +213,17 @@ class ContainerStart:
     job_id: str
     at: float
     seq: int
+    first_epoch: int = 1  # > 1: resumed from the checkpoint of the epoch before
+
+
+@dataclass(frozen=True)
+class SyncRecord:
+    instance_id: str
+    job_id: str
+    epoch: int
+    started_at: float
+    lands_at: float
+    ok: bool
 
 
 @dataclass(frozen=True)
@@ -229,6 +263,11 @@ class FakeBrev:
         self.execs: list[ExecRecord] = []
         self.uploads: list[UploadRecord] = []
         self.container_starts: list[ContainerStart] = []
+        # "S3": the latest checkpoint epoch under <resultsUri>/checkpoints/ per job, and the
+        # detached syncs that were started (a sync lands only if its instance still exists).
+        self.checkpoints: dict[str, int] = {}
+        self.results_epochs: dict[str, int] = {}  # the same for <resultsUri>/results/
+        self.syncs: list[SyncRecord] = []
         self._seq = itertools.count()
         self._scheduled: list[tuple[float, int, Callable[[], None]]] = []
         self.pending_interrupt: str | None = None
@@ -252,6 +291,9 @@ class FakeBrev:
             run_s=f.run_s,
             exit_code=f.exit_code,
             deleting_s=f.deleting_s,
+            epoch_s=f.epoch_s,
+            epochs=f.epochs,
+            sync_s=f.sync_s,
         )
         self._omit.clear()
         self._scheduled.clear()
@@ -291,6 +333,21 @@ class FakeBrev:
         """The instance (name or id) is missing from the next `listings` listings."""
         for inst in self._match(target, self.instances.values()):
             self._omit[inst.id] = listings
+
+    # -- losing an instance (issue 12) ----------------------------------------------------------
+
+    def vanish(self, target: str) -> None:
+        """Brev loses the instance: gone from listings at once; `delete` answers not found."""
+        for inst in self._match(target, list(self.instances.values())):
+            del self.instances[inst.id]
+            self.gone[inst.id] = inst
+
+    def set_status(self, target: str, status: str) -> None:
+        """The instance goes to FAILURE or STOPPED (not by the operator): exec stops answering."""
+        for inst in self._match(target, self.instances.values()):
+            if inst.delete_accepted_at is None:
+                inst.status = status
+                inst.broken_at = self.clock.monotonic() if inst.broken_at is None else inst.broken_at
 
     def switch_identity(self, identity: str, *, login: str = "token") -> None:
         """Another credential: a token login sees and touches only its own instances."""
@@ -375,6 +432,8 @@ class FakeBrev:
 
     def _resolve(self, target: str) -> FakeInstance:
         matches = self._match(target, self._touchable())
+        if len(matches) == 1:
+            return matches[0]  # a single match is taken as is, even FAILURE (SIM-CONTRACT 3)
         healthy = [i for i in matches if i.status != FAILURE]
         if len(healthy) > 1:
             raise BrevPermanentError(

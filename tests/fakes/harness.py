@@ -12,10 +12,11 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from controller import machine
+from controller import machine, naming
 from controller.directory import InstanceDirectory
 from controller.errors import TransientError
 from controller.metrics import Recorder
+from controller.pricing import PriceBook
 from controller.reconciler import JobRef, Reconciler
 from tests.fakes.brev import FakeBrev, Faults, Interrupt
 from tests.fakes.clock import FakeClock
@@ -104,6 +105,7 @@ class Harness:
             tunables=self.tunables,
             listing_max_age=self.listing_max_age,
             clock=self.clock.now,
+            prices=PriceBook(self.brev, clock=self.clock.monotonic),
         )
 
     def restart(self) -> None:
@@ -202,6 +204,15 @@ class Harness:
     def created_ids(self) -> list[str]:
         name = self.instance_name
         return self.brev.created_ids(name) if name else []
+
+    def attempt_names(self, base: str, max_attempts: int = 10) -> list[str]:
+        """Every instance name the job may use (attempt n >= 2 runs on `<base>-a<n>`)."""
+        return [naming.attempt_instance_name(base, n) for n in range(1, max_attempts + 1)]
+
+    def all_created_ids(self, base: str) -> list[str]:
+        """Ids of every instance created under any attempt's name, in creation order."""
+        names = set(self.attempt_names(base))
+        return [c.id for c in self.brev.creates if c.accepted and c.id is not None and c.name in names]
 
     def live_instances(self) -> list[str]:
         return [i for i in self.created_ids() if self.brev.live(i)]

@@ -13,6 +13,7 @@ whether the step succeeded or not; `FakeInstance.files` never keeps a secret fil
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
@@ -26,7 +27,9 @@ from controller.brev.workload import (
     ContainerNotFound,
     ExitInfo,
     ImageNotPresent,
+    RestoreReport,
     StageInput,
+    SyncReport,
     Workload,
     WorkloadSettings,
 )
@@ -34,9 +37,17 @@ from controller.container_paths import SPEC_MOUNT_PATH
 from controller.directory import InstanceDirectory
 from controller.errors import BrevTransientError, EntitlementError, TaoBrevError, TransientError
 from controller.lanes import Lanes
-from tests.fakes.brev import ContainerStart, FakeBrev, FakeContainer, FakeInstance, UploadRecord
+from tests.fakes.brev import (
+    ContainerStart,
+    FakeBrev,
+    FakeContainer,
+    FakeInstance,
+    SyncRecord,
+    UploadRecord,
+)
 
 STOPPED_EXIT = 143  # SIGTERM, as `docker stop` leaves a TAO container
+_RESUME = re.compile(r"^train\.resume_training_checkpoint_path=.*_epoch_(\d+)\.pth$")
 
 
 class FakeWorkload(Workload):
@@ -149,9 +160,14 @@ class FakeWorkload(Workload):
                 raise ImageNotPresent(f"image {image} is not on {self.instance}; it must be pulled first")
             f = self.world.faults
             now = self.world.clock.monotonic()
-            inst.containers[self.job_id] = FakeContainer(self.job_id, now, f.run_s, f.exit_code)
+            resumed = [int(m.group(1)) for a in args if (m := _RESUME.match(a))]
+            first = resumed[-1] + 1 if resumed else 1
+            run_s = max(0, f.epochs - first + 1) * f.epoch_s if f.epoch_s > 0 else f.run_s
+            inst.containers[self.job_id] = FakeContainer(
+                self.job_id, now, run_s, f.exit_code, epoch_s=f.epoch_s, first_epoch=first
+            )
             self.world.container_starts.append(
-                ContainerStart(inst.id, self.job_id, now, self.world.next_seq())
+                ContainerStart(inst.id, self.job_id, now, self.world.next_seq(), first_epoch=first)
             )
             return True
         finally:
@@ -222,7 +238,81 @@ class FakeWorkload(Workload):
                 cli_message="upload failed: An error occurred (SlowDown)",
             )
         world.uploads.append(UploadRecord(inst_id, self.job_id, at, ok=True, seq=world.next_seq()))
+        epoch = self._disk_epoch(world.instances[inst_id])
+        world.results_epochs[self.job_id] = max(epoch, world.results_epochs.get(self.job_id, 0))
         return 3, 300
+
+    def _disk_epoch(self, inst: FakeInstance) -> int:
+        """The latest checkpoint in this job's results directory on `inst`."""
+        container = inst.containers.get(self.job_id)
+        now = self.world.clock.monotonic()
+        running = container.epoch_at(now) if container is not None else 0
+        return max(running, inst.disk_epochs.get(self.job_id, 0))
+
+    async def sync_checkpoints(
+        self,
+        results_uri: str,
+        endpoint: str | None = None,
+        region: str | None = None,
+        *,
+        credentials: S3Credentials,
+        deadline: datetime | None = None,
+    ) -> SyncReport:
+        world = self.world
+        path = await self._deliver(S3_ENV_FILE, credentials.secret_access_key, deadline)
+        try:
+            inst = self._gate("checkpoint sync", deadline=deadline)
+        finally:
+            self._remove(path)
+        now = world.clock.monotonic()
+        prev = next(
+            (r for r in reversed(world.syncs) if (r.instance_id, r.job_id) == (inst.id, self.job_id)), None
+        )
+        if prev is not None and now < prev.lands_at:
+            return SyncReport("running", started=False, message="the previous sync is still copying")
+        if prev is None:
+            report = SyncReport("none", started=True)
+        elif prev.ok:
+            report = SyncReport("ok", started=True, epoch=prev.epoch or None, objects=prev.epoch)
+        else:
+            report = SyncReport(
+                "failed", started=True, message="aws s3 sync exited 1: upload failed: SlowDown"
+            )
+        ok = world.faults.sync_failures <= 0
+        if not ok:
+            world.set_faults(sync_failures=world.faults.sync_failures - 1)
+        record = SyncRecord(inst.id, self.job_id, self._disk_epoch(inst), now, now + world.faults.sync_s, ok)
+        world.syncs.append(record)
+
+        def land() -> None:
+            # Detached: the copy lands only if its instance is still there to finish it.
+            alive = world.instances.get(record.instance_id)
+            if record.ok and alive is not None and alive.delete_accepted_at is None:
+                world.checkpoints[record.job_id] = max(record.epoch, world.checkpoints.get(record.job_id, 0))
+
+        world.schedule(world.faults.sync_s, land)
+        return report
+
+    async def restore_checkpoints(
+        self,
+        results_uri: str,
+        endpoint: str | None = None,
+        region: str | None = None,
+        *,
+        credentials: S3Credentials,
+        deadline: datetime | None = None,
+    ) -> RestoreReport:
+        world = self.world
+        path = await self._deliver(S3_ENV_FILE, credentials.secret_access_key, deadline)
+        try:
+            inst = self._gate("checkpoint restore", self.settings.transfer_timeout, deadline)
+        finally:
+            self._remove(path)
+        epoch = max(world.checkpoints.get(self.job_id, 0), world.results_epochs.get(self.job_id, 0))
+        if epoch <= 0:
+            return RestoreReport(objects=0, latest=None, epoch=None)
+        inst.disk_epochs[self.job_id] = max(epoch, inst.disk_epochs.get(self.job_id, 0))
+        return RestoreReport(objects=epoch, latest=f"results/train/model_epoch_{epoch:03d}.pth", epoch=epoch)
 
     async def remove_container(self, *, deadline: datetime | None = None) -> None:
         inst = self._gate("docker rm", deadline=deadline)

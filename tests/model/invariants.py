@@ -27,9 +27,60 @@ def at_most_one_create(h: Harness, instance_name: str) -> None:
     assert len(accepted) <= 1, f"{len(accepted)} creates accepted for one job: {accepted}"
 
 
+def no_live_instance_of_any_attempt_after_finish(h: Harness, base: str) -> None:
+    for name in h.attempt_names(base):
+        no_live_instance_after_finish(h, name)
+
+
+def one_create_per_attempt(h: Harness, base: str) -> None:
+    """Each attempt's name is created at most once (a restart adopts, never duplicates)."""
+    for name in h.attempt_names(base):
+        at_most_one_create(h, name)
+
+
+def never_two_live_instances(h: Harness, base: str) -> None:
+    """At most one instance of the job bills, unless the older ones are listed in status.attempts
+    as ended with their deletion pending (so a crash cannot forget them)."""
+    live = [i for i in h.all_created_ids(base) if h.brev.live(i)]
+    if len(live) <= 1:
+        return
+    pending = {
+        a.get("instanceId")
+        for a in h.status.get("attempts") or []
+        if a.get("endedAt") and not a.get("deletedAt")
+    }
+    unaccounted = [i for i in live[:-1] if i not in pending]
+    assert not unaccounted, (
+        f"{len(live)} live instances of one job ({live}); not pending deletion: {unaccounted}"
+    )
+
+
+def attempts_within_limit(h: Harness, base: str, max_attempts: int) -> None:
+    attempts = h.status.get("attempts") or []
+    assert len(attempts) <= max_attempts, f"{len(attempts)} attempts recorded, maxAttempts={max_attempts}"
+    assert (h.status.get("attempt") or 1) <= max_attempts
+    names = {c.name for c in h.brev.creates if c.accepted and c.name in set(h.attempt_names(base))}
+    assert len(names) <= max_attempts, f"instances created under {sorted(names)}, maxAttempts={max_attempts}"
+
+
+class FinishedNeverCreates:
+    """Once finished (or its object gone), the job creates nothing more."""
+
+    def __init__(self) -> None:
+        self.creates_at_finish: int | None = None
+
+    def check(self, h: Harness) -> None:
+        if self.creates_at_finish is None:
+            if h.finished or h.obj is None:
+                self.creates_at_finish = len(h.brev.creates)
+            return
+        late = h.brev.creates[self.creates_at_finish :]
+        assert not [c for c in late if c.accepted], f"created after the job finished: {late}"
+
+
 def foreign_instances_untouched(h: Harness, instance_name: str) -> None:
-    """Only an instance this job created may be deleted."""
-    ours = set(h.brev.created_ids(instance_name))
+    """Only an instance this job created (under any attempt's name) may be deleted."""
+    ours = set(h.all_created_ids(instance_name))
     wrong = [d for d in h.brev.deletes if d.outcome == "accepted" and d.id not in ours]
     assert not wrong, f"deleted an instance the job did not create: {wrong}"
 
@@ -43,6 +94,9 @@ def upload_before_delete(h: Harness) -> None:
         if not deletes:
             continue
         first = deletes[0]
+        inst = w.instances.get(start.instance_id) or w.gone.get(start.instance_id)
+        if inst is not None and inst.broken_at is not None and inst.broken_at <= first.at:
+            continue  # FAILURE or STOPPED by someone else: nothing on it could be reached
         uploads = [
             u for u in w.uploads if u.instance_id == start.instance_id and start.seq < u.seq < first.seq
         ]

@@ -45,8 +45,8 @@ AFTER = st.sampled_from([0.0, 30.0, 90.0, 200.0, 500.0])  # "broken until healed
 INSTANCE_NAME = naming.instance_name(NAMESPACE, NAME, UID, cluster_id=TUNABLES.cluster_id)
 
 
-def spec(instance: dict[str, Any] = EPHEMERAL) -> dict[str, Any]:
-    return job_spec(instance=instance, timeouts=TIMEOUTS)
+def spec(instance: dict[str, Any] = EPHEMERAL, recovery: dict[str, Any] | None = None) -> dict[str, Any]:
+    return job_spec(instance=instance, timeouts=TIMEOUTS, recovery=recovery or {"maxAttempts": 1})
 
 
 class Lifecycle(RuleBasedStateMachine):
@@ -57,6 +57,8 @@ class Lifecycle(RuleBasedStateMachine):
         self.h.brev.add_instance(SHARED)
         self.writes = invariants.WriteChecker()
         self.delays = invariants.DelayChecker()
+        self.finished_creates = invariants.FinishedNeverCreates()
+        self.recovery: dict[str, Any] = {"maxAttempts": 1}
 
     # -- driving ---------------------------------------------------------------------------------
 
@@ -82,13 +84,30 @@ class Lifecycle(RuleBasedStateMachine):
         exit_code=st.sampled_from([0, 0, 1]),
         deploy_s=st.sampled_from([5.0, 40.0]),
         reuse=st.booleans(),
+        max_attempts=st.sampled_from([1, 2, 3]),
+        retry_codes=st.sampled_from([[], [1]]),
     )
-    def world(self, run_s: float, exit_code: int, deploy_s: float, reuse: bool) -> None:
+    def world(
+        self,
+        run_s: float,
+        exit_code: int,
+        deploy_s: float,
+        reuse: bool,
+        max_attempts: int,
+        retry_codes: list[int],
+    ) -> None:
         self.h.brev.set_faults(
             run_s=run_s, exit_code=exit_code, deploy_s=deploy_s, sshd_lag_s=5.0, pull_s=5.0
         )
-        if reuse:
-            self.h.kube.edit_spec(NAMESPACE, NAME, spec({"reuse": {"name": SHARED}}))
+        # Recovery (issue 12): attempts, checkpoint sync every 60 s, and maybe retried exit codes.
+        self.recovery = {
+            "maxAttempts": max_attempts,
+            "checkpointIntervalSeconds": 60,
+            "retryOnExitCodes": retry_codes,
+        }
+        self.h.kube.edit_spec(
+            NAMESPACE, NAME, spec({"reuse": {"name": SHARED}} if reuse else EPHEMERAL, self.recovery)
+        )
 
     @rule(count=st.integers(1, 3))
     def reconcile(self, count: int) -> None:
@@ -149,6 +168,25 @@ class Lifecycle(RuleBasedStateMachine):
         # A token login of someone else: lists with --all, but deletes/execs only its own.
         self._at(after, lambda: self.h.brev.switch_identity("bob", login="token"), then)
 
+    @rule(after=AFTER, how=st.sampled_from(["vanish", "FAILURE", "STOPPED"]), then=PASSES)
+    def lose_instance(self, after: float, how: str, then: int) -> None:
+        """The job's current instance (whichever attempt) is lost, fails or is stopped."""
+
+        def lose() -> None:
+            name = self.h.instance_name
+            if name is None or name == SHARED:
+                return
+            if how == "vanish":
+                self.h.brev.vanish(name)
+            else:
+                self.h.brev.set_status(name, how)
+
+        self._at(after, lose, then)
+
+    @rule(after=AFTER, count=st.sampled_from([1, BROKEN]), then=PASSES)
+    def checkpoint_sync_failures(self, after: float, count: int, then: int) -> None:
+        self._fault(after, then, sync_failures=count)
+
     @rule(after=AFTER, then=PASSES)
     def operator_restart(self, after: float, then: int) -> None:
         self._at(after, lambda: self.h.brev.interrupt("crash"), then)
@@ -173,15 +211,18 @@ class Lifecycle(RuleBasedStateMachine):
         instance=st.sampled_from([EPHEMERAL, {"ephemeral": {"gpuName": "A100"}}, {"reuse": {"name": SHARED}}])
     )
     def edit_spec_while_pending(self, instance: dict[str, Any]) -> None:
-        self.h.kube.edit_spec(NAMESPACE, NAME, spec(instance))
+        self.h.kube.edit_spec(NAMESPACE, NAME, spec(instance, self.recovery))
 
     # -- invariants ------------------------------------------------------------------------------
 
     def _check(self) -> None:
-        invariants.no_live_instance_after_finish(self.h, INSTANCE_NAME)
-        invariants.at_most_one_create(self.h, INSTANCE_NAME)
+        invariants.no_live_instance_of_any_attempt_after_finish(self.h, INSTANCE_NAME)
+        invariants.one_create_per_attempt(self.h, INSTANCE_NAME)
+        invariants.never_two_live_instances(self.h, INSTANCE_NAME)
+        invariants.attempts_within_limit(self.h, INSTANCE_NAME, int(self.recovery["maxAttempts"]))
         invariants.foreign_instances_untouched(self.h, INSTANCE_NAME)
         invariants.upload_before_delete(self.h)
+        self.finished_creates.check(self.h)
         self.writes.check(self.h)
 
     @invariant()
@@ -203,7 +244,7 @@ class Lifecycle(RuleBasedStateMachine):
                 f"({self.h.status.get('teardownMessage')})"
             )
             self.h.clock.advance(max(0.0, deadline - self.h.clock.monotonic()))
-            left = [i for i in self.h.brev.created_ids(INSTANCE_NAME) if self.h.brev.exists(i)]
+            left = [i for i in self.h.all_created_ids(INSTANCE_NAME) if self.h.brev.exists(i)]
             assert not left, f"finished, yet instance(s) {left} still exist {DRAIN_BOUND}s after healing"
             self.h.delete_job()
             self._drain(self.h.clock.monotonic() + DRAIN_BOUND)

@@ -68,6 +68,7 @@ def test_exposed_names_types_and_labels(registry: CollectorRegistry, rec: Record
     rec.reconcile_error("BrevUnavailable")
     rec.reconcile_duration(0.02)
     rec.instance_uptime("ns", "job", "tbj-abc", 30.0)
+    rec.job_billing("ns", "job", 30.0, 0.0125)
     rec.exit_to_teardown(42.0)
     rec.lane_slots("pull", 64)
     rec.lane_state("pull", in_flight=64, waiting=3)
@@ -86,6 +87,8 @@ def test_exposed_names_types_and_labels(registry: CollectorRegistry, rec: Record
         "taobrev_reconcile_errors": ("counter", {"reason"}),
         "taobrev_reconcile_duration_seconds": ("histogram", set()),
         "taobrev_instance_uptime_seconds": ("gauge", {"namespace", "name", "instance"}),
+        "taobrev_job_billed_seconds": ("gauge", {"namespace", "name"}),
+        "taobrev_job_estimated_cost_dollars": ("gauge", {"namespace", "name"}),
         "taobrev_exit_to_teardown_seconds": ("histogram", set()),
         "taobrev_build_info": ("gauge", {"version", "brev_cli_version"}),
         "taobrev_leader": ("gauge", set()),

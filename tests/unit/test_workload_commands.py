@@ -557,7 +557,8 @@ def test_cleanup_and_remove_verify_the_result() -> None:
     run(_job(client).cleanup())
     remove, cleanup = client.commands
     assert (
-        remove == "docker rm -f job-1234abcd >/dev/null 2>&1; ! docker inspect job-1234abcd >/dev/null 2>&1"
+        remove == "docker rm -f job-1234abcd job-1234abcd-ckpt >/dev/null 2>&1; "
+        "! docker inspect job-1234abcd >/dev/null 2>&1"
     )
     assert cleanup.endswith('test ! -e "$HOME"/taobrev/job-1234abcd')
 

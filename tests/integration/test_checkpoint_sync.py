@@ -1,0 +1,106 @@
+"""Checkpoint sync and restore (issue 12) for real: the workload's commands through the real CLI
+client against the brev simulator (bash, docker and the aws-cli image as it runs there) and
+moto S3. The sync is detached (one short call per interval), its report comes at the next call,
+the S3 keys never stay on disk, and a second instance restores the latest checkpoint."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from controller.brev.cli import BrevCLI, BrevCLISettings
+from controller.brev.client import BrevCredentials
+from controller.brev.envfile import S3Credentials
+from controller.brev.workload import SyncReport, Workload, WorkloadSettings
+from controller.versions import load_versions
+from tests.brevsim.harness import BrevSim
+from tests.devenv.s3 import S3Server
+
+pytestmark = pytest.mark.integration
+
+TAO = load_versions().images.tao_toolkit.pyt
+HANG_GUARD = 120.0  # seconds: only guards against hangs
+
+
+@pytest.fixture
+def client(brev_sim: BrevSim, tmp_path: Path) -> Iterator[BrevCLI]:
+    made = BrevCLI(
+        BrevCLISettings(
+            home=brev_sim.home,
+            expected_version=load_versions().brev.cli_version,
+            sa_token_path=tmp_path / "no-service-account-token",
+        ),
+        BrevCredentials(api_key=BrevSim.API_KEY, org_id=BrevSim.ORG_ID),
+        env=brev_sim.env(),
+    )
+    yield made
+    made.close()
+
+
+async def _until_reported(job: Workload, sync: object) -> SyncReport:
+    """Calls once per "interval" until the previous sync is reported finished."""
+    deadline = asyncio.get_running_loop().time() + HANG_GUARD
+    while asyncio.get_running_loop().time() < deadline:
+        report = await sync()  # type: ignore[operator]
+        assert isinstance(report, SyncReport)
+        if report.state in ("ok", "failed"):
+            return report
+        await asyncio.sleep(0.5)
+    raise AssertionError("the checkpoint sync never finished")
+
+
+def test_sync_then_restore_on_a_new_instance(brev_sim: BrevSim, s3_server: S3Server, client: BrevCLI) -> None:
+    tag = secrets.token_hex(5)
+    keys = S3Credentials(f"AKIA{tag.upper()}".encode(), f"s3-secret-{tag}".encode())
+    bucket = f"ckpt-{tag}"
+    s3_server.create_bucket(bucket)
+    uri = f"s3://{bucket}/runs/job-{tag}"
+    first, second = f"tbj-ckpt-{tag}", f"tbj-ckpt-{tag}-a2"
+    brev_sim.add_instance(first)
+    brev_sim.add_instance(second)
+    job_id = f"job-{tag}"
+    one = Workload(client, first, job_id, settings=WorkloadSettings())
+    two = Workload(client, second, job_id, settings=WorkloadSettings())
+
+    async def sync() -> SyncReport:
+        return await one.sync_checkpoints(uri, s3_server.endpoint_url, "us-east-1", credentials=keys)
+
+    async def scenario() -> tuple[SyncReport, SyncReport, object]:
+        await one.write_spec(json.dumps({"simulation": {"epochs": 3, "epoch_seconds": 1}}))
+        await one.pull_image(TAO, ngc_api_key=b"nvapi-fake-ngc")
+        assert await one.start_container(TAO, "classification_pyt", "train")
+        while (await one.wait_exit_with_tail(5)).code is None:
+            pass
+        started = await sync()
+        finished = await _until_reported(one, sync)
+        await one.remove_container()
+        restored = await two.restore_checkpoints(uri, s3_server.endpoint_url, "us-east-1", credentials=keys)
+        return started, finished, restored
+
+    started, finished, restored = asyncio.run(scenario())
+    assert started.state == "none"
+    assert started.started
+    assert finished.state == "ok", finished.message
+    assert finished.epoch == 3
+    keys_in_s3 = [o["Key"] for o in s3_server.client().list_objects_v2(Bucket=bucket).get("Contents", [])]
+    assert f"runs/job-{tag}/checkpoints/train/model_epoch_003.pth" in keys_in_s3
+    assert restored.epoch == 3  # type: ignore[attr-defined]
+    assert restored.latest == "results/train/model_epoch_003.pth"  # type: ignore[attr-defined]
+    on_disk = (
+        brev_sim.instance_files(second) / "taobrev" / job_id / "results" / "train" / "model_epoch_003.pth"
+    )
+    assert on_disk.exists()
+    # No S3 key is left on either instance's disk, nor in a container's config once removed.
+    for name in (first, second):
+        home = brev_sim.instance_files(name)
+        for path in home.rglob("*"):
+            if path.is_file() and not path.is_symlink():
+                data = path.read_bytes()
+                assert keys.secret_access_key not in data, path
+        for container in brev_sim.containers(name):
+            assert keys.secret_access_key.decode() not in json.dumps(container)

@@ -1,0 +1,410 @@
+"""Recovery on a new instance (issue 12), pure: when an attempt ends instead of the run, the old
+instance deleted and confirmed before the next is named and created, restore and resume,
+checkpoint sync cadence, billed time, cost and budgets."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from controller import naming, reasons
+from controller.brev.client import FAILURE, RUNNING, STOPPED, Instance
+from controller.models import AttemptRecord, Outcome, Phase, TaoBrevJobSpec, TaoBrevJobStatus, merge_patch
+from controller.steps import (
+    ActionFailure,
+    CheckpointRestore,
+    CheckpointSync,
+    CreateInstance,
+    DeleteInstance,
+    PrepareWorkload,
+    RestoreCheckpoints,
+    StartContainer,
+    StopContainer,
+    SyncCheckpoints,
+    UploadResults,
+    UploadSummary,
+    WaitForExit,
+)
+from tests.unit.test_machine import IMAGE, INST, T0, TUN, at, decide, kinds
+
+P = timedelta(seconds=TUN.poll_interval)
+ID = "i-1"
+A2 = naming.attempt_instance_name(INST, 2)
+
+
+def rspec(
+    *, recovery: dict[str, Any] | None = None, budget: dict[str, Any] | None = None, **instance: Any
+) -> TaoBrevJobSpec:
+    return TaoBrevJobSpec.parse(
+        {
+            "task": {
+                "image": IMAGE,
+                "networkArch": "classification_pyt",
+                "action": "train",
+                "specContent": "a: 1\n",
+            },
+            "instance": instance or {"ephemeral": {"gpuName": "L40S"}},
+            "data": {"resultsUri": "s3://bucket/out"},
+            "credentials": {"ngcApiKey": {"name": "ngc"}, "s3": {"name": "s3"}},
+            "timeouts": {"waitingExecSeconds": 600, "runningSeconds": 3600, "uploadingSeconds": 600},
+            "recovery": recovery or {"maxAttempts": 2, "checkpointIntervalSeconds": 60},
+            "budget": budget or {},
+        }
+    )
+
+
+SPEC = rspec()
+
+
+def inst(status: str = RUNNING, *, name: str = INST, id_: str = ID, type_: str = "g6.xlarge") -> Instance:
+    return Instance(name=name, id=id_, status=status, gpu="L40S", instance_type=type_)
+
+
+def running_job(*, created: bool = True, **fields: Any) -> TaoBrevJobStatus:
+    """Attempt 1 running on an instance the job created (or reuses) and has seen."""
+    base: dict[str, Any] = {
+        "create_requested_at": T0 if created else None,
+        "instance_id": ID,
+        "brev_identity": "alice",
+        "container_started_at": T0,
+    }
+    return at(Phase.RUNNING, created=created, **{**base, **fields})
+
+
+def step(status: TaoBrevJobStatus, spec: TaoBrevJobSpec = SPEC, **obs: Any) -> Any:
+    obs.setdefault("identity", "alice")
+    return decide(status, spec_=spec, **obs)
+
+
+def lose(status: TaoBrevJobStatus, spec: TaoBrevJobSpec = SPEC, start: int = 1) -> Any:
+    """Listings without the instance until the absence is confirmed (never one listing)."""
+    d = None
+    for i in range(TUN.absent_listings):
+        d = step(status, spec, instance=None, now=T0 + P * (start + i))
+        status = d.status
+    assert d is not None
+    return d
+
+
+# --- an attempt ends, not the run ---------------------------------------------------------------
+
+
+def test_a_lost_instance_ends_the_attempt_and_the_next_is_created_only_after_the_old_is_confirmed() -> None:
+    status = step(running_job(), instance=inst()).status
+    one = step(status, instance=None, now=T0 + P)
+    assert one.status.phase is Phase.RUNNING  # one listing proves nothing
+    d = lose(status)
+    assert d.status.outcome is None
+    assert d.status.phase is Phase.PROVISIONING
+    assert d.status.instance_name == INST  # the old one stays current until confirmed deleted
+    assert d.status.attempts is not None
+    assert d.status.attempts[0].ended_reason == reasons.INSTANCE_NOT_LISTED
+    assert CreateInstance not in kinds(d)
+    now = T0 + P * 5
+    d = step(d.status, instance=None, now=now)
+    assert kinds(d) == [DeleteInstance]
+    assert d.actions[0] == DeleteInstance(ID)
+    d = step(d.status, instance=None, now=now, delete_not_found=True)
+    assert d.status.instance_name == A2
+    assert d.status.attempt == 2
+    assert d.status.instance_id is None
+    assert d.status.create_requested_at is None
+    assert d.status.attempts[0].deleted_at == now
+    assert CreateInstance not in kinds(d)  # the listing of this pass was of the old name
+    d = step(d.status, instance=None, now=now + P)
+    (create,) = d.actions
+    assert isinstance(create, CreateInstance)
+    assert create.request.name == A2
+    assert d.status.create_requested_at == now + P  # written with the create, before it runs
+    assert d.status.attempts[-1].instance_name == A2
+
+
+def test_no_create_while_the_old_instance_is_still_listed_after_an_accepted_delete() -> None:
+    status = step(running_job(), instance=inst(FAILURE), now=T0 + P).status
+    assert status.phase is Phase.PROVISIONING
+    d = step(status, instance=inst(FAILURE), now=T0 + P * 2)
+    assert kinds(d) == [DeleteInstance]
+    d = step(d.status, instance=inst(FAILURE), now=T0 + P * 2, delete_requested=True)
+    for i in range(3, 12):
+        d = step(d.status, instance=inst("DELETING"), now=T0 + P * i)
+        assert CreateInstance not in kinds(d)
+        assert d.status.instance_name == INST
+    # Unlisted after the accepted delete, for absent_listings listings: released, then attempt 2.
+    for i in range(12, 12 + TUN.absent_listings):
+        d = step(d.status, instance=None, now=T0 + P * i)
+    assert d.status.instance_name == A2
+
+
+def test_failure_status_while_running_starts_attempt_two() -> None:
+    d = step(running_job(), instance=inst(FAILURE))
+    assert d.status.outcome is None
+    assert d.status.attempts is not None
+    assert d.status.attempts[0].ended_reason == reasons.INSTANCE_FAILED
+    assert d.status.reason == reasons.RECOVERING
+
+
+def test_an_instance_stopped_by_someone_else_starts_a_new_attempt() -> None:
+    d = step(running_job(), instance=inst(STOPPED))
+    assert d.status.phase is Phase.PROVISIONING
+    assert d.status.attempts is not None
+    assert d.status.attempts[0].ended_reason == reasons.INSTANCE_STOPPED
+
+
+def test_without_attempts_left_a_stopped_instance_ends_the_run_and_is_deleted() -> None:
+    """Found by the model test: before, every exec failed transiently and the job never ended."""
+    one = rspec(recovery={"maxAttempts": 1})
+    d = step(running_job(), one, instance=inst(STOPPED))
+    assert d.status.outcome is Outcome.FAILED
+    assert d.status.reason == reasons.INSTANCE_STOPPED
+    assert StopContainer not in kinds(d)
+    d = step(d.status, one, instance=inst(STOPPED), now=T0 + P)
+    assert d.status.phase is Phase.DELETED
+    assert DeleteInstance(ID) in d.actions
+
+
+def test_a_stopped_reused_instance_is_not_judged_lost() -> None:
+    d = step(running_job(created=False), rspec(reuse={"name": INST}), instance=inst(STOPPED))
+    assert d.status.outcome is None
+
+
+def test_never_exec_ready_starts_a_new_attempt_then_fails_when_attempts_are_spent() -> None:
+    late = T0 + timedelta(seconds=601)
+    status = at(Phase.WAITING_EXEC, create_requested_at=T0, instance_id=ID, brev_identity="alice")
+    d = step(status, instance=inst(), now=late, probe_ok=False)
+    assert d.status.phase is Phase.PROVISIONING
+    assert d.status.attempts is not None
+    assert d.status.attempts[0].ended_reason == reasons.timeout(Phase.WAITING_EXEC)
+    last = at(
+        Phase.WAITING_EXEC,
+        create_requested_at=T0,
+        instance_id=ID,
+        brev_identity="alice",
+        attempt=2,
+        attempts=[
+            AttemptRecord(attempt=1, instance_name="x", deleted_at=T0, ended_reason="InstanceLost"),
+            AttemptRecord(attempt=2, instance_name=INST, create_requested_at=T0),
+        ],
+    )
+    d = step(last, instance=inst(), now=late, probe_ok=False)
+    assert d.status.outcome is Outcome.FAILED
+    assert d.status.reason == reasons.timeout(Phase.WAITING_EXEC)
+    assert d.status.attempts is not None
+    assert [a.attempt for a in d.status.attempts] == [1, 2]
+
+
+def test_exit_codes_are_retried_only_when_listed() -> None:
+    listed = rspec(recovery={"maxAttempts": 3, "retryOnExitCodes": [137]})
+    d = step(running_job(), listed, instance=inst(), exit_code=137, completed=("WaitForExit",))
+    # The live instance's results and logs are uploaded first (the restore reads them back).
+    assert kinds(d) == [UploadResults]
+    assert d.status.phase is Phase.RUNNING
+    assert d.status.outcome is None
+    after_crash = step(d.status, listed, instance=inst())
+    assert kinds(after_crash) == [UploadResults]  # still owed after a restart
+    d = step(d.status, listed, instance=inst(), upload=UploadSummary(3, 300), completed=("UploadResults",))
+    assert d.status.phase is Phase.PROVISIONING
+    assert d.status.attempts is not None
+    assert d.status.attempts[0].ended_reason == reasons.EXIT_CODE_RETRIED
+    assert d.status.exit_code is None
+    d = step(running_job(), listed, instance=inst(), exit_code=1, completed=("WaitForExit",))
+    assert d.status.outcome is Outcome.FAILED
+    assert d.status.reason == reasons.TRAINING_FAILED
+
+
+def test_a_reused_instance_is_never_recovered() -> None:
+    reuse = rspec(reuse={"name": INST})
+    d = step(running_job(created=False), reuse, instance=inst(FAILURE))
+    assert d.status.outcome is Outcome.FAILED
+    assert d.status.reason == reasons.INSTANCE_FAILED
+    assert not d.status.attempts
+
+
+def test_canceling_during_recovery_tears_down_the_old_instance_and_creates_nothing() -> None:
+    status = step(running_job(), instance=inst(FAILURE)).status
+    d = step(status, instance=inst(FAILURE), now=T0 + P, deleting=True)
+    assert d.status.outcome is Outcome.CANCELED
+    assert d.status.phase is Phase.DELETED
+    assert CreateInstance not in kinds(d)
+    assert DeleteInstance(ID) in d.actions
+    d = step(d.status, instance=None, now=T0 + P * 2, deleting=True, delete_not_found=True)
+    assert d.finished
+    assert d.status.attempts is not None
+    assert d.status.attempts[0].deleted_at == T0 + P * 2
+
+
+# --- restore, resume and checkpoint sync -----------------------------------------------------------
+
+
+def attempt_two(phase: Phase, **fields: Any) -> TaoBrevJobStatus:
+    status = at(
+        phase,
+        create_requested_at=T0,
+        instance_id="i-2",
+        brev_identity="alice",
+        attempt=2,
+        attempts=[
+            AttemptRecord(attempt=1, instance_name=INST, create_requested_at=T0, deleted_at=T0 + P),
+            AttemptRecord(attempt=2, instance_name=A2, create_requested_at=T0),
+        ],
+        **fields,
+    )
+    return status.model_copy(update={"instance_name": A2, "backend_ref": f"{A2}/job-abc"})
+
+
+def test_attempt_two_restores_checkpoints_before_the_container_starts_and_resumes_from_the_latest() -> None:
+    listed = inst(name=A2, id_="i-2")
+    d = step(attempt_two(Phase.PULLING), instance=listed)
+    assert kinds(d) == [PrepareWorkload, RestoreCheckpoints]
+    path = "/workspace/results/train/model_epoch_003.pth"
+    d = step(
+        d.status, instance=listed, prepared=True, restored=CheckpointRestore(objects=5, path=path, epoch=3)
+    )
+    (start,) = d.actions
+    assert isinstance(start, StartContainer)
+    assert start.resume_path == path
+    assert d.status.attempts is not None
+    assert d.status.attempts[-1].resumed_from_epoch == 3
+    # The running wait (which restarts a missing container) carries the same override.
+    d = step(d.status, instance=listed, container_started=True, completed=("StartContainer",))
+    waits = [a for a in d.actions if isinstance(a, WaitForExit)]
+    assert waits[0].resume_path == path
+
+
+def test_a_restore_that_finds_nothing_starts_from_scratch() -> None:
+    listed = inst(name=A2, id_="i-2")
+    d = step(attempt_two(Phase.PULLING), instance=listed, prepared=True, restored=CheckpointRestore(0))
+    (start,) = d.actions
+    assert isinstance(start, StartContainer)
+    assert start.resume_path is None
+
+
+def test_attempt_one_restores_nothing() -> None:
+    status = at(Phase.PULLING, create_requested_at=T0, instance_id=ID, brev_identity="alice")
+    d = step(status, instance=inst())
+    assert kinds(d) == [PrepareWorkload]
+    d = step(status, instance=inst(), prepared=True)
+    assert d.actions == (StartContainer(INST, resume_path=None),)
+
+
+def test_checkpoint_sync_runs_once_per_interval_before_the_wait() -> None:
+    status = step(running_job(), instance=inst(), now=T0 + timedelta(seconds=59)).status
+    d = step(status, instance=inst(), now=T0 + timedelta(seconds=59))
+    assert SyncCheckpoints not in kinds(d)
+    d = step(status, instance=inst(), now=T0 + timedelta(seconds=60))
+    assert kinds(d) == [SyncCheckpoints, WaitForExit]
+    synced = CheckpointSync("ok", started=True, epoch=2, objects=7)
+    d = step(
+        d.status,
+        instance=inst(),
+        now=T0 + timedelta(seconds=61),
+        checkpoint_sync=synced,
+        completed=("SyncCheckpoints", "WaitForExit"),
+    )
+    assert kinds(d) == [WaitForExit]
+    assert d.status.checkpoint is not None
+    assert d.status.checkpoint.epoch == 2
+    assert d.status.checkpoint.objects == 7
+    d = step(d.status, instance=inst(), now=T0 + timedelta(seconds=119))
+    assert SyncCheckpoints not in kinds(d)
+    d = step(d.status, instance=inst(), now=T0 + timedelta(seconds=120))
+    assert SyncCheckpoints in kinds(d)
+
+
+def test_a_failed_sync_is_counted_and_never_delays_the_wait_or_fails_the_job() -> None:
+    d = step(running_job(), instance=inst(), now=T0 + timedelta(seconds=60))
+    failure = ActionFailure("SyncCheckpoints", "CheckpointSyncFailed", "s3 unreachable", permanent=False)
+    d = step(d.status, instance=inst(), now=T0 + timedelta(seconds=61), failure=failure)
+    assert kinds(d) == [WaitForExit]
+    assert d.requeue_after == 0.0
+    assert d.status.reason is None
+    assert d.status.retries == 0
+    assert d.status.checkpoint is not None
+    assert d.status.checkpoint.failures == 1
+    assert reasons.CHECKPOINT_SYNC_FAILED in [e.reason for e in d.events]
+
+
+def test_without_recovery_there_is_no_checkpoint_sync() -> None:
+    one = rspec(recovery={"maxAttempts": 1, "checkpointIntervalSeconds": 60})
+    d = step(running_job(), one, instance=inst(), now=T0 + timedelta(seconds=600))
+    assert SyncCheckpoints not in kinds(d)
+
+
+# --- billed time, cost, budgets --------------------------------------------------------------------
+
+
+def test_billed_time_runs_from_create_request_to_confirmed_deletion_with_cost_from_the_price() -> None:
+    status = step(running_job(), instance=inst(FAILURE), price_per_hour=3.6).status
+    d = step(status, instance=None, now=T0 + timedelta(seconds=100), delete_not_found=True)
+    assert d.status.attempts is not None
+    first = d.status.attempts[0]
+    assert first.billed_seconds == 100
+    assert first.price_per_hour == 3.6
+    assert first.estimated_cost_dollars == 0.1
+    assert d.status.billed_seconds == 100
+    assert d.status.cost_known is True
+    assert d.status.estimated_cost_dollars == 0.1
+
+
+def test_an_unknown_price_makes_the_cost_unknown_never_zero() -> None:
+    d = step(running_job(), instance=inst(), now=T0 + timedelta(seconds=120))
+    assert d.status.billed_seconds == 120
+    assert d.status.cost_known is False
+    assert d.status.estimated_cost_dollars is None
+
+
+def test_a_reached_time_budget_stops_uploads_and_tears_down_with_the_figures() -> None:
+    capped = rspec(budget={"maxBilledSeconds": 120})
+    d = step(running_job(), capped, instance=inst(), now=T0 + timedelta(seconds=119))
+    assert d.status.outcome is None
+    d = step(running_job(), capped, instance=inst(), now=T0 + timedelta(seconds=121))
+    assert d.status.outcome is Outcome.FAILED
+    assert d.status.reason == reasons.BUDGET_EXCEEDED
+    assert "121s" in (d.status.message or "")
+    assert "maxBilledSeconds=120" in (d.status.message or "")
+    assert StopContainer in kinds(d)
+
+
+def test_a_reached_cost_budget_counts_every_attempt() -> None:
+    capped = rspec(budget={"maxCostDollars": 1.0})
+    status = attempt_two(Phase.RUNNING, container_started_at=T0)
+    assert status.attempts is not None
+    status.attempts[0].price_per_hour = 36.0  # attempt 1: 5 s at $36/h = $0.05
+    status.attempts[0].instance_type = "g6.xlarge"
+    listed = inst(name=A2, id_="i-2")
+    d = step(status, capped, instance=listed, price_per_hour=36.0, now=T0 + timedelta(seconds=90))
+    assert d.status.outcome is None
+    d = step(d.status, capped, instance=listed, now=T0 + timedelta(seconds=96))
+    assert d.status.outcome is Outcome.FAILED
+    assert d.status.reason == reasons.BUDGET_EXCEEDED
+    assert "maxCostDollars" in (d.status.message or "")
+
+
+def test_an_idle_running_pass_writes_the_same_billed_figure_within_a_minute() -> None:
+    first = step(running_job(), instance=inst(), now=T0 + timedelta(seconds=30)).status
+    again = step(first, instance=inst(), now=T0 + timedelta(seconds=80)).status
+    assert again.billed_seconds == first.billed_seconds
+    later = step(first, instance=inst(), now=T0 + timedelta(seconds=91)).status
+    assert later.billed_seconds == 91
+
+
+# --- names ---------------------------------------------------------------------------------------
+
+
+def test_attempt_names_keep_the_suffix_within_63_characters() -> None:
+    assert naming.attempt_instance_name(INST, 1) == INST
+    assert naming.attempt_instance_name(INST, 2) == f"{INST}-a2"
+    long = "tbj-" + "x" * 59
+    name = naming.attempt_instance_name(long, 10)
+    assert len(name) <= 63
+    assert name.endswith("-a10")
+
+
+def test_a_nested_field_cleared_in_status_is_sent_as_null() -> None:
+    """JSON merge patch merges nested objects: a checkpoint failure count that was reset must be
+    nulled explicitly, or the stored status keeps it."""
+    old = {"checkpoint": {"epoch": 2, "failures": 1, "lastError": "boom"}, "attempt": 1}
+    new = {"checkpoint": {"epoch": 3}, "attempt": 1}
+    assert merge_patch(old, new) == {
+        "checkpoint": {"epoch": 3, "failures": None, "lastError": None},
+        "attempt": 1,
+    }
