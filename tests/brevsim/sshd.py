@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import json
 import os
 import pty
 import signal
@@ -98,6 +99,7 @@ class SSHD:
         self.listeners: dict[str, Listener] = {}
         self.sessions: set[Session] = set()
         self.tasks: set[asyncio.Task[None]] = set()
+        self.served_ports: list[int] = []
 
     # -- listeners ---------------------------------------------------------------------------
     def port_of(self, inst_id: str) -> int:
@@ -109,6 +111,11 @@ class SSHD:
             sock.bind(("127.0.0.1", 0))
             lst = Listener(inst_id, sock.getsockname()[1], sock)
             self.listeners[inst_id] = lst
+            self.served_ports.append(lst.port)
+            # the reaper finds ssh masters by these ports, even after this daemon is gone
+            tmp = self.state / ".ports.json.tmp"
+            tmp.write_text(json.dumps(self.served_ports))
+            tmp.replace(self.state / "ports.json")
         return lst.port
 
     def _set_listening(self, lst: Listener, want: bool) -> None:
