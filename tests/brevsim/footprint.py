@@ -13,6 +13,7 @@ import contextlib
 import hashlib
 import io
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -32,6 +33,11 @@ def rss_mib(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return 0.0
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def threads(pid: int) -> int:
@@ -84,6 +90,10 @@ def main() -> int:
             print(
                 f"{mark:>10} {rss_mib(pid):>15.1f} {threads(pid):>8} {len(sim.processes()):>14}", flush=True
             )
+        cpu0, t0 = cpu_seconds(pid), time.monotonic()
+        time.sleep(10)
+        cores = (cpu_seconds(pid) - cpu0) / (time.monotonic() - t0)
+        print(f"daemon CPU with {started} running containers, 10 s sample: {cores:.3f} cores")
         print(f"(setup took {time.monotonic() - began:.0f} s; command: python -m tests.brevsim.footprint)")
     finally:
         sim.close()
