@@ -196,7 +196,8 @@ def test_detached_training_containers_cost_no_process(sim: BrevSim) -> None:
     stopped = remote(sim, "c", "docker stop job0 && docker wait job0 && docker logs --tail 1 job0")
     assert stopped.stdout.startswith("job0\n143\n")
     assert "Received SIGTERM: stopping" in stopped.stdout
-    pid = containers[1]["State"]["Pid"]
+    (job1,) = [c for c in containers if c["Name"] == "/job1"]
+    pid = job1["State"]["Pid"]
     assert remote(sim, "c", "docker rm -f job1").returncode == 0
     wait_until(
         lambda: not Path(f"/proc/{daemon}/task/{pid}").exists(), "the killed container's thread to end"
