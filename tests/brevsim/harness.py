@@ -143,6 +143,10 @@ class BrevSim:
                 daemon.wait()
             with contextlib.suppress(ValueError):
                 atexit.unregister(self.close)
+        else:
+            # a detached daemon (or another harness object's): ask it to wind down first
+            with contextlib.suppress(control.DaemonDown, OSError, RuntimeError):
+                control.request(self.state_dir, "stop", timeout=5)
         reaper.reap(self.state_dir)
 
     # -- environment ---------------------------------------------------------------------------
