@@ -16,7 +16,6 @@ from pathlib import Path
 
 from tests.brevsim.control import marked_env
 from tests.brevsim.record import record_call
-from tests.brevsim.store import Store
 
 
 def _exec(real: str, argv0: str, argv: list[str], env: dict[str, str]) -> int:
@@ -29,8 +28,7 @@ def _exec(real: str, argv0: str, argv: list[str], env: dict[str, str]) -> int:
 
 
 def ssh_main(state: str, real: str, argv: list[str]) -> int:
-    store = Store(state)
-    call_id = record_call(store.calls_path, "ssh", argv)
+    call_id = record_call(Path(state) / "calls.jsonl", "ssh", argv)  # (Store's path; no import)
     env = marked_env(state)
     env["BREVSIM_CALL"] = call_id
     extra = ["-o", "SendEnv=BREVSIM_CALL"]  # accumulates; never overrides the caller's options
@@ -43,6 +41,5 @@ def ssh_main(state: str, real: str, argv: list[str]) -> int:
 
 
 def agent_main(state: str, real: str, argv: list[str]) -> int:
-    store = Store(state)
-    record_call(store.calls_path, "ssh-agent", argv)
+    record_call(Path(state) / "calls.jsonl", "ssh-agent", argv)
     return _exec(real, "ssh-agent", argv, marked_env(state))
