@@ -307,7 +307,9 @@ class Workload:
     async def _run(
         self, command: str, limit: float, deadline: datetime | None = None, what: str = "remote command"
     ) -> ExecResult:
-        return await self.client.exec(self.instance, command, timeout=self._limit(limit, deadline, what))
+        """Every step after the probe: plain ssh over the instance's shared master connection
+        (no `brev exec` + bash + ssh process chain per call, and no re-run of a failing command)."""
+        return await self.client.ssh_exec(self.instance, command, timeout=self._limit(limit, deadline, what))
 
     async def _put_secret(self, name: str, content: bytes, deadline: datetime | None) -> None:
         await self.client.put_file(
@@ -336,8 +338,12 @@ class Workload:
     async def probe(self, limit: float | None = None, *, deadline: datetime | None = None) -> bool:
         """A two-word command; True once exec works end to end (RUNNING is not ssh-ready)."""
         try:
-            result = await self._run(
-                "echo ok", limit if limit is not None else self.settings.probe_timeout, deadline, "probe"
+            # Through `brev exec`, once per job: its recovery path refreshes brev's ssh config
+            # when the instance just became RUNNING and waits out ssh bring-up, and says which
+            # state an unreachable instance is in. Later steps use that config over plain ssh.
+            timeout = limit if limit is not None else self.settings.probe_timeout
+            result = await self.client.exec(
+                self.instance, "echo ok", timeout=self._limit(timeout, deadline, "probe")
             )
         except BrevTransientError as exc:
             if exc.reason == "BrevAuthFailed":
