@@ -27,9 +27,12 @@ tests/brevsim/SIM-CONTRACT.md restates the ones the tests pin).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import os
 import secrets
+import signal
+import subprocess
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -159,6 +162,7 @@ class BrevCLI:
         self._clock = clock
         base = dict(os.environ if env is None else env)
         base["HOME"] = str(settings.home)
+        self._base_env = base
         self._agent = SshAgent(
             settings.home, socket_path=settings.agent_socket, binary=settings.ssh_agent_binary
         )
@@ -185,8 +189,36 @@ class BrevCLI:
         return self._settings
 
     def close(self) -> None:
-        """Stop the ssh-agent this client started."""
+        """Ask the ssh masters this client opened to exit, and stop the ssh-agent it started.
+        In a pod they would die with the container; anywhere else they would linger for
+        ControlPersist."""
+        self._close_masters()
         self._agent.close()
+
+    def _close_masters(self) -> None:
+        if not self._ssh_aliases or not self._ssh_config.is_file():
+            return
+        s = self._settings
+        procs = [
+            subprocess.Popen(  # noqa: S603 - fixed argv of checked instance names, no shell
+                exit_master_argv(s.ssh_binary, self._ssh_config, s.home, alias),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env=self._base_env,
+                start_new_session=True,
+            )
+            for alias in sorted(self._ssh_aliases)
+        ]
+        deadline = time.monotonic() + s.timeouts.ssh_close
+        for proc in procs:  # all at once, one deadline: shutdown must not wait per master
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        self._ssh_aliases.clear()
 
     # -- login --------------------------------------------------------------------------------
 

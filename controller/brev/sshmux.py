@@ -47,6 +47,10 @@ def mux_options(home: Path, *, persist_s: int, connect_timeout_s: int) -> list[s
     return [
         "-o",
         "BatchMode=yes",
+        # As brev exec does: no "Permanently added ... to the list of known hosts" on every first
+        # connection (brev's config sends known hosts to /dev/null); errors still reach stderr.
+        "-o",
+        "LogLevel=ERROR",
         "-o",
         f"ConnectTimeout={int(connect_timeout_s)}",
         "-o",
