@@ -573,6 +573,67 @@ class Timeouts(_SpecModel):
     deleting_seconds: int = _timeout(900, "Max time for `brev delete` to be confirmed")
 
 
+# --- spec.recovery / spec.budget -------------------------------------------------------------
+
+# Checkpoint sync interval bounds (seconds). 10 lets tests run fast; every interval costs one
+# `brev exec` and one S3 listing, so production jobs want minutes (default 600).
+CHECKPOINT_INTERVAL_MIN = 10
+CHECKPOINT_INTERVAL_MAX = 86400
+MAX_ATTEMPTS_LIMIT = 10
+
+
+class RecoverySpec(_SpecModel):
+    """Resume on a new instance when the instance is lost, goes to FAILURE, stops unexpectedly or
+    never accepts commands. Checkpoints under the results directory are synced to
+    `<resultsUri>/checkpoints/` while the job runs and restored on the next attempt's instance.
+    A job on a reused instance (spec.instance.reuse) is never moved to a new instance."""
+
+    max_attempts: int = Field(
+        default=2,
+        ge=1,
+        le=MAX_ATTEMPTS_LIMIT,
+        description="Instances (attempts) the job may use in total; 1 disables recovery.",
+    )
+    checkpoint_interval_seconds: int = Field(
+        default=600,
+        ge=CHECKPOINT_INTERVAL_MIN,
+        le=CHECKPOINT_INTERVAL_MAX,
+        description=(
+            "How often the results directory is synced (only new or changed files) to "
+            "<resultsUri>/checkpoints/ while the container runs; each sync is one brev call."
+        ),
+    )
+    retry_on_exit_codes: list[Annotated[int, Field(ge=1, le=255)]] = Field(
+        default_factory=list,
+        max_length=32,
+        description=(
+            "Container exit codes that start a new attempt (e.g. 137 for an OOM kill). Any other "
+            "non-zero exit code fails the job."
+        ),
+    )
+
+
+class BudgetSpec(_SpecModel):
+    """Limits across all attempts; when one is reached the container is stopped, what exists is
+    uploaded, the instance is deleted and the job fails with reason BudgetExceeded."""
+
+    max_billed_seconds: int | None = Field(
+        default=None,
+        ge=60,
+        le=31536000,
+        description="Billed instance time (create request to confirmed deletion, all attempts).",
+    )
+    max_cost_dollars: float | None = Field(
+        default=None,
+        gt=0,
+        le=1000000,
+        description=(
+            "Estimated cost in dollars (billed time x the instance type's hourly price from "
+            "`brev search`). While a price is unknown only maxBilledSeconds can stop the job."
+        ),
+    )
+
+
 # --- spec ------------------------------------------------------------------------------------
 
 
@@ -599,6 +660,16 @@ class TaoBrevJobSpec(_SpecModel):
         default_factory=Timeouts,
         json_schema_extra={"default": {}},
         description="Per-phase deadlines; may be changed at any time.",
+    )
+    recovery: RecoverySpec = Field(
+        default_factory=RecoverySpec,
+        json_schema_extra={"default": {}},
+        description="Resume on a new instance after a lost instance (checkpoint sync and restore).",
+    )
+    budget: BudgetSpec = Field(
+        default_factory=BudgetSpec,
+        json_schema_extra={"default": {}},
+        description="Billed-time and cost limits across all attempts.",
     )
 
     @model_validator(mode="after")
@@ -671,6 +742,52 @@ class ResultsSummary(_StatusModel):
     uri: str | None = Field(default=None, description="Where the results are.")
     objects: int | None = Field(default=None, description="Number of objects uploaded.")
     bytes: int | None = Field(default=None, description="Total bytes uploaded.")
+
+
+class AttemptRecord(_StatusModel):
+    """One instance the job used (attempt n >= 2 runs on `<instance>-a<n>`)."""
+
+    attempt: int = Field(ge=1, description="1-based attempt number.")
+    instance_name: str = Field(description="brev instance name (recorded before `brev create`).")
+    instance_id: str | None = Field(default=None, description="Brev's instance id once listed.")
+    instance_type: str | None = Field(default=None, description="Instance type as `brev ls` shows it.")
+    price_per_hour: float | None = Field(
+        default=None, description="Hourly price of the type from `brev search` (absent: unknown)."
+    )
+    create_requested_at: Timestamp | None = Field(default=None, description="When `brev create` was sent.")
+    ended_at: Timestamp | None = Field(default=None, description="When the attempt was judged over.")
+    ended_reason: str | None = Field(default=None, description="Why the attempt ended (CamelCase).")
+    ended_message: str | None = Field(default=None, description="Why the attempt ended.")
+    deleted_at: Timestamp | None = Field(
+        default=None, description="When deletion of the instance was confirmed (absent: pending)."
+    )
+    billed_seconds: int | None = Field(
+        default=None, ge=0, description="Create request to confirmed deletion (or now, while it lasts)."
+    )
+    estimated_cost_dollars: float | None = Field(
+        default=None, ge=0, description="billedSeconds x pricePerHour / 3600 (absent: price unknown)."
+    )
+
+
+class CheckpointStatus(_StatusModel):
+    """The last checkpoint sync to <resultsUri>/checkpoints/ and what the current attempt resumed."""
+
+    epoch: int | None = Field(default=None, description="Latest epoch found in the synced files.")
+    synced_at: Timestamp | None = Field(default=None, description="When the last sync finished.")
+    objects: int | None = Field(default=None, ge=0, description="Objects under checkpoints/ after it.")
+    sync_requested_at: Timestamp | None = Field(
+        default=None, description="When the last sync was started (one per interval)."
+    )
+    failures: int | None = Field(
+        default=None, ge=0, description="Consecutive failed syncs (transient; retried next interval)."
+    )
+    last_error: str | None = Field(default=None, description="Why the last sync failed.")
+    restored_epoch: int | None = Field(
+        default=None, description="Epoch of the checkpoint the current attempt resumed from."
+    )
+    restored_path: str | None = Field(
+        default=None, description="Container path of that checkpoint (train.resume_training_checkpoint_path)."
+    )
 
 
 class TaoBrevJobStatus(_StatusModel):
@@ -763,6 +880,24 @@ class TaoBrevJobStatus(_StatusModel):
     )
     results: ResultsSummary | None = Field(default=None, description="What was uploaded.")
     retries: int = Field(default=0, ge=0, description="Consecutive transient failures in this phase.")
+    attempt: int | None = Field(default=None, ge=1, description="Current attempt (1-based).")
+    attempts: list[AttemptRecord] | None = Field(
+        default=None,
+        json_schema_extra=_list_map("attempt"),
+        description="Every instance the job used, with why it ended and what it billed.",
+    )
+    checkpoint: CheckpointStatus | None = Field(default=None, description="Checkpoint sync and resume.")
+    billed_seconds: int | None = Field(
+        default=None, ge=0, description="Billed instance seconds over all attempts."
+    )
+    estimated_cost_dollars: float | None = Field(
+        default=None,
+        ge=0,
+        description="Estimated cost over all attempts; absent while a price is unknown (see costKnown).",
+    )
+    cost_known: bool | None = Field(
+        default=None, description="False when some attempt's hourly price was not found in `brev search`."
+    )
     conditions: list[Condition] = Field(
         default_factory=list,
         json_schema_extra=_list_map("type"),

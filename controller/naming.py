@@ -38,3 +38,12 @@ def job_id(name: str, uid: str) -> str:
 def backend_ref(instance: str, job: str) -> str:
     """The skill documents' backend reference: the container is unreachable without its instance."""
     return f"{instance}/{job}"
+
+
+def attempt_instance_name(base: str, attempt: int) -> str:
+    """The instance of attempt `attempt`: attempt 1 keeps `base`; attempt n >= 2 is ``<base>-a<n>``,
+    cut to 63 characters keeping the suffix (deterministic, so a restart adopts, never duplicates)."""
+    if attempt <= 1:
+        return base
+    suffix = f"-a{attempt}"
+    return base[: MAX_NAME - len(suffix)].rstrip("-.") + suffix

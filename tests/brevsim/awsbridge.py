@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tests.brevsim import faults as knobs
 from tests.brevsim.container import host_path
 from tests.brevsim.record import record_call
 from tests.brevsim.store import Store, read_json
@@ -24,6 +25,21 @@ def _is_upload(args: list[str]) -> bool:
     rest = args[args.index("s3") + 1 :]
     positional = [a for a in rest if not a.startswith("-")]
     return bool(positional) and positional[0] in ("cp", "sync", "mv") and positional[-1].startswith("s3://")
+
+
+def _checkpoint_sync(args: list[str]) -> str | None:
+    """`to` for `aws s3 sync <local> s3://.../checkpoints/`, `from` for the reverse, else None."""
+    if "s3" not in args:
+        return None
+    positional = [a for a in args[args.index("s3") + 1 :] if not a.startswith("-")]
+    if len(positional) != 3 or positional[0] != "sync":
+        return None
+    src, dst = positional[1], positional[2]
+    if dst.startswith("s3://") and dst.rstrip("/").endswith("/checkpoints"):
+        return "to"
+    if src.startswith("s3://") and src.rstrip("/").endswith("/checkpoints"):
+        return "from"
+    return None
 
 
 def main(state: str, instance_id: str, mounts: list[dict[str, Any]], rootfs: str, argv: list[str]) -> int:
@@ -42,6 +58,19 @@ def main(state: str, instance_id: str, mounts: list[dict[str, Any]], rootfs: str
             f"{fault if isinstance(fault, str) else 'internal error'}\n"
         )
         return 1
+    direction = _checkpoint_sync(argv)
+    if direction == "to" and store.consume_fault_counter("checkpoint_sync_fails"):
+        positional = [a for a in argv if not a.startswith("-")]
+        sys.stderr.write(
+            f"upload failed: {positional[-2]} to {positional[-1]} "
+            "An error occurred (SlowDown) when calling the PutObject operation (reached max retries: "
+            "4): Please reduce your request rate.\n"
+        )
+        return 1
+    if direction == "from" and knobs.targets(
+        store.fault("restore_finds_nothing"), str(meta.get("name")), instance_id
+    ):
+        return 0  # what `aws s3 sync` of an empty prefix does: nothing printed, exit 0
     if _is_upload(argv):
         # A large checkpoint takes a while to upload; nominal 0 unless a test stretches it.
         time.sleep(store.delay("upload_s", 0.0))

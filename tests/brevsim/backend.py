@@ -213,3 +213,29 @@ class Backend:
                 raise CLIError(f"400 Bad Request: workspace {inst_id} is being deleted")
             cur["lifecycle"] = lifecycle
             cur["phase_at"] = now
+
+    def strike(self, inst_id: str, how: str, *, spare_container: str | None = None) -> None:
+        """An epoch-triggered fault (faults.py `*_at_epoch`): the provider loses the instance now.
+        `vanish`: gone without DELETING (as `disappear_after_s`); `failure`: FAILURE; `stop`:
+        STOPPING then STOPPED (preempted). Its containers die with it (exit 137)."""
+        now = self.store.now()
+        with self.store.tx() as db:
+            cur = db["instances"].get(inst_id)
+            if cur is None or cur["lifecycle"] == "delete":
+                return
+            if how == "vanish":
+                cur["disappear_at"] = now
+            elif how == "failure":
+                cur["lifecycle"] = "create_failed"  # past its DEPLOYING segment: FAILURE now
+                cur["phase_at"] = now - self.store.delay("deploy_s", NOMINAL["deploy_s"])
+                cur["status_message"] = "instance failed (simulated hardware failure)"
+            elif how == "stop":
+                cur["lifecycle"] = "stop"
+                cur["phase_at"] = now
+            else:
+                raise ValueError(f"unknown strike {how!r}: vanish, failure or stop")
+        d = self.store.instance_dir(inst_id)
+        if how == "vanish" and d.is_dir():
+            (d / "gone").touch()  # never comes back: every container shim kills its program
+        else:
+            container.kill_all(self.store, inst_id, spare=spare_container)

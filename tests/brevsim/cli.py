@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tests.brevsim import catalog, cobra, goerr
+from tests.brevsim import catalog, cobra, control, goerr
 from tests.brevsim.auth import Auth, Session, jwt_valid_client_side
 from tests.brevsim.backend import Backend, Row
 from tests.brevsim.cobra import Flag
@@ -114,7 +114,7 @@ class Ctx:
 
     def child_env(self) -> dict[str, str]:
         # Keep the simulator's own bin first so its children never reach a real ssh/ssh-agent.
-        env = dict(os.environ)
+        env = control.marked_env(self.store.root)  # the reaper finds agents and ssh masters by it
         path = env.get("PATH", "")
         if not path.startswith(str(self.bin_dir) + ":"):
             env["PATH"] = f"{self.bin_dir}:{path}"
@@ -684,10 +684,14 @@ def _start_one(ctx: Ctx, name: str, *, detached: bool, piped: bool) -> None:
 
 def refresh_ssh(ctx: Ctx) -> None:
     """refresh.RunRefresh: ssh config for the instances RUNNING now (+ cloudflared download)."""
-    running = [
-        (i["name"], str(i["ip"])) for i, o in ctx.backend.owned_rows(ctx.session()) if o.status == "RUNNING"
-    ]
-    write_brev_ssh_files(ctx.home, running)
+    rows = [i for i, o in ctx.backend.owned_rows(ctx.session()) if o.status == "RUNNING"]
+    try:
+        ports = control.request(ctx.store.root, "ports", ids=[str(i["id"]) for i in rows])["ports"]
+        key: bytes | None = (ctx.store.root / "brev.pem").read_bytes()
+    except (control.DaemonDown, OSError):
+        ports, key = {}, None  # nothing serves ssh: port 22 on loopback refuses
+    running = [(str(i["name"]), int(ports.get(str(i["id"]), 22))) for i in rows]
+    write_brev_ssh_files(ctx.home, running, key)
     cloudflared = ctx.home / ".brev" / "cloudflared"
     if not cloudflared.exists():
         cloudflared.write_text("#!/bin/sh\necho 'cloudflared (simulated)'\n")

@@ -1,10 +1,12 @@
 """Simulated containers: on-disk records, the per-container shim, and the image -> program mapping.
 
-A detached container (`docker run -d`) is a real detached process tree: a shim (setsid, stdio
-redirected to the container's log file, so it never holds an ssh session's pipes open) runs the
-container's program as a child, records Pid/StartedAt, then ExitCode/FinishedAt. `docker stop`
-signals the program; an instance deleted, stopped or vanished kills its containers (the shim
-watches the instance's `gone` marker and its `disappear_at`).
+A detached TAO container (`docker run -d`) runs IN the simulator daemon (engine.py): a thread, no
+OS process. Other detached containers (the short aws-cli uploads) are a real detached process
+tree: a shim (setsid, stdio redirected to the container's log file, so it never holds an ssh
+session's pipes open) runs the container's program as a child, records Pid/StartedAt, then
+ExitCode/FinishedAt. Both keep the same records. `docker stop` signals the program; an instance
+deleted, stopped or vanished kills its containers (the shim or the daemon watches the instance's
+`gone` marker and its `disappear_at`).
 """
 
 from __future__ import annotations
@@ -19,11 +21,17 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from tests.brevsim import control
 from tests.brevsim.store import Store, flocked, read_json, write_json
 
+if TYPE_CHECKING:
+    from tests.brevsim.engine import Engine
+
 ZERO_TIME = "0001-01-01T00:00:00Z"
+# Set inside the daemon process: in-process containers are signalled directly, not over control.
+LOCAL_ENGINE: Engine | None = None
 
 
 def iso(ts: float | None = None) -> str:
@@ -124,13 +132,30 @@ def kill_tree(state: dict[str, Any], sig: int) -> None:
                     os.kill(pid, sig)
 
 
-def kill_all(store: Store, instance_id: str) -> None:
-    """The VM went away: every running container dies (exit 137)."""
+def signal_container(store: Store, instance_id: str, cid: str, state: dict[str, Any], sig: int) -> None:
+    """Signal a running container: its process group, or (in-process) through the daemon."""
+    if not state.get("InProcess"):
+        kill_tree(state, sig)
+        return
+    name = "KILL" if sig == signal.SIGKILL else "TERM"
+    if LOCAL_ENGINE is not None:
+        LOCAL_ENGINE.signal(instance_id, cid, name)
+        return
+    # no daemon, no container: `docker wait` records it dead (its ShimPid is gone)
+    with contextlib.suppress(control.DaemonDown):
+        control.request(store.root, "signal", instance=instance_id, cid=cid, signal=name)
+
+
+def kill_all(store: Store, instance_id: str, *, spare: str | None = None) -> None:
+    """The VM went away: every running container dies (exit 137); `spare` is the caller's own
+    container (a program striking its own instance dies by returning 137 itself)."""
     docker = Docker(store, instance_id)
     for cid in docker.ids():
+        if cid == spare:
+            continue
         st = docker.state(cid)
         if st and st.get("Running"):
-            kill_tree(st, signal.SIGKILL)
+            signal_container(store, instance_id, cid, st, signal.SIGKILL)
             docker.set_state(cid, Status="exited", Running=False, ExitCode=137, FinishedAt=iso(), Pid=0)
 
 
@@ -267,8 +292,11 @@ def supervise(
     return exit_code
 
 
-def _remove_dir(path: Path) -> None:
+def remove_dir(path: Path) -> None:
     shutil.rmtree(path, ignore_errors=True)
+
+
+_remove_dir = remove_dir
 
 
 def shim_main(state: str, instance_id: str, cid: str, remove: str, argv: list[str]) -> int:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.brevsim import container as ct
+from tests.brevsim import control
 from tests.brevsim import faults as knobs
 from tests.brevsim.gotemplate import TemplateError, render, strip_table
 from tests.brevsim.model import NOMINAL
@@ -433,6 +434,15 @@ def cmd_run(store: Store, docker: ct.Docker, argv: list[str], counter: list[int]
         write_json(d / "state.json", ct.initial_state())
     python = str(store.config().get("python") or sys.executable)
     log = docker.log_path(cid)
+    if opts.get("detach") and ct.image_kind(image) == "tao":
+        # A training container mostly sleeps: it runs in the daemon, no OS process of its own.
+        try:
+            control.request(store.root, "run", instance=docker.instance_id, cid=cid, remove=ro["rm"])
+        except control.DaemonDown:
+            ct.remove_dir(docker.containers_dir / cid)
+            raise DockerError(DAEMON_DOWN, 125) from None
+        out(cid + "\n")
+        return 0
     if opts.get("detach"):
         shim = ct.bootstrap(
             python,
@@ -634,7 +644,13 @@ def cmd_stop(store: Store, docker: ct.Docker, argv: list[str]) -> int:
             continue
         st = docker.state(cid) or {}
         if st.get("Running"):
-            ct.kill_tree({"Pid": st.get("Pid"), "PidStart": st.get("PidStart")}, signal.SIGTERM)
+            ct.signal_container(
+                store,
+                docker.instance_id,
+                cid,
+                {"Pid": st.get("Pid"), "PidStart": st.get("PidStart"), "InProcess": st.get("InProcess")},
+                signal.SIGTERM,
+            )
             deadline = time.time() + grace
             while time.time() < deadline:
                 cur = docker.state(cid)
@@ -643,7 +659,7 @@ def cmd_stop(store: Store, docker: ct.Docker, argv: list[str]) -> int:
                 time.sleep(0.02)
             cur = docker.state(cid)
             if cur is not None and cur.get("Running"):
-                ct.kill_tree(cur, signal.SIGKILL)
+                ct.signal_container(store, docker.instance_id, cid, cur, signal.SIGKILL)
                 _wait_exit(docker, cid)
         out(ref + "\n")
     return code
@@ -683,8 +699,8 @@ def cmd_rm(docker: ct.Docker, argv: list[str]) -> int:
                 )
                 code = 1
                 continue
-            ct.kill_tree(st, signal.SIGKILL)
-        ct._remove_dir(docker.containers_dir / cid)
+            ct.signal_container(docker.store, docker.instance_id, cid, st, signal.SIGKILL)
+        ct.remove_dir(docker.containers_dir / cid)
         out(ref + "\n")
     return code
 

@@ -67,7 +67,23 @@ _FAULTS: tuple[Knob, ...] = (
     Knob("tao_progress_bars", False, "the TAO stand-in draws tqdm-style `\\r` progress bars per epoch"),
     Knob("tao_long_line_bytes", 0, "the TAO stand-in prints one line of this many bytes (no newline inside)"),
     Knob("upload_fails", None, "a message: uploads through the aws-cli image fail with it"),
+    Knob("vanish_at_epoch", {}, "{name or id: N}: the instance vanishes (no DELETING) when TAO ends epoch N"),
+    Knob("failure_at_epoch", {}, "{name or id: N}: the instance turns FAILURE when TAO ends epoch N"),
+    Knob("stop_at_epoch", {}, "{name or id: N}: the instance is STOPPED (preempted) when TAO ends epoch N"),
+    Knob(
+        "checkpoint_sync_fails",
+        0,
+        "the next N `aws s3 sync` calls TO a `.../checkpoints/` destination fail with an S3 error",
+    ),
+    Knob("restore_finds_nothing", False, "targeted: `aws s3 sync` FROM `.../checkpoints/` copies nothing"),
 )
+
+# The epoch-triggered faults (the TAO stand-in fires them) and the world change each makes.
+EPOCH_STRIKES: dict[str, str] = {
+    "vanish_at_epoch": "vanish",
+    "failure_at_epoch": "failure",
+    "stop_at_epoch": "stop",
+}
 
 KNOBS: dict[str, Knob] = {
     **{k: Knob(k, v, _DURATION_DOCS[k]) for k, v in NOMINAL.items()},
@@ -112,3 +128,11 @@ def targets(value: object, name: str, instance_id: str) -> bool:
     if isinstance(value, list | tuple | set | frozenset):
         return name in value or instance_id in value
     return False
+
+
+def epoch_for(value: object, name: str, instance_id: str) -> int | None:
+    """The epoch at which an `*_at_epoch` fault ({name or id: N}) hits this instance, if any."""
+    if not isinstance(value, Mapping):
+        return None
+    hit = value.get(instance_id, value.get(name))
+    return None if hit is None else int(hit)

@@ -5,23 +5,29 @@
     sim.set_faults(ls_omit={"job-1": 2})     # declared knobs only (faults.py); a typo raises
     subprocess.run(["brev", "ls", "--json"], env=sim.env(), stdin=subprocess.DEVNULL)
 
-`root/bin` holds `brev`, `ssh` and `ssh-agent` with the state directory baked in, so a process
-needs nothing but PATH; `root/home` is a HOME for the CLI's ~/.brev.
+`root/bin` holds `brev` with the state directory baked in, and recording wrappers that exec the
+real OpenSSH `ssh`/`ssh-agent`, so a process needs nothing but PATH; `root/home` is a HOME for the
+CLI's ~/.brev. The harness starts ONE daemon process (daemon.py: every instance's sshd on
+loopback, every detached TAO container); `close()` (also at interpreter exit, and by the daemon
+itself when the harness process dies) stops it and kills every process the simulator started.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import json
 import os
+import pwd
 import secrets
-import signal
+import subprocess
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.brevsim import container, launch
+from tests.brevsim import container, control, launch, reaper
 from tests.brevsim import faults as knobs
 from tests.brevsim.auth import jwt_valid_client_side, mint_jwt
 from tests.brevsim.backend import new_record
@@ -72,6 +78,63 @@ class BrevSim:
         self.store._config = None
         launch.write_local_bin(self.store, self.bin_dir)
         self.s3_endpoint = s3_endpoint
+        self._daemon: subprocess.Popen[bytes] | None = None
+        self._start_daemon()
+
+    # -- the daemon (sshd + containers) and reaping -------------------------------------------
+    def _start_daemon(self) -> None:
+        # OpenSSH puts ControlPath `~/.ssh/...` under the passwd home, whatever $HOME says; a
+        # missing directory there is fatal to every multiplexed ssh (as on a fresh machine).
+        (Path(pwd.getpwuid(os.getuid()).pw_dir) / ".ssh").mkdir(mode=0o700, exist_ok=True)
+        if control.ping(self.state_dir):
+            return  # another harness object of this root runs it (demo cleanup)
+        argv = container.bootstrap(sys.executable, "tests.brevsim.daemon", str(self.state_dir), site=True)
+        with (self.state_dir / "daemon.log").open("ab") as log:
+            self._daemon = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=log,
+                env=control.marked_env(self.state_dir),
+                start_new_session=True,
+                cwd="/",
+            )
+        assert self._daemon.stdout is not None
+        line = self._daemon.stdout.readline()
+        self._daemon.stdout.close()
+        if not line.startswith(b"ready"):
+            code = self._daemon.wait()
+            log_text = (self.state_dir / "daemon.log").read_text(errors="replace")[-2000:]
+            raise RuntimeError(f"the simulator daemon failed to start (exit {code}):\n{log_text}")
+        atexit.register(self.close)
+
+    @property
+    def daemon_pid(self) -> int | None:
+        return self._daemon.pid if self._daemon is not None else None
+
+    def _poke(self) -> None:
+        """Listeners follow a clock/fault change now rather than at the daemon's next tick."""
+        with contextlib.suppress(control.DaemonDown, OSError):
+            control.request(self.state_dir, "reconcile")
+
+    def processes(self) -> list[int]:
+        """Pids of every live process this simulator started (daemon included)."""
+        return reaper.marked(self.state_dir)
+
+    def close(self) -> None:
+        """Stop the daemon and kill every process the simulator started. Idempotent."""
+        daemon, self._daemon = self._daemon, None
+        if daemon is not None:
+            with contextlib.suppress(control.DaemonDown, OSError, RuntimeError):
+                control.request(self.state_dir, "stop", timeout=5)
+            try:
+                daemon.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                daemon.kill()
+                daemon.wait()
+            with contextlib.suppress(ValueError):
+                atexit.unregister(self.close)
+        reaper.reap(self.state_dir)
 
     # -- environment ---------------------------------------------------------------------------
     def env(self, base: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -88,6 +151,7 @@ class BrevSim:
         config = read_json(self.store.config_path, {})
         config["speed"] = speed
         write_json(self.store.config_path, config)
+        self._poke()
 
     def advance(self, nominal_seconds: float) -> None:
         """Move the simulated clock (instance lifecycles only) forward by nominal seconds."""
@@ -96,6 +160,7 @@ class BrevSim:
             clock = read_json(path, {"offset": 0.0})
             clock["offset"] = float(clock.get("offset", 0.0)) + nominal_seconds * self.speed
             write_json(path, clock)
+        self._poke()
 
     # -- faults ----------------------------------------------------------------------------------
     def set_faults(self, **faults: object) -> None:
@@ -106,10 +171,12 @@ class BrevSim:
             current = read_json(self.store.faults_path, {})
             current.update(faults)
             write_json(self.store.faults_path, current)
+        self._poke()
 
     def clear_faults(self) -> None:
         with flocked(self.state_dir / "faults.lock"):
             write_json(self.store.faults_path, {})
+        self._poke()
 
     # -- credentials (what `brev login` leaves behind) ---------------------------------------------
     def login_api_key(self) -> None:
@@ -271,6 +338,7 @@ class BrevSim:
             if status == "RUNNING" and not ssh_ready:
                 inst["never_ready"] = True
         launch.make_sandbox(store, inst)
+        self._poke()
         return str(inst["id"])
 
     def _current(self, name: str) -> dict[str, Any]:
@@ -295,15 +363,12 @@ class BrevSim:
         return [obj for cid in docker.ids() if (obj := container.inspect_object(docker, cid)) is not None]
 
     def kill_containers(self) -> int:
-        """Kill every container process this simulator started (fixture teardown)."""
-        killed = 0
-        if not self.store.instances_dir.is_dir():
-            return 0
-        for inst_dir in self.store.instances_dir.iterdir():
-            docker = container.Docker(self.store, inst_dir.name)
-            for cid in docker.ids():
-                st = docker.state(cid)
-                if st and st.get("Running"):
-                    container.kill_tree(st, signal.SIGKILL)
-                    killed += 1
-        return killed
+        """Fixture teardown: stop the daemon (its in-process containers die with it) and kill every
+        process this simulator started. Returns how many containers were running."""
+        running = 0
+        if self.store.instances_dir.is_dir():
+            for inst_dir in self.store.instances_dir.iterdir():
+                docker = container.Docker(self.store, inst_dir.name)
+                running += sum(1 for cid in docker.ids() if (docker.state(cid) or {}).get("Running"))
+        self.close()
+        return running

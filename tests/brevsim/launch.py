@@ -6,6 +6,8 @@ only the standard library, so each invocation costs tens of milliseconds.
 
 from __future__ import annotations
 
+import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -36,13 +38,29 @@ def python_of(store: Store) -> str:
     return str(store.config().get("python") or "/usr/bin/python3")
 
 
+def real_program(name: str, bin_dir: Path) -> str:
+    """The real OpenSSH program the wrapper execs (never our own bin: that would loop)."""
+    path = os.pathsep.join(
+        p
+        for p in os.environ.get("PATH", "/usr/bin:/bin").split(os.pathsep)
+        if Path(p).resolve() != bin_dir.resolve()
+    )
+    found = shutil.which(name, path=path) or shutil.which(name, path="/usr/bin:/bin")
+    if found is None:
+        raise FileNotFoundError(
+            f"the simulator needs the real OpenSSH `{name}` (Debian: apt-get install openssh-client)"
+        )
+    return found
+
+
 def write_local_bin(store: Store, bin_dir: Path) -> None:
     py = python_of(store)
     state = str(store.root)
     bin_dir.mkdir(parents=True, exist_ok=True)
     write_exe(bin_dir / "brev", script(py, "tests.brevsim.cli", "main", state, str(bin_dir)))
-    write_exe(bin_dir / "ssh", script(py, "tests.brevsim.ssh", "main", state))
-    write_exe(bin_dir / "ssh-agent", script(py, "tests.brevsim.ssh", "agent_main", state))
+    real_ssh, real_agent = real_program("ssh", bin_dir), real_program("ssh-agent", bin_dir)
+    write_exe(bin_dir / "ssh", script(py, "tests.brevsim.sshwrap", "ssh_main", state, real_ssh))
+    write_exe(bin_dir / "ssh-agent", script(py, "tests.brevsim.sshwrap", "agent_main", state, real_agent))
 
 
 def make_sandbox(store: Store, inst: dict[str, Any]) -> Path:

@@ -191,6 +191,23 @@ def crd() -> dict[str, Any]:
                         _column("Action", ".spec.task.action", priority=1, desc="TAO action."),
                         _column("Reason", ".status.reason", priority=1, desc="Reason of the outcome."),
                         _column(
+                            "Attempt", ".status.attempt", type_="integer", priority=1, desc="Current attempt."
+                        ),
+                        _column(
+                            "Billed",
+                            ".status.billedSeconds",
+                            type_="integer",
+                            priority=1,
+                            desc="Billed instance seconds, all attempts.",
+                        ),
+                        _column(
+                            "Cost",
+                            ".status.estimatedCostDollars",
+                            type_="number",
+                            priority=1,
+                            desc="Estimated cost in dollars, all attempts (empty: price unknown).",
+                        ),
+                        _column(
                             "Age", ".metadata.creationTimestamp", type_="date", desc="Time since creation."
                         ),
                     ],

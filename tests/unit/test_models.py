@@ -394,7 +394,7 @@ def test_snake_case_names_are_accepted_and_dump_is_camel_case() -> None:
 def test_api_field_names_match_the_contract() -> None:
     """The camelCase names the reconciler and users rely on (SPEC.md) are exactly these."""
     props = crdgen.openapi_schema()["properties"]["spec"]["properties"]
-    assert set(props) == {"task", "instance", "data", "credentials", "timeouts"}
+    assert set(props) == {"task", "instance", "data", "credentials", "timeouts", "recovery", "budget"}
     assert set(props["task"]["properties"]) == {
         "image", "networkArch", "action", "specPath", "specContent", "args", "env", "gpus", "shmSize",
     }  # fmt: skip
@@ -421,8 +421,13 @@ def test_api_field_names_match_the_contract() -> None:
         "results", "retries", "conditions",
         "instanceId", "brevIdentity", "createReturnedAt", "runEndedAt", "uploadAttempts",
         "deleteAcceptedAt", "absentListings", "absentSince", "absentCheckedAt", "stalledReason",
-        "stalledMessage",
+        "stalledMessage", "attempt", "attempts", "checkpoint", "billedSeconds", "estimatedCostDollars",
+        "costKnown",
     }  # fmt: skip
+    assert set(props["recovery"]["properties"]) == {
+        "maxAttempts", "checkpointIntervalSeconds", "retryOnExitCodes",
+    }  # fmt: skip
+    assert set(props["budget"]["properties"]) == {"maxBilledSeconds", "maxCostDollars"}
 
 
 # --- status ----------------------------------------------------------------------------------
@@ -625,6 +630,9 @@ def test_crd_names_columns_and_subresources() -> None:
         "GPU": (".status.gpu", 0),
         "Action": (".spec.task.action", 1),
         "Reason": (".status.reason", 1),
+        "Attempt": (".status.attempt", 1),
+        "Billed": (".status.billedSeconds", 1),
+        "Cost": (".status.estimatedCostDollars", 1),
         "Age": (".metadata.creationTimestamp", 0),
     }
 

@@ -1,0 +1,327 @@
+"""The simulator side of recovery (issue 12): the TAO stand-in's resume, its in-process form, the
+epoch-triggered instance faults, the checkpoint sync/restore faults and the prices `brev search`
+reports. Containers run through the simulator's executables (ssh -> docker -> shim) unless a test
+is about `tao.run()` in-process.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import threading
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.brevsim import catalog, tao
+from tests.brevsim.harness import BrevSim
+from tests.devenv.s3 import S3Server
+from tests.integration.test_sim_contract import (
+    AWS,
+    brev,
+    docker_login,
+    ls_json,
+    ready_instance,
+    remote,
+    run_tao,
+    wait_until,
+    write_spec,
+)
+
+pytestmark = pytest.mark.integration
+
+CKPT = "/workspace/results/train/model_epoch_{:03d}.pth"
+
+
+# -- tao.run() in-process -----------------------------------------------------------------------
+class InProcess:
+    """One TAO container run in a thread of this process, as the in-process ssh simulator runs it."""
+
+    def __init__(self, sim: BrevSim, inst_id: str, job: Path, argv: list[str]) -> None:
+        self.out = io.StringIO()
+        self.err = io.StringIO()
+        self.stop = threading.Event()
+        self.code: int | None = None
+        mounts = [
+            {"Source": str(job / "spec"), "Destination": "/workspace/spec", "RW": False},
+            {"Source": str(job / "results"), "Destination": "/workspace/results", "RW": True},
+        ]
+        rootfs = job / "ctr" / "rootfs"
+        rootfs.mkdir(parents=True, exist_ok=True)
+        self.args: dict[str, Any] = {
+            "state": str(sim.store.root),
+            "instance_id": inst_id,
+            "mounts": mounts,
+            "rootfs": str(rootfs),
+            "argv": argv,
+        }
+
+    def run(self) -> int:
+        return tao.run(
+            **self.args, env={"NVIDIA_VISIBLE_DEVICES": "all"}, out=self.out, err=self.err, stop=self.stop
+        )
+
+    def start(self) -> threading.Thread:
+        def body() -> None:
+            self.code = self.run()
+
+        t = threading.Thread(target=body, daemon=True)
+        t.start()
+        return t
+
+
+def in_process(
+    sim: BrevSim, job: str, *overrides: str, epochs: int = 6, train: dict[str, Any] | None = None
+) -> tuple[InProcess, Path]:
+    sim.login_api_key()
+    inst_id = sim.add_instance("inst")
+    home = sim.instance_files("inst")
+    spec = {
+        "simulation": {"epochs": epochs, "epoch_seconds": 1},
+        "train": {"num_epochs": epochs, **(train or {})},
+    }
+    (home / job / "spec").mkdir(parents=True)
+    (home / job / "spec" / "spec.yaml").write_text(json.dumps(spec))
+    argv = [
+        "visual_changenet",
+        "train",
+        "-e",
+        "/workspace/spec/spec.yaml",
+        "results_dir=/workspace/results",
+        *overrides,
+    ]
+    return InProcess(sim, inst_id, home / job, argv), home / job / "results" / "train"
+
+
+def write_checkpoints(train_dir: Path, upto: int) -> None:
+    train_dir.mkdir(parents=True, exist_ok=True)
+    for n in range(1, upto + 1):
+        (train_dir / f"model_epoch_{n:03d}.pth").write_bytes(f"checkpoint {n}\n".encode())
+
+
+def trained_epochs(text: str) -> list[int]:
+    return [
+        int(line.split("Epoch ", 1)[1].split("/", 1)[0]) for line in text.splitlines() if "] Epoch " in line
+    ]
+
+
+def test_run_in_process_writes_to_the_given_streams_and_returns_the_exit_code(brev_sim: BrevSim) -> None:
+    run, train_dir = in_process(brev_sim, "j", epochs=2)
+    assert run.run() == 0
+    assert trained_epochs(run.out.getvalue()) == [1, 2]
+    assert "train finished successfully" in run.out.getvalue()
+    assert (train_dir / "model_latest.pth").read_bytes() == b"final checkpoint\n"
+
+
+def test_run_in_process_stops_on_the_event_like_sigterm(brev_sim: BrevSim) -> None:
+    run, train_dir = in_process(brev_sim, "j", epochs=100000)
+    thread = run.start()
+    wait_until(lambda: "Starting visual_changenet train" in run.out.getvalue(), "the run to start")
+    run.stop.set()
+    thread.join(timeout=30)
+    assert not thread.is_alive()
+    assert run.code == tao.SIGTERM_EXIT
+    assert "Received SIGTERM: stopping" in run.out.getvalue()
+    last = json.loads((train_dir / "status.json").read_text().splitlines()[-1])
+    assert last["status"] == "FAILURE"
+
+
+def test_resume_override_trains_only_the_epochs_after_the_checkpoint(brev_sim: BrevSim) -> None:
+    run, train_dir = in_process(
+        brev_sim, "j", f"train.resume_training_checkpoint_path={CKPT.format(3)}", epochs=6
+    )
+    write_checkpoints(train_dir, 3)
+    assert run.run() == 0
+    out = run.out.getvalue()
+    assert f"Resuming training from checkpoint {CKPT.format(3)} (epoch 3)" in out
+    assert trained_epochs(out) == [4, 5, 6]
+    assert sorted(p.name for p in train_dir.glob("model_epoch_*.pth")) == [
+        f"model_epoch_{n:03d}.pth" for n in range(1, 7)
+    ]
+    assert (train_dir / "model_epoch_003.pth").read_bytes() == b"checkpoint 3\n"  # not rewritten
+    statuses = [json.loads(line) for line in (train_dir / "status.json").read_text().splitlines()]
+    assert statuses[0]["resumed_from_epoch"] == 3
+    assert [s["epoch"] for s in statuses if s["status"] == "RUNNING"] == [4, 5, 6]
+
+
+def test_resume_key_in_the_spec_train_mapping_is_honoured(brev_sim: BrevSim) -> None:
+    run, train_dir = in_process(
+        brev_sim, "j", epochs=4, train={"resume_training_checkpoint_path": CKPT.format(2)}
+    )
+    write_checkpoints(train_dir, 2)
+    assert run.run() == 0
+    assert trained_epochs(run.out.getvalue()) == [3, 4]
+
+
+def test_without_the_override_existing_checkpoints_do_not_resume(brev_sim: BrevSim) -> None:
+    run, train_dir = in_process(brev_sim, "j", epochs=3)
+    write_checkpoints(train_dir, 2)
+    assert run.run() == 0
+    assert "Resuming" not in run.out.getvalue()
+    assert trained_epochs(run.out.getvalue()) == [1, 2, 3]
+
+
+def test_resume_from_a_missing_checkpoint_fails_like_tao(brev_sim: BrevSim) -> None:
+    run, train_dir = in_process(brev_sim, "j", f"train.resume_training_checkpoint_path={CKPT.format(3)}")
+    write_checkpoints(train_dir, 2)
+    assert run.run() == 1
+    assert (
+        f"FileNotFoundError: Checkpoint at {CKPT.format(3)} not found. Aborting training."
+        in run.err.getvalue()
+    )
+    assert trained_epochs(run.out.getvalue()) == []
+    assert json.loads((train_dir / "status.json").read_text().splitlines()[-1])["status"] == "FAILURE"
+
+
+@pytest.mark.parametrize(
+    ("name", "content"),
+    [
+        ("model_epoch_003.pth", b"checkpoint 2\n"),  # the name and the content disagree
+        ("model_epoch_003.pth", b"\x00garbage"),
+        ("model_best.pth", b"checkpoint 3\n"),  # no epoch in the name
+    ],
+)
+def test_resume_from_a_corrupt_checkpoint_fails_like_torch(
+    brev_sim: BrevSim, name: str, content: bytes
+) -> None:
+    path = f"/workspace/results/train/{name}"
+    run, train_dir = in_process(brev_sim, "j", f"train.resume_training_checkpoint_path={path}")
+    train_dir.mkdir(parents=True)
+    (train_dir / name).write_bytes(content)
+    assert run.run() == 1
+    assert "PytorchStreamReader failed reading zip archive" in run.err.getvalue()
+    assert trained_epochs(run.out.getvalue()) == []
+
+
+# -- epoch-triggered instance faults (through docker: the shim, the sandbox, `brev ls`) -----------
+def start_training(sim: BrevSim, *, epochs: int, **faults: Any) -> tuple[str, Path]:
+    """Train `epochs` epochs in a detached container on `inst`; `faults` may name its id (`{id}`)."""
+    inst = ready_instance(sim)
+    inst_id = str(sim.instances()[-1]["id"])
+    sim.set_faults(
+        **{
+            k: {(inst_id if t == "{id}" else t): n for t, n in v.items()} if isinstance(v, dict) else v
+            for k, v in faults.items()
+        }
+    )
+    docker_login(sim, inst)
+    write_spec(sim, inst, "j", epochs=epochs)
+    res = remote(sim, inst, run_tao("j"))
+    assert res.returncode == 0, res.stderr
+    return inst_id, sim.instance_files(inst) / "taobrev" / "j" / "results" / "train"
+
+
+def container_state(sim: BrevSim, inst_id: str) -> dict[str, Any]:
+    ctr = sim.store.instance_dir(inst_id) / "docker" / "containers"
+    (cid,) = [p.name for p in ctr.iterdir()]
+    state: dict[str, Any] = json.loads((ctr / cid / "state.json").read_text())
+    return state
+
+
+def test_vanish_at_epoch_loses_the_instance_after_that_epoch(brev_sim: BrevSim) -> None:
+    inst_id, train_dir = start_training(brev_sim, epochs=6, vanish_at_epoch={"inst": 3})
+    wait_until(lambda: not container_state(brev_sim, inst_id).get("Running"), "the container to die")
+    assert container_state(brev_sim, inst_id)["ExitCode"] == 137
+    assert ls_json(brev_sim) == []
+    assert sorted(p.name for p in train_dir.glob("model_epoch_*.pth")) == [
+        f"model_epoch_{n:03d}.pth" for n in range(1, 4)
+    ]
+    gone = [i for i in brev_sim.instances(include_deleted=True) if i["id"] == inst_id]
+    assert gone[0]["status"] == "DELETED"
+    assert remote(brev_sim, "inst", "true").returncode == 255
+
+
+def test_failure_at_epoch_targets_by_id_and_turns_the_instance_failure(brev_sim: BrevSim) -> None:
+    brev_sim.login_api_key()
+    brev_sim.add_instance("bystander")
+    inst_id, train_dir = start_training(brev_sim, epochs=6, failure_at_epoch={"{id}": 2, "bystander": 1})
+    wait_until(lambda: not container_state(brev_sim, inst_id).get("Running"), "the container to die")
+    assert container_state(brev_sim, inst_id)["ExitCode"] == 137
+    statuses = {w["name"]: w["status"] for w in ls_json(brev_sim)}
+    assert statuses == {"inst": "FAILURE", "bystander": "RUNNING"}
+    assert not (train_dir / "model_epoch_003.pth").exists()
+
+
+def test_stop_at_epoch_stops_the_instance_as_if_preempted(brev_sim: BrevSim) -> None:
+    inst_id, _ = start_training(brev_sim, epochs=6, stop_at_epoch={"inst": 1}, stop_s=1000)
+    wait_until(lambda: not container_state(brev_sim, inst_id).get("Running"), "the container to die")
+    assert [w["status"] for w in ls_json(brev_sim)] == ["STOPPING"]
+    brev_sim.advance(1000)
+    assert [w["status"] for w in ls_json(brev_sim)] == ["STOPPED"]
+
+
+def test_an_epoch_fault_for_a_later_epoch_than_trained_never_fires(brev_sim: BrevSim) -> None:
+    inst_id, train_dir = start_training(brev_sim, epochs=2, vanish_at_epoch={"inst": 9})
+    wait_until(lambda: not container_state(brev_sim, inst_id).get("Running"), "training to end")
+    assert container_state(brev_sim, inst_id)["ExitCode"] == 0
+    assert [w["status"] for w in ls_json(brev_sim)] == ["RUNNING"]
+    assert (train_dir / "model_latest.pth").exists()
+
+
+# -- checkpoint sync / restore faults (the aws-cli image against loopback S3) ---------------------
+def aws_on(sim: BrevSim, s3: S3Server, inst: str, *args: str) -> Any:
+    creds = b"AWS_ACCESS_KEY_ID=AKIATEST\nAWS_SECRET_ACCESS_KEY=very-secret\nAWS_DEFAULT_REGION=us-east-1\n"
+    env_file = sim.instance_files(inst) / "s3.env"
+    env_file.write_bytes(creds)
+    return remote(
+        sim,
+        inst,
+        f"docker run --rm --env-file ~/s3.env -v ~/taobrev/u:/job {AWS} --endpoint-url {s3.endpoint_url} "
+        + " ".join(args),
+    )
+
+
+def test_checkpoint_sync_fails_transiently_n_times_then_works(brev_sim: BrevSim, s3_server: S3Server) -> None:
+    inst = ready_instance(brev_sim)
+    s3_server.create_bucket("ckpt")
+    write_checkpoints(brev_sim.instance_files(inst) / "taobrev" / "u" / "results" / "train", 2)
+    brev_sim.set_faults(checkpoint_sync_fails=2)
+    sync = ("s3", "sync", "/job/results", "s3://ckpt/p/checkpoints/")
+    other = aws_on(brev_sim, s3_server, inst, "s3", "sync", "/job/results", "s3://ckpt/p/results/")
+    assert other.returncode == 0, other.stderr  # only checkpoint syncs are hit
+    for _ in range(2):
+        failed = aws_on(brev_sim, s3_server, inst, *sync)
+        assert failed.returncode == 1
+        assert "An error occurred (SlowDown) when calling the PutObject operation" in failed.stderr
+    ok = aws_on(brev_sim, s3_server, inst, *sync)
+    assert ok.returncode == 0, ok.stderr
+    keys = sorted(
+        o["Key"]
+        for o in s3_server.client().list_objects_v2(Bucket="ckpt", Prefix="p/checkpoints/")["Contents"]
+    )
+    assert keys == ["p/checkpoints/train/model_epoch_001.pth", "p/checkpoints/train/model_epoch_002.pth"]
+
+
+def test_restore_finds_nothing_copies_nothing(brev_sim: BrevSim, s3_server: S3Server) -> None:
+    inst = ready_instance(brev_sim)
+    s3_server.create_bucket("ckpt")
+    s3_server.client().put_object(
+        Bucket="ckpt", Key="p/checkpoints/train/model_epoch_001.pth", Body=b"checkpoint 1\n"
+    )
+    restore = ("s3", "sync", "s3://ckpt/p/checkpoints/", "/job/results")
+    results = brev_sim.instance_files(inst) / "taobrev" / "u" / "results"
+    results.mkdir(parents=True)
+    brev_sim.set_faults(restore_finds_nothing=[inst])
+    empty = aws_on(brev_sim, s3_server, inst, *restore)
+    assert (empty.returncode, empty.stdout) == (0, "")
+    assert list(results.rglob("*.pth")) == []
+    brev_sim.set_faults(restore_finds_nothing=False)
+    full = aws_on(brev_sim, s3_server, inst, *restore)
+    assert full.returncode == 0, full.stderr
+    assert (results / "train" / "model_epoch_001.pth").read_bytes() == b"checkpoint 1\n"
+
+
+# -- prices --------------------------------------------------------------------------------------
+def test_search_json_reports_price_per_hour_as_the_real_cli_does(brev_sim: BrevSim) -> None:
+    res = brev(brev_sim, "search", "--json")
+    assert res.returncode == 0, res.stderr
+    rows = json.loads(res.stdout)
+    by_type = {r["type"]: r for r in rows}
+    assert by_type["g6e.xlarge"]["price_per_hour"] == 1.86
+    assert list(by_type["g6e.xlarge"])[-1] == "price_per_hour"  # the last field, as in the Go struct
+    for row in rows:
+        assert isinstance(row["price_per_hour"], float | int)
+        assert row["price_per_hour"] == catalog.BY_TYPE[row["type"]].price_per_hour
+    cpu = json.loads(brev(brev_sim, "search", "cpu", "--json").stdout)
+    assert all(isinstance(r["price_per_hour"], float | int) for r in cpu)
