@@ -148,18 +148,23 @@ def run_jobs_through_their_lifecycle(stack: Stack, op: NamespacedOperator) -> Co
     """Ten jobs at once, each to the end (instance deleted); returns the pod's processes by name
     at the moment all ten were Running."""
     names = [f"pid1-{i:02d}" for i in range(JOBS)]
+    proc = op.ns_proc
+    idle = pod_memory(1, proc=proc), pod_memory(1, metric="pss", proc=proc)
     for name in names:
         # ~30 s of training each (10 x 300 nominal s at speed 0.01): long enough to be seen together.
         stack.apply(stack.job_manifest(name, simulation={"epochs": 10, "epoch_seconds": 300}))
     until(lambda: all(stack.status(n).get("phase") == "Running" for n in names), "all jobs Running", 300)
-    proc = op.ns_proc
     table = snapshot(proc)
     during = Counter({name: n for name, (n, _rss, _pss) in table.items()})
-    mem = pod_memory(1, proc=proc)
-    print(
-        f"\npod ({op.init or 'python'} as PID 1) at {JOBS} running jobs: {mem.n_children + 1} processes, "
-        f"{(mem.operator_rss + mem.children_rss) / 2**20:.1f} MiB RSS"
-    )
+    busy = pod_memory(1, proc=proc), pod_memory(1, metric="pss", proc=proc)
+    print(f"\npod ({' '.join(op.init) or 'python'} as PID 1) idle, then at {JOBS} running jobs:")
+    for kind, before, after in zip(("RSS", "PSS"), idle, busy, strict=True):
+        total0 = (before.operator_rss + before.children_rss) / 2**20
+        total1 = (after.operator_rss + after.children_rss) / 2**20
+        print(
+            f"  {kind}: {total0:.1f} MiB ({before.n_children + 1} processes) -> {total1:.1f} MiB "
+            f"({after.n_children + 1} processes): {(total1 - total0) / JOBS:.2f} MiB per running job"
+        )
     for name, (n, rss, pss) in sorted(table.items()):
         print(f"  {name:<16} {n:>4} processes  RSS {rss:8.1f} MiB  PSS {pss:8.1f} MiB")
     for name in names:
