@@ -15,6 +15,7 @@ everything in it): per running job at most one master and one mux client ssh.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -38,7 +39,8 @@ pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO / "deploy" / "image" / "Dockerfile"
-JOBS = 10
+# More for a footprint figure at a larger N (README): FOOTPRINT_JOBS=30 pytest ... -k tini -s
+JOBS = int(os.environ.get("FOOTPRINT_JOBS", "10"))
 T = TypeVar("T")
 
 
@@ -147,12 +149,14 @@ def namespaced_stack(
 def run_jobs_through_their_lifecycle(stack: Stack, op: NamespacedOperator) -> Counter[str]:
     """Ten jobs at once, each to the end (instance deleted); returns the pod's processes by name
     at the moment all ten were Running."""
-    names = [f"pid1-{i:02d}" for i in range(JOBS)]
+    names = [f"pid1-{i:03d}" for i in range(JOBS)]
     proc = op.ns_proc
     idle = pod_memory(1, proc=proc), pod_memory(1, metric="pss", proc=proc)
     for name in names:
-        # ~30 s of training each (10 x 300 nominal s at speed 0.01): long enough to be seen together.
-        stack.apply(stack.job_manifest(name, simulation={"epochs": 10, "epoch_seconds": 300}))
+        # >= 30 s of training each (epochs x 300 nominal s at speed 0.01), longer with more jobs:
+        # long enough for all of them to be seen Running together.
+        epochs = max(10, JOBS)
+        stack.apply(stack.job_manifest(name, simulation={"epochs": epochs, "epoch_seconds": 300}))
     until(lambda: all(stack.status(n).get("phase") == "Running" for n in names), "all jobs Running", 300)
     table = snapshot(proc)
     during = Counter({name: n for name, (n, _rss, _pss) in table.items()})
