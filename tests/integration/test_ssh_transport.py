@@ -223,3 +223,21 @@ def test_calls_to_one_instance_share_one_master_and_delete_makes_it_exit(
     assert remaining[0] in masters
     ordered = [v for v, _r in verbs.calls if v in ("ssh_close", "delete")]
     assert ordered == ["ssh_close", "delete"]
+
+
+def test_closing_the_client_asks_every_master_it_opened_to_exit(
+    brev_sim: BrevSim, make_client: Callable[[Verbs], BrevCLI]
+) -> None:
+    """Outside a pod nothing kills the masters with the container: the operator's shutdown
+    (BrevCLI.close) does, instead of leaving them for ControlPersist."""
+    for name in ("a", "b", "c"):
+        brev_sim.add_instance(name)
+    client = make_client(Verbs())
+
+    async def calls() -> None:
+        await asyncio.gather(*(client.ssh_exec(n, "true", timeout=60) for n in ("a", "b", "c")))
+
+    asyncio.run(calls())
+    assert len(ssh_masters(brev_sim.home)) == 3
+    client.close()
+    until(lambda: not ssh_masters(brev_sim.home), "every master to exit")
