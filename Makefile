@@ -28,8 +28,11 @@ $(STAMP): pyproject.toml requirements/constraints.txt
 	$(PY) -m pip install --quiet -c requirements/constraints.txt -e ".[dev]"
 	touch $(STAMP)
 
+# The image's init (deploy/image/Dockerfile pins the same Debian version).
+TINI_VERSION := 0.19.0-1+b3
+
 .PHONY: system-deps
-system-deps: ## Install Debian packages the e2e tests use (Prometheus server) when missing; its daemon is never started
+system-deps: ## Install Debian packages the tests use (Prometheus server, tini) when missing; no daemon is started
 	@command -v prometheus >/dev/null || { \
 	  echo "installing Debian's prometheus package (needed by the metrics e2e test)"; \
 	  command -v apt-get >/dev/null || { echo "apt-get not found: install prometheus by hand"; exit 1; }; \
@@ -42,13 +45,18 @@ system-deps: ## Install Debian packages the e2e tests use (Prometheus server) wh
 	    echo "the prometheus package started its daemon despite policy-rc.d: stopping it through its service"; \
 	    service prometheus stop; \
 	  fi; }
+	@command -v tini >/dev/null || { \
+	  echo "installing Debian's tini $(TINI_VERSION) (PID 1 of the image; the PID 1 reaping test runs it)"; \
+	  command -v apt-get >/dev/null || { echo "apt-get not found: install tini $(TINI_VERSION) by hand"; exit 1; }; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends tini=$(TINI_VERSION) >/dev/null) \
+	    || { echo "failed to install tini=$(TINI_VERSION)"; exit 1; }; }
 
 .PHONY: test-unit
 test-unit: $(STAMP) ## Unit tests only (no I/O, seconds)
 	$(PY) -m pytest tests/unit
 
 .PHONY: test-integration
-test-integration: $(STAMP) ## Client + simulator + S3 as real subprocesses
+test-integration: $(STAMP) system-deps ## Client + simulator + S3 as real subprocesses (the PID 1 test runs tini)
 	$(PY) -m pytest tests/integration
 
 .PHONY: test-e2e

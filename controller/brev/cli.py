@@ -12,6 +12,11 @@ tests/brevsim/SIM-CONTRACT.md restates the ones the tests pin).
   sentinel is a transport failure. brev appends the instance name to captured stdout: stripped.
 - `put_file` feeds content to `ssh <inst> 'cat > tmp && mv tmp path'` on stdin (brev exec forwards
   no stdin), so a secret never appears in any argv.
+- `ssh_exec` runs the long-lived remote work (exit waits, log tails, transfers) over plain
+  `ssh <alias>` through the instance's ControlMaster (see `controller.brev.sshmux`): one shared
+  connection per instance instead of `brev exec` + bash + ssh per call. The same sentinel wrapper
+  tells a finished command (any status, even 255) from a connection failure (ssh's 255).
+  `delete_instance` first sends `ssh -O exit` so a deleted instance's master does not linger.
 - login is headless and never puts the key on argv: the client writes `~/.brev/credentials.json`
   in the shape `brev login` leaves, verifies it with `brev ls --json`, and on an auth EOF logs in
   again once and retries the call once.
@@ -22,9 +27,12 @@ tests/brevsim/SIM-CONTRACT.md restates the ones the tests pin).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import os
 import secrets
+import signal
+import subprocess
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -72,6 +80,13 @@ from controller.brev.output import (
     version_warning,
 )
 from controller.brev.runner import CommandTimeout, Runner, RunResult, SshAgent
+from controller.brev.sshmux import (
+    SSH_CONNECTION_FAILED,
+    control_dir,
+    exit_master_argv,
+    ssh_argv,
+    unwrap_ssh,
+)
 from controller.errors import (
     BrevAuthError,
     BrevConfigError,
@@ -107,6 +122,7 @@ class BrevTimeouts:
     start: float = 120
     refresh: float = 180  # may download cloudflared on first use
     put_file: float = 120
+    ssh_close: float = 15  # `ssh -O exit` only talks to the local master socket
 
 
 @dataclass(frozen=True)
@@ -121,6 +137,9 @@ class BrevCLISettings:
     sa_token_path: Path = DEFAULT_SA_TOKEN_PATH
     # Socket of a long-lived ssh-agent; default: one per home (see runner.default_agent_socket).
     agent_socket: Path | None = None
+    # An instance's ssh master lives this long after its last session (brev's template: 10m).
+    control_persist_s: int = 600
+    ssh_connect_timeout_s: int = 10
 
 
 # ---- the client ---------------------------------------------------------------------------------
@@ -143,6 +162,7 @@ class BrevCLI:
         self._clock = clock
         base = dict(os.environ if env is None else env)
         base["HOME"] = str(settings.home)
+        self._base_env = base
         self._agent = SshAgent(
             settings.home, socket_path=settings.agent_socket, binary=settings.ssh_agent_binary
         )
@@ -157,14 +177,48 @@ class BrevCLI:
         # a re-login briefly puts the opaque token back into credentials.json)
         self._identities: dict[str, str] = {}
         self.relogins = 0  # how many times an auth failure made us log in again
+        self._refresh_lock = asyncio.Lock()
+        self._refreshed_at = 0.0  # monotonic end of the last successful `brev refresh`
+        self._control_dir_ready = False
+        # Aliases this process opened an ssh master to (ours or brev exec's): closed at delete.
+        self._ssh_aliases: set[str] = set()
+        self._names_by_id: dict[str, str] = {}
 
     @property
     def settings(self) -> BrevCLISettings:
         return self._settings
 
     def close(self) -> None:
-        """Stop the ssh-agent this client started."""
+        """Ask the ssh masters this client opened to exit, and stop the ssh-agent it started.
+        In a pod they would die with the container; anywhere else they would linger for
+        ControlPersist."""
+        self._close_masters()
         self._agent.close()
+
+    def _close_masters(self) -> None:
+        if not self._ssh_aliases or not self._ssh_config.is_file():
+            return
+        s = self._settings
+        procs = [
+            subprocess.Popen(  # noqa: S603 - fixed argv of checked instance names, no shell
+                exit_master_argv(s.ssh_binary, self._ssh_config, s.home, alias),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env=self._base_env,
+                start_new_session=True,
+            )
+            for alias in sorted(self._ssh_aliases)
+        ]
+        deadline = time.monotonic() + s.timeouts.ssh_close
+        for proc in procs:  # all at once, one deadline: shutdown must not wait per master
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        self._ssh_aliases.clear()
 
     # -- login --------------------------------------------------------------------------------
 
@@ -315,11 +369,13 @@ class BrevCLI:
         if result.returncode != 0:
             raise generic_error("ls", "", result)
         try:
-            return parse_instances(result.stdout)
+            instances = parse_instances(result.stdout)
         except (ValueError, KeyError, TypeError) as exc:
             raise BrevTransientError(
                 "brev ls --json printed no instance list", cli_message=cli_message(result)
             ) from exc
+        self._names_by_id.update((i.id, i.name) for i in instances)
+        return instances
 
     async def get_instance(self, name: str) -> Instance | None:
         matches = [i for i in await self.list_instances() if i.name == name]
@@ -377,6 +433,10 @@ class BrevCLI:
     async def delete_instance(self, name_or_id: str) -> None:
         check_name(name_or_id)  # ids share the name alphabet
         await self.ensure_login()
+        alias = self._names_by_id.get(name_or_id, name_or_id)
+        if alias in self._ssh_aliases:
+            # Before the delete, while brev's ssh config still resolves the alias to its host.
+            await self.close_connection(alias)
         argv = [self._settings.binary, "delete", name_or_id]
         result = await self._call(argv, "delete", self._settings.timeouts.delete)
         delete_outcome(name_or_id, result)
@@ -396,6 +456,7 @@ class BrevCLI:
         result = await self._call(argv, "refresh", self._settings.timeouts.refresh)
         if result.returncode != 0:
             raise generic_error("refresh", "", result)
+        self._refreshed_at = time.monotonic()
 
     # -- remote commands ----------------------------------------------------------------------
 
@@ -411,6 +472,7 @@ class BrevCLI:
         def auth_failed(r: RunResult) -> bool:
             return unwrap_exec(r.stdout, marker, instance) is None and is_auth_failure(r)
 
+        self._ssh_aliases.add(instance)  # brev exec's ssh opens the instance's master too
         result = await self._call(
             [self._settings.binary, "exec", instance, wrapped], "exec", timeout, auth_failed=auth_failed
         )
@@ -425,20 +487,85 @@ class BrevCLI:
         return self._settings.home / ".ssh" / "config"
 
     def _ssh_argv(self, instance: str, command: str) -> list[str]:
-        return [
-            self._settings.ssh_binary,
-            "-T",
-            "-o",
-            "BatchMode=yes",
-            "-o",
-            "ConnectTimeout=10",
-            # brev refresh writes (and includes) the alias here; name it so ssh does not depend
-            # on the passwd home matching $HOME.
-            "-F",
-            str(self._ssh_config),
+        s = self._settings
+        return ssh_argv(
+            s.ssh_binary,
+            self._ssh_config,
+            s.home,
             instance,
             command,
-        ]
+            persist_s=s.control_persist_s,
+            connect_timeout_s=s.ssh_connect_timeout_s,
+        )
+
+    async def _refresh_after(self, failed_at: float) -> None:
+        """`brev refresh` unless one finished after `failed_at`: a burst of jobs whose instances
+        just became RUNNING shares one refresh instead of each running its own."""
+        async with self._refresh_lock:
+            if self._refreshed_at > failed_at:
+                return
+            await self.refresh()
+
+    async def _ssh(
+        self,
+        instance: str,
+        command: str,
+        *,
+        verb: str,
+        timeout: float,  # noqa: ASYNC109 - the budget of both attempts together; the runner kills on expiry
+        stdin: bytes | None = None,
+    ) -> RunResult:
+        """One ssh call to `instance`'s alias, refreshing the ssh config once when ssh does not
+        know the alias yet (brev refresh writes only instances RUNNING at the time)."""
+        deadline = time.monotonic() + timeout
+        if not self._ssh_config.is_file():
+            await self.ensure_login()
+            await self._refresh_after(0.0)  # writes ~/.ssh/config (Include) and ~/.brev/ssh_config
+        if not self._control_dir_ready:
+            control_dir(self._settings.home).mkdir(mode=0o700, parents=True, exist_ok=True)
+            self._control_dir_ready = True
+        argv = self._ssh_argv(instance, command)
+        self._ssh_aliases.add(instance)
+        started = time.monotonic()
+        result = await self._runner.run(argv, verb=verb, timeout=timeout, stdin=stdin)
+        if result.returncode == SSH_CONNECTION_FAILED and "Could not resolve hostname" in result.stderr:
+            await self.ensure_login()
+            await self._refresh_after(started)
+            remaining = deadline - time.monotonic()
+            if remaining < 1.0:
+                raise CommandTimeout(f"{verb} to {instance}: no time left after brev refresh")
+            result = await self._runner.run(argv, verb=verb, timeout=remaining, stdin=stdin)
+        return result
+
+    async def ssh_exec(self, instance: str, command: str, *, timeout: float) -> ExecResult:  # noqa: ASYNC109
+        check_name(instance)
+        marker = new_marker()
+        try:
+            wrapped = wrap_command(command, marker)
+        except ValueError as exc:
+            raise SpecError(f"cannot send remote command: {exc}") from exc
+        result = await self._ssh(instance, wrapped, verb="ssh_exec", timeout=timeout)
+        unwrapped = unwrap_ssh(result.stdout, marker)
+        if unwrapped is None:
+            raise ssh_transport_error(instance, result)
+        status, stdout = unwrapped
+        return ExecResult(exit_code=status, stdout=stdout, stderr=result.stderr)
+
+    async def close_connection(self, instance: str) -> None:
+        """Ask `instance`'s ssh master to exit (best effort, never raises for a missing master):
+        the instance is going away, so its master would only hold memory until ControlPersist or
+        ServerAlive ended it. Sessions still running on it end with it."""
+        if not self._ssh_config.is_file():
+            return
+        argv = exit_master_argv(self._settings.ssh_binary, self._ssh_config, self._settings.home, instance)
+        try:
+            result = await self._runner.run(argv, verb="ssh_close", timeout=self._settings.timeouts.ssh_close)
+        except BrevTransientError as exc:
+            log.warning("ssh_master_exit_failed", instance=instance, error=str(exc))
+            return
+        self._ssh_aliases.discard(instance)
+        if result.returncode == 0:
+            log.info("ssh_master_exited", instance=instance)
 
     async def put_file(
         self,
@@ -454,20 +581,28 @@ class BrevCLI:
             command = put_file_command(remote_path, mode, secrets.token_hex(4))
         except ValueError as exc:
             raise SpecError(f"cannot write remote file: {exc}") from exc
-        await self.ensure_login()
-        if not self._ssh_config.is_file():
-            await self.refresh()  # writes ~/.ssh/config (Include) and ~/.brev/ssh_config
-        argv = self._ssh_argv(instance, command)
-        result = await self._runner.run(argv, verb="ssh_put", timeout=timeout, stdin=content)
-        if result.returncode == 255 and "Could not resolve hostname" in result.stderr:
-            # The alias is not in ~/.brev/ssh_config yet: brev refresh writes RUNNING instances.
-            await self.refresh()
-            result = await self._runner.run(argv, verb="ssh_put", timeout=timeout, stdin=content)
+        result = await self._ssh(instance, command, verb="ssh_put", timeout=timeout, stdin=content)
         if result.returncode != 0:
             raise BrevTransientError(
                 f"writing {remote_path} on {instance} over ssh failed (exit {result.returncode})",
                 cli_message=cli_message(result),
             )
+
+
+def ssh_transport_error(instance: str, result: RunResult) -> BrevTransientError:
+    """ssh returned without the sentinel: exit 255 is ssh's own connection failure; any other
+    status means the remote shell was cut off (killed, hung up) before it reported."""
+    if result.returncode == SSH_CONNECTION_FAILED:
+        return BrevTransientError(
+            f"ssh to {instance} failed to connect (exit 255)",
+            reason="SshConnectionFailed",
+            cli_message=cli_message(result),
+        )
+    return BrevTransientError(
+        f"the remote command on {instance} ended without reporting its status (ssh exit {result.returncode})",
+        reason="SshSessionLost",
+        cli_message=cli_message(result),
+    )
 
 
 __all__ = [

@@ -613,6 +613,10 @@ class FakeBrev:
         self.exec_gate(instance, "exec", timeout)
         return ExecResult(0, "ok\n" if command.strip() == "echo ok" else "")
 
+    async def ssh_exec(self, instance: str, command: str, *, timeout: float) -> ExecResult:  # noqa: ASYNC109
+        # Same gate: plain ssh reaches the same instance and meets the same faults.
+        return await self.exec(instance, command, timeout=timeout)
+
     async def put_file(
         self,
         instance: str,

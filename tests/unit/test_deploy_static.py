@@ -115,11 +115,15 @@ def test_brev_cli_version_and_checksum_come_from_build_args_and_are_verified() -
 
 def test_image_installs_the_package_with_constraints_and_runs_non_root() -> None:
     """pip installs `.` under the pinned constraints, ssh is present, the last USER is 65532,
-    HOME is /home/operator and the entrypoint is `python -m controller`."""
+    HOME is /home/operator and the entrypoint is `python -m controller` under tini as PID 1 (the
+    version the Makefile installs for the PID 1 test)."""
     instructions = dockerfile_instructions()
     runs = " ".join(rest for word, rest in instructions if word == "RUN")
     assert "pip install --no-cache-dir --no-compile -c requirements/constraints.txt ." in runs
     assert "openssh-client" in runs
+    tini = re.search(r"^TINI_VERSION := (\S+)$", (REPO / "Makefile").read_text(), re.MULTILINE)
+    assert tini is not None
+    assert f"tini={tini.group(1)}" in runs.split()
     users = [rest for word, rest in instructions if word == "USER"]
     assert users[-1] == "65532:65532"
     envs = " ".join(rest for word, rest in instructions if word == "ENV")
@@ -128,7 +132,7 @@ def test_image_installs_the_package_with_constraints_and_runs_non_root() -> None
     assert any(
         word == "COPY" and rest == "versions.yaml /opt/taobrev/versions.yaml" for word, rest in instructions
     )
-    assert instructions[-1] == ("ENTRYPOINT", '["python", "-m", "controller"]')
+    assert instructions[-1] == ("ENTRYPOINT", '["/usr/bin/tini", "--", "python", "-m", "controller"]')
 
 
 def test_image_definition_holds_no_secret() -> None:

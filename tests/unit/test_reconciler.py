@@ -64,6 +64,9 @@ class Brev:
         self.commands.append(command)
         return ExecResult(exit_code=0, stdout="")
 
+    async def ssh_exec(self, instance: str, command: str, *, timeout: float) -> ExecResult:  # noqa: ASYNC109
+        return await self.exec(instance, command, timeout=timeout)
+
     async def delete_instance(self, name: str) -> None:
         self.deletes.append(name)
         if not any(name in (i.id, i.name) for i in self.instances):
