@@ -25,6 +25,7 @@ from controller.steps import (
     UploadSummary,
     WaitForExit,
 )
+from tests.devenv import crdgen
 from tests.unit.test_machine import IMAGE, INST, T0, TUN, at, decide, kinds
 
 P = timedelta(seconds=TUN.poll_interval)
@@ -408,3 +409,11 @@ def test_a_nested_field_cleared_in_status_is_sent_as_null() -> None:
         "checkpoint": {"epoch": 3, "failures": None, "lastError": None},
         "attempt": 1,
     }
+
+
+def test_the_crd_schema_has_no_numeric_exclusive_bounds() -> None:
+    """OpenAPI v3 (the API server) wants exclusiveMinimum as a boolean: pydantic's gt= renders a
+    number, which the API server refuses when the CRD is applied (found by tests/e2e/test_crd.py)."""
+    text = crdgen.render()
+    assert "exclusiveMinimum" not in text
+    assert "exclusiveMaximum" not in text
