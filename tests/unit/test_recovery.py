@@ -17,6 +17,7 @@ from controller.steps import (
     CreateInstance,
     DeleteInstance,
     PrepareWorkload,
+    ProbeExec,
     RestoreCheckpoints,
     StartContainer,
     StopContainer,
@@ -31,6 +32,7 @@ from tests.unit.test_machine import IMAGE, INST, T0, TUN, at, decide, kinds
 P = timedelta(seconds=TUN.poll_interval)
 ID = "i-1"
 A2 = naming.attempt_instance_name(INST, 2)
+TUNABLES_LISTINGS = TUN.absent_listings
 
 
 def rspec(
@@ -208,7 +210,32 @@ def test_exit_codes_are_retried_only_when_listed() -> None:
     assert d.status.attempts[0].ended_reason == reasons.EXIT_CODE_RETRIED
     assert d.status.exit_code is None
     d = step(running_job(), listed, instance=inst(), exit_code=1, completed=("WaitForExit",))
+    assert kinds(d) == [ProbeExec]  # does the instance still answer? (see the next test)
+    assert d.status.outcome is None
+    d = step(d.status, listed, instance=inst(), probe_ok=True, completed=("ProbeExec",))
     assert d.status.outcome is Outcome.FAILED
+    assert d.status.reason == reasons.TRAINING_FAILED
+    assert d.status.phase is Phase.UPLOADING
+
+
+def test_an_exit_seen_as_the_instance_goes_away_is_a_loss_not_a_training_failure() -> None:
+    """The simulator (like a VM shutting down) kills the container first: `docker wait` says 137,
+    then the instance vanishes. With attempts left that is recovered, not TrainingFailed."""
+    d = step(running_job(), instance=inst(), exit_code=137, completed=("WaitForExit",))
+    assert d.status.outcome is None
+    d = step(d.status, instance=None, now=T0 + P, probe_ok=False, completed=("ProbeExec",))
+    assert d.status.outcome is None
+    for i in range(2, 2 + TUNABLES_LISTINGS):
+        d = step(d.status, instance=None, now=T0 + P * i, probe_ok=False, completed=("ProbeExec",))
+    assert d.status.outcome is None
+    assert d.status.phase is Phase.PROVISIONING
+    assert d.status.attempts is not None
+    assert d.status.attempts[0].ended_reason == reasons.INSTANCE_NOT_LISTED
+
+
+def test_without_attempts_left_a_failed_exit_is_judged_at_once() -> None:
+    one = rspec(recovery={"maxAttempts": 1})
+    d = step(running_job(), one, instance=inst(), exit_code=1, completed=("WaitForExit",))
     assert d.status.reason == reasons.TRAINING_FAILED
 
 
