@@ -274,16 +274,25 @@ def _judge_exit(p: Pass) -> None:
 
 def _answers_after_exit(p: Pass) -> bool:
     """A non-zero exit while another attempt may follow: a VM that is going away stops docker
-    first, so `docker wait` can report 137 just before the instance vanishes. Judge the exit a
-    training failure only once the instance answers a probe after it (or the Running timeout
-    passed); if it is lost instead, this attempt ends and the next one resumes."""
-    if p.obs.probe_ok or p.timed_out():
+    first, so `docker wait` can report 137 just before the instance vanishes (and ssh may still
+    answer for a moment). Judge the exit a training failure only once the instance is still
+    listed `absent_listings` poll intervals after the exit and answers a probe then (or the
+    Running timeout passed); if it is lost instead, this attempt ends and the next one resumes."""
+    if p.timed_out():
         return True
     if instance_gone_or_failed(p):
         return False  # a loss being confirmed, or this attempt ended
-    p.s.message = (
-        f"container exited with code {p.s.exit_code}; checking that instance {p.instance} still answers"
-    )
+    exited = p.s.container_exited_at
+    settle = p.tun.absent_listings * p.tun.poll_interval
+    waited = p.since(exited)
+    p.s.message = f"container exited with code {p.s.exit_code}; checking that instance {p.instance} stays"
+    if not p.obs.instance_known or p.obs.instance is None:
+        return False  # absence is being counted (listings only: a probe proves nothing here)
+    if waited < settle:
+        p.requeue = min(p.tun.poll_interval, settle - waited)
+        return False
+    if p.obs.probe_ok:
+        return True
     p.actions.append(ProbeExec(p.instance))
     p.requeue = 0.0 if p.obs.probe_ok is None else p.tun.poll_interval
     return False
