@@ -682,7 +682,7 @@ class BudgetSpec(_SpecModel):
     )
     max_cost_dollars: float | None = Field(
         default=None,
-        gt=0,
+        ge=0.01,
         le=1000000,
         description=(
             "Estimated cost in dollars (billed time x the instance type's hourly price from "

@@ -246,9 +246,16 @@ def pulling(p: Pass) -> None:
 def _exited(p: Pass, code: int) -> None:
     """The container exited: judge the run by its own FinishedAt (operator downtime is not the
     job's fault); without it, by now."""
-    exited = p.obs.exit_finished_at or p.now
     p.s.exit_code = code
-    p.s.container_exited_at = exited
+    p.s.container_exited_at = p.obs.exit_finished_at or p.now
+    _judge_exit(p)
+
+
+def _judge_exit(p: Pass) -> None:
+    code = p.s.exit_code
+    exited = p.s.container_exited_at
+    assert code is not None
+    assert exited is not None
     limit = phase_timeout(p.spec, Phase.RUNNING)
     started = p.s.container_started_at
     if limit is not None and started is not None and (exited - started).total_seconds() > limit:
@@ -262,11 +269,39 @@ def _exited(p: Pass, code: int) -> None:
         return
     elif code == 0:
         p.end_run(Outcome.SUCCEEDED, reasons.SUCCEEDED, "training container exited 0")
+    elif recovery.may_retry(p) and not _answers_after_exit(p):
+        return  # a failure, or the instance going away? asked, see _answers_after_exit
     else:
         p.end_run(Outcome.FAILED, reasons.TRAINING_FAILED, f"training container exited with code {code}")
     results = p.spec.data.results_uri if p.spec is not None else "(spec unknown)"
     p.enter(Phase.UPLOADING, f"uploading results and logs to {results}")
     uploading(p)
+
+
+def _answers_after_exit(p: Pass) -> bool:
+    """A non-zero exit while another attempt may follow: a VM that is going away stops docker
+    first, so `docker wait` can report 137 just before the instance vanishes (and ssh may still
+    answer for a moment). Judge the exit a training failure only once the instance is still
+    listed `absent_listings` poll intervals after the exit and answers a probe then (or the
+    Running timeout passed); if it is lost instead, this attempt ends and the next one resumes."""
+    if p.timed_out():
+        return True
+    if instance_gone_or_failed(p):
+        return False  # a loss being confirmed, or this attempt ended
+    exited = p.s.container_exited_at
+    settle = p.tun.absent_listings * p.tun.poll_interval
+    waited = p.since(exited)
+    p.s.message = f"container exited with code {p.s.exit_code}; checking that instance {p.instance} stays"
+    if not p.obs.instance_known or p.obs.instance is None:
+        return False  # absence is being counted (listings only: a probe proves nothing here)
+    if waited < settle:
+        p.requeue = min(p.tun.poll_interval, settle - waited)
+        return False
+    if p.obs.probe_ok:
+        return True
+    p.actions.append(ProbeExec(p.instance))
+    p.requeue = 0.0 if p.obs.probe_ok is None else p.tun.poll_interval
+    return False
 
 
 def _upload_then_retry(p: Pass) -> None:
@@ -292,7 +327,7 @@ def running(p: Pass) -> None:
         _exited(p, p.obs.exit_code)
         return
     if p.s.exit_code is not None and not p.s.outcome and p.s.container_exited_at is not None:
-        _upload_then_retry(p)  # exited with a listed code: uploading before the next attempt
+        _judge_exit(p)  # exited: uploading before the next attempt, or confirming the instance
         return
     if p.spec is None:
         # Deleted with a spec we cannot read: nothing to upload to; cleanup removes the container.

@@ -63,6 +63,10 @@ class HangingBrev:
         marker = f"\n{GONE}\n" if GONE in command else ""
         return ExecResult(0, out + marker)
 
+    async def ssh_exec(self, instance: str, command: str, *, timeout: float) -> ExecResult:  # noqa: ASYNC109
+        # The workload's transport: the same hung/healthy instances as over `brev exec`.
+        return await self.exec(instance, command, timeout=timeout)
+
     async def put_file(
         self,
         instance: str,

@@ -348,7 +348,7 @@ class Demo:
 
     def start_simulator(self, s3: S3Server) -> BrevSim:
         speed = self.opts.speed
-        sim = BrevSim(self.dir / "brevsim", speed=speed, s3_endpoint=s3.endpoint_url)
+        sim = BrevSim(self.dir / "brevsim", speed=speed, s3_endpoint=s3.endpoint_url, detach=self.opts.keep)
         self.sim = sim
 
         def real(key: str) -> str:

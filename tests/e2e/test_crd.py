@@ -169,19 +169,22 @@ def test_status_schema_is_enforced(kubectl: Kubectl, tbj_ns: str) -> None:
 
 
 def test_printer_columns(kubectl: Kubectl, tbj_ns: str) -> None:
-    """`kubectl get tbj` shows PHASE/OUTCOME/INSTANCE/GPU/AGE; `-o wide` adds ACTION and REASON."""
+    """`kubectl get tbj` shows PHASE/OUTCOME/INSTANCE/GPU/AGE; `-o wide` adds ACTION, REASON and
+    the recovery figures ATTEMPT, BILLED (seconds) and COST (dollars)."""
     _apply(kubectl, tbj_ns, valid_job("cols")).check_returncode()
     _patch_status(
         kubectl, tbj_ns, "cols",
         {"phase": "Deleted", "outcome": "Failed", "instanceName": "tbj-abc123", "gpu": "L40S",
-         "reason": "RunningTimeout"},
+         "reason": "RunningTimeout", "attempt": 2, "billedSeconds": 1234, "estimatedCostDollars": 0.51},
     )  # fmt: skip
     narrow = kubectl("get", "tbj", "-n", tbj_ns).stdout.splitlines()
     assert narrow[0].split() == ["NAME", "PHASE", "OUTCOME", "INSTANCE", "GPU", "AGE"]
     assert narrow[1].split()[:5] == ["cols", "Deleted", "Failed", "tbj-abc123", "L40S"]
     wide = kubectl("get", "tbj", "-n", tbj_ns, "-o", "wide").stdout.splitlines()
-    assert wide[0].split() == ["NAME", "PHASE", "OUTCOME", "INSTANCE", "GPU", "ACTION", "REASON", "AGE"]
-    assert wide[1].split()[:7] == [
+    assert wide[0].split() == [
+        "NAME", "PHASE", "OUTCOME", "INSTANCE", "GPU", "ACTION", "REASON", "ATTEMPT", "BILLED", "COST", "AGE",
+    ]  # fmt: skip
+    assert wide[1].split()[:10] == [
         "cols",
         "Deleted",
         "Failed",
@@ -189,6 +192,9 @@ def test_printer_columns(kubectl: Kubectl, tbj_ns: str) -> None:
         "L40S",
         "train",
         "RunningTimeout",
+        "2",
+        "1234",
+        "0.51",
     ]
 
 

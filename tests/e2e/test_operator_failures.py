@@ -45,7 +45,9 @@ def test_ngc_entitlement_failure_ends_the_job_at_once_and_deletes_the_instance(s
 
 def test_instance_that_never_accepts_commands_times_out_in_waiting_exec(stack: Stack) -> None:
     stack.sim.set_faults(exec_never_ready=True)
-    stack.apply(stack.job_manifest("neverready", timeouts={"waitingExecSeconds": 10}))
+    manifest = stack.job_manifest("neverready", timeouts={"waitingExecSeconds": 10})
+    manifest["spec"]["recovery"] = {"maxAttempts": 1}  # one attempt: recovery has its own tests
+    stack.apply(manifest)
     status = stack.wait_finished("neverready", timeout=120)
     assert status["outcome"] == "Failed"
     assert status["reason"] == "WaitingExecTimeout"
@@ -143,7 +145,9 @@ def test_capacity_shortage_is_retried_with_backoff_and_the_job_succeeds_once_cap
 def test_instance_that_disappears_mid_run_fails_with_a_distinct_reason(stack: Stack) -> None:
     # Vanishes 400 nominal seconds after RUNNING: while the (long) training runs.
     stack.sim.set_faults(disappear_after_s=400)
-    stack.apply(stack.job_manifest("vanish", simulation={"epochs": 50, "epoch_seconds": 200}))
+    manifest = stack.job_manifest("vanish", simulation={"epochs": 50, "epoch_seconds": 200})
+    manifest["spec"]["recovery"] = {"maxAttempts": 1}  # one attempt: recovery has its own tests
+    stack.apply(manifest)
     status = stack.wait_finished("vanish")
     assert status["outcome"] == "Failed", status
     assert status["reason"] == "InstanceLost", status

@@ -157,6 +157,8 @@ class FakeInstance:
     # When it went to FAILURE or was STOPPED by someone else (`set_status`): from then on
     # nothing on it can be reached.
     broken_at: float | None = None
+    # When Brev lost it (`vanish`): gone without any delete.
+    vanished_at: float | None = None
     deleting_at: float | None = None
     gone_at: float | None = None
     containers: dict[str, FakeContainer] = field(default_factory=dict)
@@ -339,6 +341,7 @@ class FakeBrev:
     def vanish(self, target: str) -> None:
         """Brev loses the instance: gone from listings at once; `delete` answers not found."""
         for inst in self._match(target, list(self.instances.values())):
+            inst.vanished_at = self.clock.monotonic()
             del self.instances[inst.id]
             self.gone[inst.id] = inst
 

@@ -36,6 +36,47 @@ def test_a_second_create_is_caught() -> None:
         invariants.at_most_one_create(h, INSTANCE)
 
 
+def test_a_create_after_brev_lost_the_instance_is_no_duplicate_but_a_third_is() -> None:
+    h = Harness()
+    asyncio.run(h.brev.create_instance(CreateRequest(name=INSTANCE)))
+    h.brev.vanish(INSTANCE)
+    asyncio.run(h.brev.create_instance(CreateRequest(name=INSTANCE)))
+    invariants.at_most_one_create(h, INSTANCE)
+    h.brev.set_faults(deleting_s=0)
+    asyncio.run(h.brev.delete_instance(INSTANCE))
+    asyncio.run(h.brev.create_instance(CreateRequest(name=INSTANCE)))
+    with pytest.raises(AssertionError, match="3 creates"):
+        invariants.at_most_one_create(h, INSTANCE)
+
+
+def test_two_live_instances_of_one_job_are_caught_unless_the_older_is_pending_deletion() -> None:
+    h = Harness()
+    asyncio.run(h.brev.create_instance(CreateRequest(name=INSTANCE)))
+    asyncio.run(h.brev.create_instance(CreateRequest(name=f"{INSTANCE}-a2")))
+    with pytest.raises(AssertionError, match="2 live instances"):
+        invariants.never_two_live_instances(h, INSTANCE)
+    (first,) = h.brev.created_ids(INSTANCE)
+    write(h, {"attempts": [{"attempt": 1, "instanceName": INSTANCE, "instanceId": first, "endedAt": "t"}]})
+    invariants.never_two_live_instances(h, INSTANCE)
+
+
+def test_too_many_attempts_are_caught() -> None:
+    h = Harness()
+    write(h, {"attempt": 3, "attempts": [{"attempt": n, "instanceName": "x"} for n in (1, 2, 3)]})
+    with pytest.raises(AssertionError, match="maxAttempts=2"):
+        invariants.attempts_within_limit(h, INSTANCE, 2)
+
+
+def test_a_create_after_finish_is_caught() -> None:
+    h = Harness()
+    checker = invariants.FinishedNeverCreates()
+    write(h, {"phase": "Deleted", "finishedAt": "2026-11-29T12:00:00Z"})
+    checker.check(h)
+    asyncio.run(h.brev.create_instance(CreateRequest(name=INSTANCE)))
+    with pytest.raises(AssertionError, match="after the job finished"):
+        checker.check(h)
+
+
 def test_delete_without_upload_after_a_run_is_caught() -> None:
     h = Harness()
     h.brev.set_faults(deploy_s=0, sshd_lag_s=0)

@@ -17,6 +17,7 @@ from controller.steps import (
     CreateInstance,
     DeleteInstance,
     PrepareWorkload,
+    ProbeExec,
     RestoreCheckpoints,
     StartContainer,
     StopContainer,
@@ -25,11 +26,13 @@ from controller.steps import (
     UploadSummary,
     WaitForExit,
 )
+from tests.devenv import crdgen
 from tests.unit.test_machine import IMAGE, INST, T0, TUN, at, decide, kinds
 
 P = timedelta(seconds=TUN.poll_interval)
 ID = "i-1"
 A2 = naming.attempt_instance_name(INST, 2)
+TUNABLES_LISTINGS = TUN.absent_listings
 
 
 def rspec(
@@ -207,7 +210,34 @@ def test_exit_codes_are_retried_only_when_listed() -> None:
     assert d.status.attempts[0].ended_reason == reasons.EXIT_CODE_RETRIED
     assert d.status.exit_code is None
     d = step(running_job(), listed, instance=inst(), exit_code=1, completed=("WaitForExit",))
+    assert d.actions == ()  # is the instance staying? (see the next test)
+    assert d.status.outcome is None
+    settled = T0 + P * TUN.absent_listings
+    d = step(d.status, listed, instance=inst(), now=settled)
+    assert kinds(d) == [ProbeExec]
+    d = step(d.status, listed, instance=inst(), now=settled, probe_ok=True, completed=("ProbeExec",))
     assert d.status.outcome is Outcome.FAILED
+    assert d.status.reason == reasons.TRAINING_FAILED
+    assert d.status.phase is Phase.UPLOADING
+
+
+def test_an_exit_seen_as_the_instance_goes_away_is_a_loss_not_a_training_failure() -> None:
+    """The simulator (like a VM shutting down) kills the container first: `docker wait` says 137,
+    then the instance vanishes. With attempts left that is recovered, not TrainingFailed."""
+    d = step(running_job(), instance=inst(), exit_code=137, completed=("WaitForExit",))
+    assert d.status.outcome is None
+    for i in range(1, 1 + TUNABLES_LISTINGS):
+        d = step(d.status, instance=None, now=T0 + P * i)
+        assert ProbeExec not in kinds(d)  # ssh may linger: only listings count once it is unlisted
+    assert d.status.outcome is None
+    assert d.status.phase is Phase.PROVISIONING
+    assert d.status.attempts is not None
+    assert d.status.attempts[0].ended_reason == reasons.INSTANCE_NOT_LISTED
+
+
+def test_without_attempts_left_a_failed_exit_is_judged_at_once() -> None:
+    one = rspec(recovery={"maxAttempts": 1})
+    d = step(running_job(), one, instance=inst(), exit_code=1, completed=("WaitForExit",))
     assert d.status.reason == reasons.TRAINING_FAILED
 
 
@@ -408,3 +438,11 @@ def test_a_nested_field_cleared_in_status_is_sent_as_null() -> None:
         "checkpoint": {"epoch": 3, "failures": None, "lastError": None},
         "attempt": 1,
     }
+
+
+def test_the_crd_schema_has_no_numeric_exclusive_bounds() -> None:
+    """OpenAPI v3 (the API server) wants exclusiveMinimum as a boolean: pydantic's gt= renders a
+    number, which the API server refuses when the CRD is applied (found by tests/e2e/test_crd.py)."""
+    text = crdgen.render()
+    assert "exclusiveMinimum" not in text
+    assert "exclusiveMaximum" not in text
