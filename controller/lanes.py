@@ -60,7 +60,7 @@ DEFAULT_SLOTS: Mapping[Lane, int] = {
     Lane.CHECKPOINT: 16,
     Lane.WAIT: 256,
     Lane.STOP: 32,
-    Lane.DELETE: 32,
+    Lane.DELETE: 16,
 }
 LANES: tuple[Lane, ...] = tuple(DEFAULT_SLOTS)
 
