@@ -394,7 +394,7 @@ def test_snake_case_names_are_accepted_and_dump_is_camel_case() -> None:
 def test_api_field_names_match_the_contract() -> None:
     """The camelCase names the reconciler and users rely on (SPEC.md) are exactly these."""
     props = crdgen.openapi_schema()["properties"]["spec"]["properties"]
-    assert set(props) == {"task", "instance", "data", "credentials", "timeouts"}
+    assert set(props) == {"task", "instance", "data", "credentials", "timeouts", "priority", "suspend"}
     assert set(props["task"]["properties"]) == {
         "image", "networkArch", "action", "specPath", "specContent", "args", "env", "gpus", "shmSize",
     }  # fmt: skip
@@ -422,6 +422,7 @@ def test_api_field_names_match_the_contract() -> None:
         "instanceId", "brevIdentity", "createReturnedAt", "runEndedAt", "uploadAttempts",
         "deleteAcceptedAt", "absentListings", "absentSince", "absentCheckedAt", "stalledReason",
         "stalledMessage",
+        "admittedAt", "queueReason", "queueMessage", "queuePosition",
     }  # fmt: skip
 
 
@@ -623,6 +624,8 @@ def test_crd_names_columns_and_subresources() -> None:
         "Outcome": (".status.outcome", 0),
         "Instance": (".status.instanceName", 0),
         "GPU": (".status.gpu", 0),
+        "Queue": (".status.queuePosition", 0),
+        "Queued": (".status.queueReason", 1),
         "Action": (".spec.task.action", 1),
         "Reason": (".status.reason", 1),
         "Age": (".metadata.creationTimestamp", 0),
