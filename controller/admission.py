@@ -50,7 +50,7 @@ SUSPENDED_MESSAGE = "spec.suspend is true: not admitted until it is set to false
 REUSE_MESSAGE = "admitted: runs on a reused instance, which counts against no limit"
 
 _TYPE_GPU_COUNT = re.compile(r"^[^:]+:[^:]+:([0-9]+)$")
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -85,10 +85,8 @@ class JobFacts:
     def from_body(cls, body: Mapping[str, Any]) -> JobFacts:
         """From the object as the API server returns it (tolerant: the API server validated the
         spec; a field this version cannot read counts as its default)."""
-        meta = body.get("metadata") or {}
-        spec = body.get("spec") or {}
-        status = body.get("status") or {}
-        instance = spec.get("instance") if isinstance(spec.get("instance"), Mapping) else {}
+        meta, spec, status = _map(body, "metadata"), _map(body, "spec"), _map(body, "status")
+        instance = _map(spec, "instance")
         phase = status.get("phase")
         return cls(
             namespace=str(meta.get("namespace") or ""),
@@ -108,12 +106,10 @@ class JobFacts:
 def gpus_of(spec: Mapping[str, Any]) -> int:
     """The GPUs a job counts for (module docstring): spec.task.gpus, else the largest count an
     instance type names (`<machine>:<gpu>:<count>`), else 1."""
-    task = spec.get("task") if isinstance(spec.get("task"), Mapping) else {}
-    explicit = _int(task.get("gpus"), 0)
+    explicit = _int(_map(spec, "task").get("gpus"), 0)
     if explicit > 0:
         return explicit
-    instance = spec.get("instance") if isinstance(spec.get("instance"), Mapping) else {}
-    ephemeral = instance.get("ephemeral") if isinstance(instance.get("ephemeral"), Mapping) else {}
+    ephemeral = _map(_map(spec, "instance"), "ephemeral")
     counts = [
         int(m.group(1))
         for t in ephemeral.get("types") or ()
@@ -188,17 +184,18 @@ def namespace_limits(
     annotations = annotations or {}
     problems: list[str] = []
     limits = default
-    for key, attr, source in (
-        (MAX_INSTANCES_ANNOTATION, "max_instances", "instances_source"),
-        (MAX_GPUS_ANNOTATION, "max_gpus", "gpus_source"),
-    ):
+    for key, attr in ((MAX_INSTANCES_ANNOTATION, "max_instances"), (MAX_GPUS_ANNOTATION, "max_gpus")):
         if key not in annotations:
             continue
         value, problem = limit_value(annotations[key], annotation=key, namespace=namespace)
         if problem is not None:
             problems.append(problem)
             continue
-        limits = replace(limits, **{attr: value, source: f"annotation {key} on namespace {namespace}"})
+        where = f"annotation {key} on namespace {namespace}"
+        if attr == "max_instances":
+            limits = replace(limits, max_instances=value, instances_source=where)
+        else:
+            limits = replace(limits, max_gpus=value, gpus_source=where)
     return limits, problems
 
 
@@ -281,8 +278,8 @@ def admit(jobs: Iterable[JobFacts], quotas: Quotas) -> dict[str, Admission]:
         elif (full := usage.namespace_full(j)) is not None:
             blocked[j.namespace] = full
             queued.append((j, *full))
-        elif (why := usage.cluster_full()) is not None:
-            queued.append((j, CLUSTER_INSTANCE_LIMIT, why))
+        elif (capped := usage.cluster_full()) is not None:
+            queued.append((j, CLUSTER_INSTANCE_LIMIT, capped))
         else:
             usage.take(j)
             verdicts[j.uid] = Admission(True, ADMITTED, f"admitted ({usage.describe(j.namespace)})")
@@ -304,6 +301,11 @@ def ordinal(n: int) -> str:
     return f"{n}{suffix}"
 
 
+def _map(parent: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    value = parent.get(key)
+    return value if isinstance(value, Mapping) else {}
+
+
 def _int(value: Any, default: int) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else default
 
@@ -316,4 +318,4 @@ def _parse_time(value: Any) -> datetime:
             return datetime.fromisoformat(value.replace("Z", "+00:00"))
         except ValueError:
             pass
-    return _EPOCH
+    return EPOCH

@@ -21,6 +21,7 @@ from controller.brev.cli import BrevCLI, BrevCLISettings
 from controller.brev.client import BrevCredentials
 from controller.directory import InstanceDirectory
 from controller.errors import PermanentError, TaoBrevError
+from controller.fleet import Fleet, quotas_from
 from controller.health import Watchdog
 from controller.kube import KubeAccess, api_client, resolve_connection
 from controller.leadership import KubeLeaseStore, LeaderElector, Leadership, SoleLeader, identity
@@ -99,6 +100,15 @@ def build(settings: Settings, events: EventSink) -> App:
     )
 
     def new_reconciler() -> Reconciler:
+        # A fresh fleet per leadership term: the new leader starts from a listing (the API's
+        # status.admittedAt is the truth after a failover), never from an earlier term's memory.
+        fleet = Fleet(
+            kube,
+            quotas_from(
+                settings.max_instances, settings.namespace_max_instances, settings.namespace_max_gpus
+            ),
+            namespaces=settings.namespaces,
+        )
         return Reconciler(
             kube=kube,
             directory=directory,
@@ -108,6 +118,7 @@ def build(settings: Settings, events: EventSink) -> App:
             tunables=settings.tunables(),
             listing_max_age=settings.listing_max_age,
             default_image=load_versions().images.tao_toolkit.pyt,
+            fleet=fleet,
         )
 
     watchdog = Watchdog(grace=settings.liveness_grace, pass_ceiling=settings.pass_ceiling())

@@ -1,4 +1,5 @@
-"""Kubernetes access the reconciler needs: read Secrets, patch status. Nothing else.
+"""Kubernetes access the reconciler needs: read Secrets, patch status, and for admission
+(controller/fleet.py) list TaoBrevJobs and read Namespace annotations. Nothing else.
 
 The API server is a fault source like Brev: every call carries `_request_timeout` (a paused or
 half-open server must not hold a pass forever), and every failure leaves this module as a
@@ -18,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,9 @@ PLURAL = "taobrevjobs"
 USABLE_LABEL = "taobrev.io/usable"
 USABLE_VALUE = "true"
 RBAC_HINT = "deploy/base/rbac.yaml (or the per-namespace RoleBinding of deploy/)"
+
+# Page size of the TaoBrevJob listing (admission's view of the fleet).
+_LIST_PAGE = 500
 
 # Status fields that carry free text (logs, CLI output): trimmed first when a patch is refused.
 _LOG_LINES_KEPT = 5
@@ -229,6 +233,58 @@ class KubeAccess:
             )
 
         return await asyncio.to_thread(_patch)
+
+    async def list_jobs(self, namespaces: Sequence[str] = ()) -> list[dict[str, Any]]:
+        """Every TaoBrevJob in `namespaces` (all namespaces when empty), as plain objects, paged."""
+
+        def _page(namespace: str | None, token: str | None) -> dict[str, Any]:
+            kwargs: dict[str, Any] = {"limit": _LIST_PAGE, "_request_timeout": self._timeout}
+            if token:
+                kwargs["_continue"] = token
+            if namespace is None:
+                result = self._custom.list_cluster_custom_object(GROUP, VERSION, PLURAL, **kwargs)
+            else:
+                result = self._custom.list_namespaced_custom_object(
+                    GROUP, VERSION, namespace, PLURAL, **kwargs
+                )
+            return dict(result)
+
+        def _list() -> list[dict[str, Any]]:
+            items: list[dict[str, Any]] = []
+            for namespace in namespaces or (None,):
+                token: str | None = None
+                while True:
+                    try:
+                        page = _page(namespace, token)
+                    except ApiException as exc:
+                        raise _translate(exc, "listing TaoBrevJobs") from None
+                    except (Urllib3Error, OSError) as exc:
+                        raise _translate(exc, "listing TaoBrevJobs") from None
+                    items += [dict(i) for i in page.get("items") or ()]
+                    token = (page.get("metadata") or {}).get("continue")
+                    if not token:
+                        break
+            return items
+
+        return await asyncio.to_thread(_list)
+
+    async def namespace_annotations(self, name: str) -> Mapping[str, str] | None:
+        """The Namespace's annotations, or None if it does not exist. 401/403 raise
+        `KubeAccessDenied` naming the grant (`get` on namespaces, deploy/base/rbac.yaml)."""
+
+        def _read() -> Mapping[str, str] | None:
+            try:
+                ns = self._core.read_namespace(name, _request_timeout=self._timeout)
+            except ApiException as exc:
+                if exc.status == 404:
+                    return None
+                raise _translate(exc, f"reading Namespace {name} (quota annotations)") from None
+            except (Urllib3Error, OSError) as exc:
+                raise _translate(exc, f"reading Namespace {name} (quota annotations)") from None
+            meta = ns.metadata
+            return dict((meta.annotations if meta is not None else None) or {})
+
+        return await asyncio.to_thread(_read)
 
 
 def redact_status(value: Any) -> Any:

@@ -194,7 +194,9 @@ def crd() -> dict[str, Any]:
                             type_="integer",
                             desc="Place in its quota queue while Pending (deploy/QUEUEING.md).",
                         ),
-                        _column("Queued", ".status.queueReason", priority=1, desc="Why it is not admitted yet."),
+                        _column(
+                            "Queued", ".status.queueReason", priority=1, desc="Why it is not admitted yet."
+                        ),
                         _column("Action", ".spec.task.action", priority=1, desc="TAO action."),
                         _column("Reason", ".status.reason", priority=1, desc="Reason of the outcome."),
                         _column(
