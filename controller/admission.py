@@ -95,7 +95,9 @@ class JobFacts:
             created=_parse_time(meta.get("creationTimestamp")),
             priority=_int(spec.get("priority"), 0),
             suspended=spec.get("suspend") is True,
-            admitted=bool(status.get("admittedAt")) or phase not in (None, "Pending"),
+            admitted=bool(status.get("admittedAt"))
+            or "Provisioning" in _map(status, "phaseTimes")
+            or phase not in (None, "Pending", "Deleted"),
             finished=bool(status.get("finishedAt")),
             deleting=bool(meta.get("deletionTimestamp")),
             creates_instance=not instance.get("reuse"),

@@ -122,5 +122,8 @@ def _admission(status: TaoBrevJobStatus) -> list[Condition]:
 
 
 def is_admitted(status: TaoBrevJobStatus) -> bool:
-    """Admitted under the quotas; a job past Pending was admitted (also one from before quotas)."""
-    return status.admitted_at is not None or status.phase not in (None, Phase.PENDING)
+    """Admitted under the quotas; a job that ever left Pending for Provisioning was admitted (also
+    one from before quotas). A job that went from Pending straight to Deleted never was."""
+    if status.admitted_at is not None or str(Phase.PROVISIONING) in status.phase_times:
+        return True
+    return status.phase not in (None, Phase.PENDING, Phase.DELETED)

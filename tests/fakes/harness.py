@@ -13,8 +13,10 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from controller import machine
+from controller.admission import Quotas
 from controller.directory import InstanceDirectory
 from controller.errors import TransientError
+from controller.fleet import Fleet
 from controller.metrics import Recorder
 from controller.reconciler import JobRef, Reconciler
 from tests.fakes.brev import FakeBrev, Faults, Interrupt
@@ -75,6 +77,7 @@ class Harness:
         listing_max_age: float = 10.0,
         max_list_items: int | None = None,
         metrics: bool = True,
+        quotas: Quotas | None = None,
     ) -> None:
         self.clock = FakeClock()
         self.brev = FakeBrev(self.clock, faults=faults)
@@ -89,6 +92,8 @@ class Harness:
         self.tunables = tunables
         self.listing_max_age = listing_max_age
         self.restarts = 0
+        # With quotas, admission goes through a Fleet over the fake API (as controller.app wires it).
+        self.quotas = quotas
         self.start_operator()
 
     def start_operator(self) -> None:
@@ -104,6 +109,7 @@ class Harness:
             tunables=self.tunables,
             listing_max_age=self.listing_max_age,
             clock=self.clock.now,
+            fleet=None if self.quotas is None else Fleet(self.kube, self.quotas, clock=self.clock.monotonic),
         )
 
     def restart(self) -> None:

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from controller.errors import SecretAccessDenied, StatusRejected
+from controller.errors import KubeAccessDenied, SecretAccessDenied, StatusRejected
 from controller.kube import KubeAccess, minimal_status, trimmed_status
 
 
@@ -53,6 +53,7 @@ class FakeObject:
     generation: int = 1
     status: dict[str, Any] = field(default_factory=dict)
     deletion_requested: bool = False
+    created: str = "2026-11-29T11:00:00Z"
 
     def body(self) -> dict[str, Any]:
         meta: dict[str, Any] = {
@@ -61,6 +62,7 @@ class FakeObject:
             "uid": self.uid,
             "generation": self.generation,
             "finalizers": ["taobrev.io/teardown"],
+            "creationTimestamp": self.created,
         }
         if self.deletion_requested:
             meta["deletionTimestamp"] = "2026-11-29T12:00:00Z"
@@ -88,6 +90,11 @@ class FakeKube(KubeAccess):
         self.rejected: list[dict[str, Any]] = []
         self.secret_reads = 0
         self.max_list_items = max_list_items
+        # Namespace annotations (quota overrides); a namespace in `denied_namespaces` answers 403.
+        self.namespaces: dict[str, dict[str, str]] = {}
+        self.denied_namespaces: set[str] = set()
+        self.job_lists = 0
+        self.namespace_reads = 0
 
     # -- test controls -----------------------------------------------------------------------
 
@@ -98,8 +105,12 @@ class FakeKube(KubeAccess):
         """The operator's RBAC does not cover this Secret: reading it answers 403."""
         self.denied.add((namespace, name))
 
-    def create(self, namespace: str, name: str, uid: str, spec: Mapping[str, Any]) -> FakeObject:
+    def create(
+        self, namespace: str, name: str, uid: str, spec: Mapping[str, Any], *, created: str | None = None
+    ) -> FakeObject:
         obj = FakeObject(namespace, name, uid, copy.deepcopy(dict(spec)))
+        if created is not None:
+            obj.created = created
         self.objects[(namespace, name)] = obj
         return obj
 
@@ -146,6 +157,20 @@ class FakeKube(KubeAccess):
         raise StatusRejected(
             f"the API server refused the status of TaoBrevJob {namespace}/{name} even trimmed to a minimum"
         )
+
+    async def list_jobs(self, namespaces: Sequence[str] = ()) -> list[dict[str, Any]]:
+        self.job_lists += 1
+        return [
+            copy.deepcopy(o.body())
+            for o in self.objects.values()
+            if not namespaces or o.namespace in namespaces
+        ]
+
+    async def namespace_annotations(self, name: str) -> Mapping[str, str] | None:
+        self.namespace_reads += 1
+        if name in self.denied_namespaces:
+            raise KubeAccessDenied(f"reading Namespace {name} (quota annotations): 403 Forbidden")
+        return dict(self.namespaces.get(name, {}))
 
     def _refused(self, status: Mapping[str, Any]) -> bool:
         """422 from the CRD's maxItems: a list in the status longer than `max_list_items`."""
