@@ -119,6 +119,7 @@ def build(settings: Settings, events: EventSink) -> App:
             listing_max_age=settings.listing_max_age,
             default_image=load_versions().images.tao_toolkit.pyt,
             fleet=fleet,
+            wake_queued=True,
         )
 
     watchdog = Watchdog(grace=settings.liveness_grace, pass_ceiling=settings.pass_ceiling())

@@ -21,7 +21,6 @@ import asyncio
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
-from contextlib import suppress
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -87,6 +86,7 @@ class Fleet:
         self._dirty = True
         self._quotas: Quotas | None = None
         self._released = asyncio.Event()
+        self._interrupts: dict[str, asyncio.Event] = {}
 
     # -- what passes tell the fleet ---------------------------------------------------------------
 
@@ -137,11 +137,26 @@ class Fleet:
         if job is not None and job.holds_slot:
             self._wake()
 
-    async def wait_for_release(self, seconds: float) -> None:
-        """Until a slot is released (a job holding one finished or is gone), at most `seconds`."""
-        released = self._released
-        with suppress(TimeoutError):
-            await asyncio.wait_for(released.wait(), seconds)
+    async def wait_for_release(self, seconds: float, uid: str | None = None) -> None:
+        """Until a slot is released (a job holding one finished or is gone), or `interrupt(uid)`,
+        at most `seconds`."""
+        events = [self._released]
+        if uid is not None:
+            events.append(self._interrupts.setdefault(uid, asyncio.Event()))
+        waiters = [asyncio.ensure_future(e.wait()) for e in events]
+        try:
+            await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waiters:
+                w.cancel()
+            if uid is not None:
+                self._interrupts.pop(uid, None)
+
+    def interrupt(self, uid: str) -> None:
+        """End the wait of this job's queued pass (its deletion must not wait for a slot)."""
+        event = self._interrupts.get(uid)
+        if event is not None:
+            event.set()
 
     def queued(self) -> Counter[tuple[str, str]]:
         """Jobs waiting per (namespace, reason), from the last verdicts (for the queue gauge)."""

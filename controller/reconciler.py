@@ -96,10 +96,14 @@ class Reconciler:
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         default_image: str | None = None,
         fleet: Fleet | None = None,
+        wake_queued: bool = False,
     ) -> None:
         self._kube = kube
         # Admission under the quotas (None: none wired, every job is admitted at once).
         self._fleet = fleet
+        # A queued job's pass waits (unlocked) for a released slot instead of the whole poll
+        # interval: the fleet wakes it when a job holding a slot finishes.
+        self._wake_queued = wake_queued
         # Quota warnings already posted per uid (a bad namespace annotation), posted once each.
         self._quota_warned: dict[str, set[str]] = {}
         self._directory = directory
@@ -129,6 +133,20 @@ class Reconciler:
 
     async def reconcile(self, ref: JobRef) -> float | None:
         """One pass. Returns seconds until the next pass, or None once the job is finished."""
+        if ref.deleting and self._fleet is not None:
+            self._fleet.interrupt(ref.uid)  # the daemon's queued wait ends: deletion goes first
+        delay = await self._reconcile_locked(ref)
+        if delay and self._fleet is not None and self._wake_queued and self._queued(ref.uid):
+            # Outside the lock, so the delete handler's pass never waits behind this.
+            await self._fleet.wait_for_release(delay, ref.uid)
+            return 0.0
+        return delay
+
+    def _queued(self, uid: str) -> bool:
+        written = self._written.get(uid)
+        return written is not None and written.queue_reason is not None and written.admitted_at is None
+
+    async def _reconcile_locked(self, ref: JobRef) -> float | None:
         lock = self._locks.setdefault(ref.uid, asyncio.Lock())
         async with lock:
             started = time.monotonic()

@@ -238,3 +238,19 @@ def test_the_reconciler_posts_a_bad_annotation_once_as_a_warning_event() -> None
     assert len(warnings) == 1
     assert "taobrev.io/max-gpus='lots'" in warnings[0].message
     assert h.status.get("admittedAt")  # the default (unlimited) applied
+
+
+def test_a_queued_wait_ends_when_its_job_is_being_deleted() -> None:
+    fleet = Fleet(FakeKube(), Quotas())
+
+    async def scenario() -> bool:
+        waiter = asyncio.ensure_future(fleet.wait_for_release(60, "uid-x"))
+        await asyncio.sleep(0)
+        fleet.interrupt("uid-y")  # another job: no effect
+        await asyncio.sleep(0)
+        early = waiter.done()
+        fleet.interrupt("uid-x")
+        await asyncio.wait_for(waiter, 1)
+        return early
+
+    assert asyncio.run(scenario()) is False
