@@ -135,8 +135,10 @@ def run_to_the_end(stack: Stack) -> tuple[dict[str, dict[str, Any]], int]:
     while len(finished) < len(JOBS):
         assert time.monotonic() < deadline, f"not finished: {sorted(set(JOBS) - set(finished))}"
         peak = max(peak, len(stack.live_instances()))
-        for name in JOBS:
-            if name not in finished and (st := stack.status(name)).get("finishedAt"):
+        items = json.loads(stack.kubectl("get", "tbj", "-n", stack.namespace, "-o", "json").stdout)["items"]
+        for obj in items:
+            name, st = obj["metadata"]["name"], obj.get("status") or {}
+            if name in JOBS and st.get("finishedAt"):
                 finished[name] = st
         time.sleep(0.2)
     return finished, peak
@@ -144,8 +146,8 @@ def run_to_the_end(stack: Stack) -> tuple[dict[str, dict[str, Any]], int]:
 
 def check_the_record(stack: Stack, finished: dict[str, dict[str, Any]], ranked: list[str]) -> None:
     """The simulator's record: at most LIMIT instances between create and confirmed gone; the
-    first LIMIT creates (before any delete) are the highest-ranked jobs; admittedAt never
-    decreases along the rank order."""
+    first LIMIT creates (before any delete) are the highest-ranked jobs; later jobs are admitted
+    in rank order as slots free."""
     delete_s = NOMINAL["delete_s"] * stack.sim.speed
     records = stack.sim.instances(include_deleted=True)
     assert {r["name"] for r in records} == {finished[n]["instanceName"] for n in JOBS}
@@ -159,8 +161,15 @@ def check_the_record(stack: Stack, finished: dict[str, dict[str, Any]], ranked: 
     creates = [c for c in calls if c.argv[:1] == ["create"] and len(c.argv) > 1 and c.argv[1] in by_instance]
     early = {by_instance[c.argv[1]] for c in creates if c.ts < first_delete}
     assert early == set(ranked[:LIMIT])
-    admitted_at = [ts(finished[n]["admittedAt"]) for n in ranked]
-    assert admitted_at == sorted(admitted_at), list(zip(ranked, admitted_at, strict=True))
+    # Each finish frees one slot for the next job in rank order, so the k-th ranked job (from 0)
+    # can be admitted only once k - LIMIT + 1 jobs finished. Jobs admitted by one decision record
+    # admittedAt on their own passes, in any order, so this is checked per job, not as a sort.
+    # (Second resolution: a finish in the same second as the admission counts, in its favour.)
+    finishes = [ts(finished[n]["finishedAt"]) for n in JOBS]
+    for k, name in enumerate(ranked):
+        admitted = ts(finished[name]["admittedAt"])
+        done_before = sum(1 for f in finishes if f <= admitted)
+        assert k < LIMIT + done_before, (name, k, done_before)
 
 
 def test_ten_jobs_under_a_limit_of_three_are_admitted_in_order_and_never_exceed_it(stack: Stack) -> None:
