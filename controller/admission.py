@@ -139,13 +139,6 @@ class Quotas:
     def of(self, namespace: str) -> NamespaceLimits:
         return self.namespaces.get(namespace, self.default)
 
-    @property
-    def unlimited(self) -> bool:
-        limits = [self.default, *self.namespaces.values()]
-        return self.cluster_max_instances is None and all(
-            n.max_instances is None and n.max_gpus is None for n in limits
-        )
-
 
 @dataclass(frozen=True)
 class Admission:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
@@ -157,15 +156,6 @@ class Fleet:
         event = self._interrupts.get(uid)
         if event is not None:
             event.set()
-
-    def queued(self) -> Counter[tuple[str, str]]:
-        """Jobs waiting per (namespace, reason), from the last verdicts (for the queue gauge)."""
-        out: Counter[tuple[str, str]] = Counter()
-        for uid, v in self._verdicts.items():
-            job = self._jobs.get(uid)
-            if job is not None and job.waiting and not v.admitted:
-                out[(job.namespace, v.reason)] += 1
-        return out
 
     # -- internals --------------------------------------------------------------------------------
 

@@ -78,7 +78,6 @@ def test_without_any_limit_every_waiting_job_is_admitted() -> None:
     verdicts = admit(jobs, Quotas())
     assert all(v.admitted for v in verdicts.values())
     assert len(verdicts) == 20
-    assert Quotas().unlimited
 
 
 def test_slots_held_by_admitted_unfinished_jobs_count_finished_ones_do_not() -> None:
