@@ -78,6 +78,7 @@ class Harness:
         max_list_items: int | None = None,
         metrics: bool = True,
         quotas: Quotas | None = None,
+        wake_queued: bool = False,
     ) -> None:
         self.clock = FakeClock()
         self.brev = FakeBrev(self.clock, faults=faults)
@@ -94,12 +95,16 @@ class Harness:
         self.restarts = 0
         # With quotas, admission goes through a Fleet over the fake API (as controller.app wires it).
         self.quotas = quotas
+        self.wake_queued = wake_queued
         self.start_operator()
 
     def start_operator(self) -> None:
         """A new operator process: every in-memory cache is lost; status comes from Kubernetes."""
         self.directory = InstanceDirectory(self.brev, clock=self.clock.monotonic)
         self.runner = FakeActionRunner(self.brev, self.directory)
+        self.fleet = (
+            None if self.quotas is None else Fleet(self.kube, self.quotas, clock=self.clock.monotonic)
+        )
         self.reconciler = Reconciler(
             kube=self.kube,
             directory=self.directory,
@@ -109,7 +114,8 @@ class Harness:
             tunables=self.tunables,
             listing_max_age=self.listing_max_age,
             clock=self.clock.now,
-            fleet=None if self.quotas is None else Fleet(self.kube, self.quotas, clock=self.clock.monotonic),
+            fleet=self.fleet,
+            wake_queued=self.wake_queued,
         )
 
     def restart(self) -> None:

@@ -254,3 +254,63 @@ def test_a_queued_wait_ends_when_its_job_is_being_deleted() -> None:
         return early
 
     assert asyncio.run(scenario()) is False
+
+
+def queued_harness() -> tuple[Harness, Any]:
+    h = Harness(quotas=Quotas(default=NamespaceLimits(max_instances=1)), wake_queued=True)
+    holder = h.kube.create(NAMESPACE, "holder", "uid-holder", job_spec())
+    holder.status = {"phase": "Running", "admittedAt": "2026-11-29T10:00:00Z"}
+    return h, holder
+
+
+def job_ref(h: Harness) -> JobRef:
+    obj = h.kube.get(NAMESPACE, "job")
+    assert obj is not None
+    return JobRef.from_body(obj.body())
+
+
+async def turns(n: int = 50) -> None:
+    for _ in range(n):
+        await asyncio.sleep(0)
+
+
+def test_a_queued_pass_returns_as_soon_as_a_slot_is_released() -> None:
+    """The queued job's pass waits (up to the poll interval) outside its lock; a finishing holder
+    ends the wait within a few loop turns, not after the interval."""
+    h, _ = queued_harness()
+
+    async def scenario() -> tuple[bool, bool, float | None]:
+        await h.reconciler.reconcile(job_ref(h))  # accepted
+        waiting = asyncio.ensure_future(h.reconciler.reconcile(job_ref(h)))  # queued, then waits
+        await turns()
+        before = waiting.done()
+        assert h.fleet is not None
+        h.fleet.observe("uid-holder", TaoBrevJobStatus(admitted_at=T0, finished_at=T0))
+        await turns()
+        return before, waiting.done(), await waiting
+
+    before, after, delay = asyncio.run(scenario())
+    assert h.status["queueReason"] == admission.NAMESPACE_INSTANCE_LIMIT
+    assert not before
+    assert after
+    assert delay == 0.0  # the daemon's next pass comes at once, and is admitted
+    assert asyncio.run(h.reconciler.reconcile(job_ref(h))) == 0.0
+    assert h.status.get("admittedAt")
+
+
+def test_deleting_a_job_ends_its_queued_wait() -> None:
+    h, _ = queued_harness()
+
+    async def scenario() -> tuple[bool, float | None, bool]:
+        await h.reconciler.reconcile(job_ref(h))
+        waiting = asyncio.ensure_future(h.reconciler.reconcile(job_ref(h)))
+        await turns()
+        h.delete_job()
+        finished = await h.reconciler.reconcile(job_ref(h))  # the delete handler's pass
+        await turns()
+        return waiting.done(), finished, bool(h.status.get("finishedAt"))
+
+    woken, finished, done = asyncio.run(scenario())
+    assert woken
+    assert finished is None
+    assert done
