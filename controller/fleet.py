@@ -157,6 +157,15 @@ class Fleet:
         if event is not None:
             event.set()
 
+    def queued(self) -> dict[tuple[str, str], int]:
+        """Jobs waiting per (namespace, reason), from the last decision (the queue gauge)."""
+        out: dict[tuple[str, str], int] = {}
+        for uid, v in self._verdicts.items():
+            job = self._jobs.get(uid)
+            if job is not None and job.waiting and not v.admitted:
+                out[(job.namespace, v.reason)] = out.get((job.namespace, v.reason), 0) + 1
+        return out
+
     # -- internals --------------------------------------------------------------------------------
 
     def _wake(self) -> None:

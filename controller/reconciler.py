@@ -284,6 +284,7 @@ class Reconciler:
             gpus=gpus_of(ref.spec),
         )
         verdict = await self._fleet.verdict(facts)
+        self._recorder.queued(self._fleet.queued())
         warned = self._quota_warned.setdefault(ref.uid, set())
         for problem in verdict.warnings:
             if problem not in warned:

@@ -314,3 +314,24 @@ def test_deleting_a_job_ends_its_queued_wait() -> None:
     assert woken
     assert finished is None
     assert done
+
+
+def test_the_queue_gauge_counts_waiting_jobs_by_namespace_and_reason() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from controller.metrics import Recorder
+
+    registry = CollectorRegistry()
+    h = Harness(quotas=Quotas(default=NamespaceLimits(max_instances=1)))
+    h.recorder = Recorder(registry)
+    h.restart()
+    holder = h.kube.create(NAMESPACE, "holder", "uid-holder", job_spec())
+    holder.status = {"phase": "Running", "admittedAt": "2026-11-29T10:00:00Z"}
+    asyncio.run(h.run(seconds=20, until_finished=False))
+    labels = {"namespace": NAMESPACE, "reason": admission.NAMESPACE_INSTANCE_LIMIT}
+    assert registry.get_sample_value("taobrev_queued_jobs", labels) == 1
+    holder.status = {**holder.status, "finishedAt": "2026-11-29T11:00:00Z", "phase": "Deleted"}
+    h.restart()  # a new process lists again: the holder is finished
+    asyncio.run(h.run(seconds=20, until_finished=False))
+    assert h.status.get("admittedAt")
+    assert registry.get_sample_value("taobrev_queued_jobs", labels) is None

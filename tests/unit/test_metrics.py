@@ -69,6 +69,7 @@ def test_exposed_names_types_and_labels(registry: CollectorRegistry, rec: Record
     rec.reconcile_duration(0.02)
     rec.instance_uptime("ns", "job", "tbj-abc", 30.0)
     rec.exit_to_teardown(42.0)
+    rec.queued({("ns", "NamespaceInstanceLimit"): 2})
 
     expected = {
         "taobrev_job_phase": ("gauge", {"namespace", "name", "phase"}),
@@ -86,6 +87,7 @@ def test_exposed_names_types_and_labels(registry: CollectorRegistry, rec: Record
         "taobrev_exit_to_teardown_seconds": ("histogram", set()),
         "taobrev_build_info": ("gauge", {"version", "brev_cli_version"}),
         "taobrev_leader": ("gauge", set()),
+        "taobrev_queued_jobs": ("gauge", {"namespace", "reason"}),
     }
     text = generate_latest(registry).decode()
     # prometheus_client also exposes <counter|histogram>_created gauges (the Deployment turns them
