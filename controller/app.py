@@ -22,6 +22,7 @@ from controller.brev.cli import BrevCLI, BrevCLISettings
 from controller.brev.client import BrevCredentials
 from controller.directory import InstanceDirectory
 from controller.errors import KubeAccessDenied, PermanentError, TaoBrevError
+from controller.fleet import Fleet, quotas_from
 from controller.health import Watchdog
 from controller.kube import KubeAccess, api_client, resolve_connection
 from controller.leadership import KubeLeaseStore, LeaderElector, Leadership, SoleLeader, identity
@@ -115,6 +116,15 @@ def build(settings: Settings, events: EventSink) -> App:
     retained = RetainedStore(kube, settings.operator_namespace)
 
     def new_reconciler() -> Reconciler:
+        # A fresh fleet per leadership term: the new leader starts from a listing (the API's
+        # status.admittedAt is the truth after a failover), never from an earlier term's memory.
+        fleet = Fleet(
+            kube,
+            quotas_from(
+                settings.max_instances, settings.namespace_max_instances, settings.namespace_max_gpus
+            ),
+            namespaces=settings.namespaces,
+        )
         return Reconciler(
             kube=kube,
             directory=directory,
@@ -126,6 +136,8 @@ def build(settings: Settings, events: EventSink) -> App:
             default_image=load_versions().images.tao_toolkit.pyt,
             retained=retained,
             prices=prices,
+            fleet=fleet,
+            wake_queued=True,
         )
 
     watchdog = Watchdog(grace=settings.liveness_grace, pass_ceiling=settings.pass_ceiling())
@@ -146,6 +158,7 @@ def build(settings: Settings, events: EventSink) -> App:
         interval=settings.orphan_sweep_interval,
         grace=settings.orphan_grace,
         listing_max_age=settings.listing_max_age,
+        namespaces=settings.namespaces,
     )
     return app
 

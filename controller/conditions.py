@@ -7,6 +7,11 @@
 - Succeeded: True only once the run succeeded AND its results are verified in S3, and then never
   flips back; False once the run failed; Unknown before.
 - InstanceReleased: True once teardown is done (ephemeral instance deleted, or retained one left).
+- Admitted: True once the job was admitted under the instance quotas (controller/admission.py);
+  it then holds its slot until it finished. Queued: True while a limit holds it back (reason
+  ClusterInstanceLimit / NamespaceInstanceLimit / NamespaceGPULimit, message with the limit, the
+  usage and its place in the queue). Suspended: True while spec.suspend holds it back. Kueue's
+  vocabulary (Admitted, and a suspended workload), plus the Queued the issue asks for.
 
 `kubectl wait --for=condition=Succeeded` waits for a successful run; `--for=condition=Ready`
 additionally for teardown. Transition times only move when a condition's status changes.
@@ -17,15 +22,19 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from controller import reasons
+from controller import admission, reasons
 from controller.models import Condition, ConditionStatus, Outcome, Phase, TaoBrevJobStatus
+from controller.timestamps import format_time
 
 READY = "Ready"
 RECONCILING = "Reconciling"
 STALLED = "Stalled"
 SUCCEEDED = "Succeeded"
 INSTANCE_RELEASED = "InstanceReleased"
-TYPES = (READY, RECONCILING, STALLED, SUCCEEDED, INSTANCE_RELEASED)
+ADMITTED = "Admitted"
+QUEUED = "Queued"
+SUSPENDED = "Suspended"
+TYPES = (READY, RECONCILING, STALLED, SUCCEEDED, INSTANCE_RELEASED, ADMITTED, QUEUED, SUSPENDED)
 
 
 def _status(ok: bool | None) -> ConditionStatus:
@@ -77,9 +86,44 @@ def derive(
             else (status.teardown_message or f"teardown not finished ({phase})"),
         ),
     ]
+    new += _admission(status)
     for c in new:
         prev = old.get(c.type)
         same = prev is not None and prev.status == c.status and prev.last_transition_time is not None
         c.last_transition_time = prev.last_transition_time if same and prev else now
         c.observed_generation = generation
     return new
+
+
+def _admission(status: TaoBrevJobStatus) -> list[Condition]:
+    """Admitted / Queued / Suspended, from status alone (admittedAt and the queue fields)."""
+    admitted = is_admitted(status)
+    why = status.queue_reason
+    queued = not admitted and why in admission.LIMIT_REASONS
+    suspended = not admitted and why == admission.SUSPENDED
+    waiting = status.queue_message or "not admitted yet"
+    if admitted:
+        when = f" at {format_time(status.admitted_at)}" if status.admitted_at else ""
+        text = f"admitted{when}; holds its quota slot until finished"
+        adm = _cond(ADMITTED, True, admission.ADMITTED, text)
+    else:
+        adm = _cond(ADMITTED, False, why or admission.NOT_ADMITTED, waiting)
+    if queued and why:
+        que = _cond(QUEUED, True, why, waiting)
+    else:
+        idle = admission.ADMITTED if admitted else admission.NOT_QUEUED
+        idle = admission.SUSPENDED if suspended else idle
+        que = _cond(QUEUED, False, idle, "")
+    if suspended:
+        sus = _cond(SUSPENDED, True, admission.SUSPENDED, waiting)
+    else:
+        sus = _cond(SUSPENDED, False, admission.NOT_SUSPENDED, "")
+    return [adm, que, sus]
+
+
+def is_admitted(status: TaoBrevJobStatus) -> bool:
+    """Admitted under the quotas; a job that ever left Pending for Provisioning was admitted (also
+    one from before quotas). A job that went from Pending straight to Deleted never was."""
+    if status.admitted_at is not None or str(Phase.PROVISIONING) in status.phase_times:
+        return True
+    return status.phase not in (None, Phase.PENDING, Phase.DELETED)

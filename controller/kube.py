@@ -1,5 +1,6 @@
-"""Kubernetes access the operator needs: read Secrets, patch status; for the orphan sweeper, the
-cluster identity, the TaoBrevJob list and the retained-instance ConfigMap. Nothing else.
+"""Kubernetes access the operator needs: read Secrets, patch status; list TaoBrevJobs (the orphan
+sweeper and admission, controller/fleet.py); the cluster identity, Namespace quota annotations
+and the retained-instance ConfigMap. Nothing else.
 
 The API server is a fault source like Brev: every call carries `_request_timeout` (a paused or
 half-open server must not hold a pass forever), and every failure leaves this module as a
@@ -19,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,9 @@ PLURAL = "taobrevjobs"
 USABLE_LABEL = "taobrev.io/usable"
 USABLE_VALUE = "true"
 RBAC_HINT = "deploy/base/rbac.yaml (or the per-namespace RoleBinding of deploy/)"
+
+# Page size of the TaoBrevJob listing (admission's view of the fleet).
+_LIST_PAGE = 500
 
 # Status fields that carry free text (logs, CLI output): trimmed first when a patch is refused.
 _LOG_LINES_KEPT = 5
@@ -251,32 +255,6 @@ class KubeAccess:
 
         return await asyncio.to_thread(_get)
 
-    async def list_jobs(self, page_size: int = 500) -> list[dict[str, Any]]:
-        """Every TaoBrevJob of the cluster (all namespaces, every page), as plain dicts. Raises
-        rather than return a partial list: a caller deciding what is unreferenced needs all."""
-
-        def _list() -> list[dict[str, Any]]:
-            items: list[dict[str, Any]] = []
-            token: str | None = None
-            while True:
-                kwargs: dict[str, Any] = {"limit": page_size, "_request_timeout": self._timeout}
-                if token:
-                    kwargs["_continue"] = token
-                try:
-                    page = self._custom.list_cluster_custom_object(GROUP, VERSION, PLURAL, **kwargs)
-                except ApiException as exc:
-                    raise _translate(exc, "listing TaoBrevJobs in all namespaces") from None
-                except (Urllib3Error, OSError) as exc:
-                    raise _translate(exc, "listing TaoBrevJobs in all namespaces") from None
-                if not isinstance(page, Mapping) or not isinstance(page.get("items"), list):
-                    raise KubeUnavailable("listing TaoBrevJobs: the API server's answer has no items list")
-                items.extend(dict(i) for i in page["items"])
-                token = (page.get("metadata") or {}).get("continue") or None
-                if not token:
-                    return items
-
-        return await asyncio.to_thread(_list)
-
     async def read_config_map(self, namespace: str, name: str) -> tuple[dict[str, str], str] | None:
         """(data, resourceVersion) of a ConfigMap, or None if it does not exist."""
         where = f"ConfigMap {namespace}/{name}"
@@ -323,6 +301,65 @@ class KubeAccess:
                 raise _translate(exc, f"writing {where}") from None
 
         await asyncio.to_thread(_write)
+
+    async def list_jobs(
+        self, namespaces: Sequence[str] = (), *, page_size: int = _LIST_PAGE
+    ) -> list[dict[str, Any]]:
+        """Every TaoBrevJob in `namespaces` (all namespaces when empty), every page, as plain dicts.
+        Raises rather than return a partial list: a caller deciding what is unreferenced (the
+        orphan sweeper) or what holds a quota slot (admission) needs all of them."""
+
+        def _page(namespace: str | None, token: str | None) -> Mapping[str, Any]:
+            kwargs: dict[str, Any] = {"limit": page_size, "_request_timeout": self._timeout}
+            if token:
+                kwargs["_continue"] = token
+            if namespace is None:
+                result = self._custom.list_cluster_custom_object(GROUP, VERSION, PLURAL, **kwargs)
+            else:
+                result = self._custom.list_namespaced_custom_object(
+                    GROUP, VERSION, namespace, PLURAL, **kwargs
+                )
+            if not isinstance(result, Mapping) or not isinstance(result.get("items"), list):
+                raise KubeUnavailable("listing TaoBrevJobs: the API server's answer has no items list")
+            return result
+
+        def _list() -> list[dict[str, Any]]:
+            items: list[dict[str, Any]] = []
+            for namespace in namespaces or (None,):
+                where = f"listing TaoBrevJobs in {namespace or 'all namespaces'}"
+                token: str | None = None
+                while True:
+                    try:
+                        page = _page(namespace, token)
+                    except ApiException as exc:
+                        raise _translate(exc, where) from None
+                    except (Urllib3Error, OSError) as exc:
+                        raise _translate(exc, where) from None
+                    items += [dict(i) for i in page["items"]]
+                    token = (page.get("metadata") or {}).get("continue") or None
+                    if not token:
+                        break
+            return items
+
+        return await asyncio.to_thread(_list)
+
+    async def namespace_annotations(self, name: str) -> Mapping[str, str] | None:
+        """The Namespace's annotations, or None if it does not exist. 401/403 raise
+        `KubeAccessDenied` naming the grant (`get` on namespaces, deploy/base/rbac.yaml)."""
+
+        def _read() -> Mapping[str, str] | None:
+            try:
+                ns = self._core.read_namespace(name, _request_timeout=self._timeout)
+            except ApiException as exc:
+                if exc.status == 404:
+                    return None
+                raise _translate(exc, f"reading Namespace {name} (quota annotations)") from None
+            except (Urllib3Error, OSError) as exc:
+                raise _translate(exc, f"reading Namespace {name} (quota annotations)") from None
+            meta = ns.metadata
+            return dict((meta.annotations if meta is not None else None) or {})
+
+        return await asyncio.to_thread(_read)
 
 
 def redact_status(value: Any) -> Any:

@@ -241,9 +241,25 @@ class Recorder:
             self._orphans_deleted.labels(reason=reason)
         for result in ORPHAN_SWEEP_RESULTS:
             self._orphan_sweeps.labels(result=result)
+        self._queued = Gauge(
+            "taobrev_queued_jobs",
+            "TaoBrevJobs waiting for admission under the quotas, by namespace and reason (a limit, or "
+            "Suspended), as of the operator's last admission decision.",
+            ["namespace", "reason"],
+            registry=registry,
+        )
+        self._queued_keys: set[tuple[str, str]] = set()
         self.build_info(version, brev_cli_version)
 
     # -- process ---------------------------------------------------------------------------------
+
+    def queued(self, counts: Mapping[tuple[str, str], int]) -> None:
+        """Set the queue gauge to `counts` ((namespace, reason) -> jobs); series not in it go."""
+        for namespace, reason in self._queued_keys - set(counts):
+            self._queued.remove(namespace, reason)
+        for (namespace, reason), n in counts.items():
+            self._queued.labels(namespace=namespace, reason=reason).set(n)
+        self._queued_keys = set(counts)
 
     def build_info(self, version: str, brev_cli_version: str) -> None:
         """(Re)set build info, e.g. once `brev --version` has been read at startup."""

@@ -728,6 +728,23 @@ class TaoBrevJobSpec(_SpecModel):
         json_schema_extra={"default": {}},
         description="Billed-time and cost limits across all attempts.",
     )
+    priority: int = Field(
+        default=0,
+        ge=-1000000,
+        le=1000000,
+        description=(
+            "Admission order among queued jobs (higher first; then creation time, then name). "
+            "Matters only while the job waits for a quota (deploy/QUEUEING.md)."
+        ),
+    )
+    suspend: bool = Field(
+        default=False,
+        description=(
+            "While true, a Pending job is not admitted (nothing is created); set it to false to "
+            "admit the job in its turn. It only holds back admission: a job already admitted runs "
+            "on (delete the job to stop it). Kueue's spec.suspend vocabulary."
+        ),
+    )
 
     @model_validator(mode="after")
     def _no_env_collision(self) -> Self:
@@ -933,6 +950,28 @@ class TaoBrevJobStatus(_StatusModel):
         ),
     )
     stalled_message: str | None = Field(default=None, description="What is wrong and how to fix it.")
+    admitted_at: Timestamp | None = Field(
+        default=None,
+        description=(
+            "When the job was admitted under the instance quotas (written before anything is "
+            "created); it holds its quota slot from then until finishedAt."
+        ),
+    )
+    queue_reason: str | None = Field(
+        default=None,
+        description=(
+            "Why a Pending job is not admitted yet: ClusterInstanceLimit, NamespaceInstanceLimit, "
+            "NamespaceGPULimit or Suspended (the Queued / Suspended conditions)."
+        ),
+    )
+    queue_message: str | None = Field(
+        default=None, description="The limit, its usage and the job's place in its queue."
+    )
+    queue_position: int | None = Field(
+        default=None,
+        ge=1,
+        description="1-based place in its queue (the namespace's, or the cluster's for the cluster cap).",
+    )
     finished_at: Timestamp | None = Field(default=None, description="When the job reached its end.")
     exit_code: int | None = Field(default=None, description="The container's exit code.")
     last_log_lines: list[str] = Field(

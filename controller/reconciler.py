@@ -19,9 +19,12 @@ from pydantic import ValidationError
 
 from controller import machine
 from controller.actions import ActionRunner, JobContext, JobSecrets
+from controller.admission import Admission, JobFacts, gpus_of
 from controller.backoff import exponential
+from controller.conditions import is_admitted
 from controller.directory import InstanceDirectory
 from controller.errors import MissingSecretError, PermanentError, SpecError, TaoBrevError, TransientError
+from controller.fleet import Fleet
 from controller.kube import KubeAccess
 from controller.logs import register_secret
 from controller.metrics import Recorder
@@ -99,8 +102,17 @@ class Reconciler:
         default_image: str | None = None,
         retained: RetainedStore | None = None,
         prices: PriceBook | None = None,
+        fleet: Fleet | None = None,
+        wake_queued: bool = False,
     ) -> None:
         self._kube = kube
+        # Admission under the quotas (None: none wired, every job is admitted at once).
+        self._fleet = fleet
+        # A queued job's pass waits (unlocked) for a released slot instead of the whole poll
+        # interval: the fleet wakes it when a job holding a slot finishes.
+        self._wake_queued = wake_queued
+        # Quota warnings already posted per uid (a bad namespace annotation), posted once each.
+        self._quota_warned: dict[str, set[str]] = {}
         self._directory = directory
         self._runner = runner
         self._recorder = recorder
@@ -127,10 +139,27 @@ class Reconciler:
         self._locks.pop(ref.uid, None)
         self._written.pop(ref.uid, None)
         self._api_failures.pop(ref.uid, None)
+        self._quota_warned.pop(ref.uid, None)
+        if self._fleet is not None:
+            self._fleet.forget(ref.uid)
         self._recorder.job_forgotten(ref.namespace, ref.name)
 
     async def reconcile(self, ref: JobRef) -> float | None:
         """One pass. Returns seconds until the next pass, or None once the job is finished."""
+        if ref.deleting and self._fleet is not None:
+            self._fleet.interrupt(ref.uid)  # the daemon's queued wait ends: deletion goes first
+        delay = await self._reconcile_locked(ref)
+        if delay and self._fleet is not None and self._wake_queued and self._queued(ref.uid):
+            # Outside the lock, so the delete handler's pass never waits behind this.
+            await self._fleet.wait_for_release(delay, ref.uid)
+            return 0.0
+        return delay
+
+    def _queued(self, uid: str) -> bool:
+        written = self._written.get(uid)
+        return written is not None and written.queue_reason is not None and written.admitted_at is None
+
+    async def _reconcile_locked(self, ref: JobRef) -> float | None:
         lock = self._locks.setdefault(ref.uid, asyncio.Lock())
         async with lock:
             started = time.monotonic()
@@ -187,10 +216,19 @@ class Reconciler:
             # pydantic checks more strictly than CEL. Never a reason to abandon an instance.
             spec_error = f"{exc}; fix the spec or run an operator version that understands it"
 
+        admission = await self._admission(ref, spec, status)
+        # A queued job reads no Secrets on each pass (its first pass checked them already).
+        queued = admission is not None and not admission.admitted
         secrets: JobSecrets | None = None
         blocker: ActionFailure | None = None
         trouble: ActionFailure | None = None
-        if spec is not None and status.phase in _SECRETS_NEEDED and not status.outcome and not ref.deleting:
+        if (
+            spec is not None
+            and status.phase in _SECRETS_NEEDED
+            and not status.outcome
+            and not ref.deleting
+            and not queued
+        ):
             try:
                 secrets = await self._load_secrets(ref.namespace, spec)
             except PermanentError as exc:
@@ -198,7 +236,7 @@ class Reconciler:
             except TransientError as exc:
                 trouble = ActionFailure("ReadSecrets", exc.reason, _secret_trouble(ref.namespace, exc), False)
 
-        obs = (await self._observe(status, ref, blocker)).with_(failure=trouble)
+        obs = (await self._observe(status, ref, blocker)).with_(failure=trouble, admission=admission)
         decision: Decision | None = None
         for step in range(MAX_STEPS_PER_PASS):
             # A transient action failure comes back as obs.failure: decide() records it, asks for
@@ -251,6 +289,34 @@ class Reconciler:
         assert decision is not None
         return decision.requeue_after
 
+    async def _admission(
+        self, ref: JobRef, spec: TaoBrevJobSpec | None, status: TaoBrevJobStatus
+    ) -> Admission | None:
+        """The fleet's verdict for a Pending job that is not admitted yet and could be now."""
+        if self._fleet is None or spec is None or ref.deleting or not ref.has_finalizer:
+            return None
+        if status.phase != Phase.PENDING or status.outcome or is_admitted(status):
+            return None
+        meta = (ref.body or {}).get("metadata") or {} if isinstance(ref.body, Mapping) else {}
+        facts = JobFacts(
+            namespace=ref.namespace,
+            name=ref.name,
+            uid=ref.uid,
+            created=JobFacts.from_body({"metadata": dict(meta)}).created,
+            priority=spec.priority,
+            suspended=spec.suspend,
+            creates_instance=spec.instance.ephemeral is not None,
+            gpus=gpus_of(ref.spec),
+        )
+        verdict = await self._fleet.verdict(facts)
+        self._recorder.queued(self._fleet.queued())
+        warned = self._quota_warned.setdefault(ref.uid, set())
+        for problem in verdict.warnings:
+            if problem not in warned:
+                warned.add(problem)
+                self._events(ref, "Warning", "QuotaAnnotationInvalid", problem)
+        return verdict.admission
+
     async def _secrets_for_step(self, namespace: str, spec: TaoBrevJobSpec) -> JobSecrets | None:
         """Secrets for a step after the run started. A Secret that went missing or cannot be read
         must not end a running job: the step that needs it fails transiently (SecretsNotLoaded) and
@@ -290,7 +356,8 @@ class Reconciler:
             now=self._clock(), deleting=ref.deleting, blocker=blocker, has_finalizer=ref.has_finalizer
         )
         name = status.instance_name
-        if not name:
+        if not name or (status.phase in (None, Phase.PENDING) and not status.create_requested_at):
+            # Nothing was asked of Brev yet (a queued job among them): no listing to read.
             return obs.with_(instance_known=True, instance=None)
         seen = await self._directory.find(name, status.instance_id, max_age=self._listing_max_age)
         price: float | None = None
@@ -362,6 +429,8 @@ class Reconciler:
                 log.info("object is gone; stopping this pass")
                 return False
             self._written[ref.uid] = new
+        if self._fleet is not None:
+            self._fleet.observe(ref.uid, new)
         self._account(ref, old, new)
         if new.phase:
             self._gauges(ref, new, spec)

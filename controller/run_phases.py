@@ -3,12 +3,12 @@ Pulling and Running. Once the run has ended, controller/teardown.py takes over."
 
 from __future__ import annotations
 
-from controller import naming, reasons, recovery
+from controller import admission, naming, reasons, recovery
 from controller.absence import instance_fate
 from controller.brev.client import DELETING, FAILURE, RUNNING, STOPPED, STOPPING, CreateRequest
 from controller.decision_pass import Pass
 from controller.models import Outcome, Phase
-from controller.status_text import log_lines
+from controller.status_text import clip, log_lines
 from controller.steps import (
     CreateInstance,
     EventNote,
@@ -26,7 +26,9 @@ from controller.transitions import phase_timeout
 
 def pending(p: Pass, namespace: str, name: str, uid: str) -> None:
     if p.s.outcome:
-        # Failed validation or canceled before anything existed: nothing to tear down.
+        # Failed validation or canceled before anything existed (a queued job among them):
+        # nothing to tear down, and no queue to stand in any more.
+        _leave_queue(p)
         p.enter(Phase.DELETED, f"finished before provisioning: {p.s.reason}")
         teardown(p)
         return
@@ -35,12 +37,41 @@ def pending(p: Pass, namespace: str, name: str, uid: str) -> None:
         p.s.message = "waiting for the finalizer before creating anything"
         p.requeue = min(p.tun.poll_interval, 1.0)
         return
+    if not _admitted(p):
+        return
     # Nothing exists on Brev yet: names follow the current spec (an edit may switch reuse and
     # ephemeral while Pending).
     assign_names(p, namespace, name, uid)
     reuse = p.spec.instance.reuse if p.spec is not None else None
     p.enter(Phase.PROVISIONING, f"{'creating' if reuse is None else 'reusing'} instance {p.instance}")
     p.requeue = 0.0
+
+
+def _admitted(p: Pass) -> bool:
+    """The quota gate: admittedAt is written in the same status patch that leaves Pending, before
+    any brev call, so a crash can neither lose the slot nor take a second one."""
+    if p.s.admitted_at is not None:
+        return True
+    verdict = p.obs.admission
+    if verdict is not None and not verdict.admitted:
+        if p.s.queue_reason != verdict.reason:
+            p.events.append(EventNote("Normal", verdict.reason, verdict.message))
+        p.s.queue_reason = verdict.reason
+        p.s.queue_message = clip(verdict.message)
+        p.s.queue_position = verdict.position
+        p.s.message = p.s.queue_message
+        return False
+    p.s.admitted_at = p.now
+    message = verdict.message if verdict is not None else "admitted"
+    p.events.append(EventNote("Normal", admission.ADMITTED, message))
+    _leave_queue(p)
+    return True
+
+
+def _leave_queue(p: Pass) -> None:
+    p.s.queue_reason = None
+    p.s.queue_message = None
+    p.s.queue_position = None
 
 
 def assign_names(p: Pass, namespace: str, name: str, uid: str) -> None:

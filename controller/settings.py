@@ -118,6 +118,20 @@ class Settings(BaseModel):
         description="/healthz turns red when one pass runs longer; 0 = pull_timeout + exec_timeout",
     )
     namespaces: tuple[str, ...] = Field((), description="namespaces to watch (comma list); empty = all")
+    # --- quotas and queueing (controller/admission.py, deploy/QUEUEING.md); 0 = unlimited
+    max_instances: int = Field(
+        0, ge=0, description="cluster-wide cap on instances the operator's jobs hold at once; 0 = unlimited"
+    )
+    namespace_max_instances: int = Field(
+        0,
+        ge=0,
+        description="default per-namespace cap on instances (annotation taobrev.io/max-instances overrides)",
+    )
+    namespace_max_gpus: int = Field(
+        0,
+        ge=0,
+        description="default per-namespace cap on GPUs (annotation taobrev.io/max-gpus overrides)",
+    )
     # --- leader election (controller/leadership.py; client-go's defaults 15 s / 10 s / 2 s)
     leader_election: bool = Field(
         True, description="elect one acting replica through a Lease; false only for a lone local run"

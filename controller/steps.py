@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 
+from controller.admission import Admission
 from controller.brev.client import CreateRequest, Instance
 from controller.models import TaoBrevJobStatus
 
@@ -64,6 +65,10 @@ class Observation:
     # Our finalizer is on the object: until it is, nothing may be created (a delete could
     # otherwise remove the object while an instance of ours is on its way).
     has_finalizer: bool = True
+    # The quota verdict for a Pending job not admitted yet (controller/admission.py, obtained by
+    # the reconciler from the fleet under its lock). None: no admission control is wired (unit
+    # tests of the machine alone); the job is admitted at once.
+    admission: Admission | None = None
     # A permanent problem found while observing (missing Secret, unsupported spec field, ...).
     blocker: ActionFailure | None = None
     # The instance as the shared listing shows it; `instance_known` is False if listing failed.

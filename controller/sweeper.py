@@ -13,7 +13,7 @@ delay a delete, never hasten one.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -57,6 +57,7 @@ class Sweeper:
         interval: float,
         grace: float,
         listing_max_age: float,
+        namespaces: Sequence[str] = (),
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self._brev = brev
@@ -70,6 +71,8 @@ class Sweeper:
         self._interval = interval
         self._grace = grace
         self._max_age = listing_max_age
+        # TAOBREV_NAMESPACES: the jobs this operator may list (and the only ones it creates for).
+        self._namespaces = tuple(namespaces)
         self._clock = clock
         self.memory = Memory()
 
@@ -122,7 +125,7 @@ class Sweeper:
     async def _read_kube(self) -> tuple[list[Reference] | None, dict[str, RetainedRecord] | None]:
         """Every job's references, then the retained record; None for what could not be read."""
         try:
-            jobs = await self._kube.list_jobs()
+            jobs = await self._kube.list_jobs(self._namespaces)
         except TransientError as exc:
             log.warning("orphan_sweep_job_list_failed", error=str(exc), reason=exc.reason)
             return None, None

@@ -200,6 +200,15 @@ def crd() -> dict[str, Any]:
                         _column("Outcome", ".status.outcome", desc="How the run ended."),
                         _column("Instance", ".status.instanceName", desc="brev instance name."),
                         _column("GPU", ".status.gpu", desc="GPU as brev reports it."),
+                        _column(
+                            "Queue",
+                            ".status.queuePosition",
+                            type_="integer",
+                            desc="Place in its quota queue while Pending (deploy/QUEUEING.md).",
+                        ),
+                        _column(
+                            "Queued", ".status.queueReason", priority=1, desc="Why it is not admitted yet."
+                        ),
                         _column("Action", ".spec.task.action", priority=1, desc="TAO action."),
                         _column("Reason", ".status.reason", priority=1, desc="Reason of the outcome."),
                         _column(

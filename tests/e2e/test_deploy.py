@@ -361,6 +361,7 @@ def test_operator_without_its_cluster_role_binding_cannot_act_on_jobs(
         "taobrev-operator-brev-credentials",
         "taobrev-operator-leader-election",
         "taobrev-operator-retained-instances",
+        "taobrev-operator-quotas",  # get namespaces (quota annotations)
     }
 
     token_file = tmp_path / "token" / "token"

@@ -13,8 +13,10 @@ from typing import Any
 from prometheus_client import CollectorRegistry
 
 from controller import machine, naming
+from controller.admission import Quotas
 from controller.directory import InstanceDirectory
 from controller.errors import TransientError
+from controller.fleet import Fleet
 from controller.metrics import Recorder
 from controller.pricing import PriceBook
 from controller.reconciler import JobRef, Reconciler
@@ -76,6 +78,8 @@ class Harness:
         listing_max_age: float = 10.0,
         max_list_items: int | None = None,
         metrics: bool = True,
+        quotas: Quotas | None = None,
+        wake_queued: bool = False,
     ) -> None:
         self.clock = FakeClock()
         self.brev = FakeBrev(self.clock, faults=faults)
@@ -90,12 +94,18 @@ class Harness:
         self.tunables = tunables
         self.listing_max_age = listing_max_age
         self.restarts = 0
+        # With quotas, admission goes through a Fleet over the fake API (as controller.app wires it).
+        self.quotas = quotas
+        self.wake_queued = wake_queued
         self.start_operator()
 
     def start_operator(self) -> None:
         """A new operator process: every in-memory cache is lost; status comes from Kubernetes."""
         self.directory = InstanceDirectory(self.brev, clock=self.clock.monotonic)
         self.runner = FakeActionRunner(self.brev, self.directory)
+        self.fleet = (
+            None if self.quotas is None else Fleet(self.kube, self.quotas, clock=self.clock.monotonic)
+        )
         self.reconciler = Reconciler(
             kube=self.kube,
             directory=self.directory,
@@ -106,6 +116,8 @@ class Harness:
             listing_max_age=self.listing_max_age,
             clock=self.clock.now,
             prices=PriceBook(self.brev, clock=self.clock.monotonic),
+            fleet=self.fleet,
+            wake_queued=self.wake_queued,
         )
 
     def restart(self) -> None:

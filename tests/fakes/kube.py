@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from controller.errors import KubeUnavailable, SecretAccessDenied, StatusRejected
+from controller.errors import KubeAccessDenied, KubeUnavailable, SecretAccessDenied, StatusRejected
 from controller.kube import KubeAccess, minimal_status, trimmed_status
 
 
@@ -53,6 +53,7 @@ class FakeObject:
     generation: int = 1
     status: dict[str, Any] = field(default_factory=dict)
     deletion_requested: bool = False
+    created: str = "2026-11-29T11:00:00Z"
 
     def body(self) -> dict[str, Any]:
         meta: dict[str, Any] = {
@@ -61,6 +62,7 @@ class FakeObject:
             "uid": self.uid,
             "generation": self.generation,
             "finalizers": ["taobrev.io/teardown"],
+            "creationTimestamp": self.created,
         }
         if self.deletion_requested:
             meta["deletionTimestamp"] = "2026-11-29T12:00:00Z"
@@ -92,6 +94,11 @@ class FakeKube(KubeAccess):
         self.config_maps: dict[tuple[str, str], tuple[dict[str, str], int]] = {}
         self.list_fails: Exception | None = None  # list_jobs raises this when set
         self.config_map_fails: Exception | None = None  # read_config_map raises this when set
+        # Namespace annotations (quota overrides); a namespace in `denied_namespaces` answers 403.
+        self.namespaces: dict[str, dict[str, str]] = {}
+        self.denied_namespaces: set[str] = set()
+        self.job_lists = 0
+        self.namespace_reads = 0
 
     # -- test controls -----------------------------------------------------------------------
 
@@ -102,8 +109,12 @@ class FakeKube(KubeAccess):
         """The operator's RBAC does not cover this Secret: reading it answers 403."""
         self.denied.add((namespace, name))
 
-    def create(self, namespace: str, name: str, uid: str, spec: Mapping[str, Any]) -> FakeObject:
+    def create(
+        self, namespace: str, name: str, uid: str, spec: Mapping[str, Any], *, created: str | None = None
+    ) -> FakeObject:
         obj = FakeObject(namespace, name, uid, copy.deepcopy(dict(spec)))
+        if created is not None:
+            obj.created = created
         self.objects[(namespace, name)] = obj
         return obj
 
@@ -156,11 +167,6 @@ class FakeKube(KubeAccess):
             raise KubeUnavailable(f"reading the uid of namespace {name}: 404 Not Found")
         return self.namespace_uids[name]
 
-    async def list_jobs(self, page_size: int = 500) -> list[dict[str, Any]]:
-        if self.list_fails is not None:
-            raise self.list_fails
-        return [copy.deepcopy(o.body()) for o in self.objects.values()]
-
     async def read_config_map(self, namespace: str, name: str) -> tuple[dict[str, str], str] | None:
         if self.config_map_fails is not None:
             raise self.config_map_fails
@@ -175,6 +181,24 @@ class FakeKube(KubeAccess):
         if current != resource_version:
             raise KubeUnavailable(f"writing ConfigMap {namespace}/{name}: 409 Conflict")
         self.config_maps[(namespace, name)] = (dict(data), (found[1] if found else 0) + 1)
+
+    async def list_jobs(
+        self, namespaces: Sequence[str] = (), *, page_size: int = 500
+    ) -> list[dict[str, Any]]:
+        self.job_lists += 1
+        if self.list_fails is not None:
+            raise self.list_fails
+        return [
+            copy.deepcopy(o.body())
+            for o in self.objects.values()
+            if not namespaces or o.namespace in namespaces
+        ]
+
+    async def namespace_annotations(self, name: str) -> Mapping[str, str] | None:
+        self.namespace_reads += 1
+        if name in self.denied_namespaces:
+            raise KubeAccessDenied(f"reading Namespace {name} (quota annotations): 403 Forbidden")
+        return dict(self.namespaces.get(name, {}))
 
     def _refused(self, status: Mapping[str, Any]) -> bool:
         """422 from the CRD's maxItems: a list in the status longer than `max_list_items`."""

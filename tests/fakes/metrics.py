@@ -16,6 +16,9 @@ class NullRecorder(Recorder):
     def build_info(self, *args: Any, **kwargs: Any) -> None:
         return None
 
+    def queued(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
     def brev_call(self, *args: Any, **kwargs: Any) -> None:
         return None
 

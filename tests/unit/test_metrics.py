@@ -73,6 +73,7 @@ def test_exposed_names_types_and_labels(registry: CollectorRegistry, rec: Record
     rec.lane_slots("pull", 64)
     rec.lane_state("pull", in_flight=64, waiting=3)
     rec.lane_waited("pull", 12.0, obtained=False)
+    rec.queued({("ns", "NamespaceInstanceLimit"): 2})
 
     expected = {
         "taobrev_job_phase": ("gauge", {"namespace", "name", "phase"}),
@@ -100,6 +101,7 @@ def test_exposed_names_types_and_labels(registry: CollectorRegistry, rec: Record
         "taobrev_orphan_instances": ("gauge", {"state"}),
         "taobrev_orphans_deleted": ("counter", {"reason"}),
         "taobrev_orphan_sweeps": ("counter", {"result"}),
+        "taobrev_queued_jobs": ("gauge", {"namespace", "reason"}),
     }
     text = generate_latest(registry).decode()
     # prometheus_client also exposes <counter|histogram>_created gauges (the Deployment turns them

@@ -394,7 +394,9 @@ def test_snake_case_names_are_accepted_and_dump_is_camel_case() -> None:
 def test_api_field_names_match_the_contract() -> None:
     """The camelCase names the reconciler and users rely on (SPEC.md) are exactly these."""
     props = crdgen.openapi_schema()["properties"]["spec"]["properties"]
-    assert set(props) == {"task", "instance", "data", "credentials", "timeouts", "recovery", "budget"}
+    assert set(props) == {
+        "task", "instance", "data", "credentials", "timeouts", "recovery", "budget", "priority", "suspend",
+    }  # fmt: skip
     assert set(props["task"]["properties"]) == {
         "image", "networkArch", "action", "specPath", "specContent", "args", "env", "gpus", "shmSize",
     }  # fmt: skip
@@ -423,6 +425,7 @@ def test_api_field_names_match_the_contract() -> None:
         "deleteAcceptedAt", "absentListings", "absentSince", "absentCheckedAt", "stalledReason",
         "stalledMessage", "attempt", "attempts", "checkpoint", "billedSeconds", "estimatedCostDollars",
         "costKnown",
+        "admittedAt", "queueReason", "queueMessage", "queuePosition",
     }  # fmt: skip
     assert set(props["recovery"]["properties"]) == {
         "maxAttempts", "checkpointIntervalSeconds", "retryOnExitCodes",
@@ -641,6 +644,8 @@ def test_crd_names_columns_and_subresources() -> None:
         "Outcome": (".status.outcome", 0),
         "Instance": (".status.instanceName", 0),
         "GPU": (".status.gpu", 0),
+        "Queue": (".status.queuePosition", 0),
+        "Queued": (".status.queueReason", 1),
         "Action": (".spec.task.action", 1),
         "Reason": (".status.reason", 1),
         "Attempt": (".status.attempt", 1),
