@@ -3,11 +3,12 @@
 The only module of the reconciler that causes side effects on Brev. Each action is idempotent
 (re-running it after a crash is safe); the first failing action stops the list and is reported
 as an `ActionFailure` for decide() to judge (transient: retry with backoff; permanent: fail).
+Every remote step runs in its lane (`lane_of`, controller/lanes.py), so teardown, create and
+start calls never queue behind probes or transfers.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -19,6 +20,7 @@ from controller.brev.workload import ContainerNotFound, ImageNotPresent, Workloa
 from controller.container_paths import SPEC_MOUNT_PATH
 from controller.directory import InstanceDirectory
 from controller.errors import InstanceNotFound, PermanentError, TaoBrevError, TransientError
+from controller.lanes import BUDGETED, Lane, Lanes
 from controller.models import TaoBrevJobSpec
 from controller.steps import (
     Action,
@@ -80,14 +82,37 @@ def _secrets(job: JobContext, action: str) -> JobSecrets:
     return job.secrets
 
 
+# The lane each action kind waits in (controller/lanes.py). Every kind must be here (a unit test
+# checks it): a new action — e.g. issue 12's checkpoint sync and restore, Lane.CHECKPOINT — adds
+# its row. Teardown, create and start kinds never share a lane with probes or transfers.
+ACTION_LANES: Mapping[type[Action], Lane] = {
+    CreateInstance: Lane.CREATE,
+    StartInstance: Lane.CREATE,
+    ProbeExec: Lane.PROBE,
+    PrepareWorkload: Lane.PULL,
+    StartContainer: Lane.START,
+    WaitForExit: Lane.WAIT,
+    StopContainer: Lane.STOP,
+    CleanupWorkload: Lane.STOP,
+    UploadResults: Lane.UPLOAD,
+    DeleteInstance: Lane.DELETE,
+}
+
+
+def lane_of(action: Action) -> Lane:
+    lane = ACTION_LANES.get(type(action))
+    if lane is None:
+        raise AssertionError(f"no lane for action {type(action).__name__}: add it to ACTION_LANES")
+    return lane
+
+
 class ActionRunner:
     def __init__(
         self,
         brev: BrevClient,
         directory: InstanceDirectory,
         *,
-        max_concurrent_calls: int,
-        max_concurrent_waits: int,
+        lanes: Lanes | None = None,
         exec_timeout: float = 900.0,
         pull_timeout: float = 3600.0,
         stop_grace_s: int = 30,
@@ -97,10 +122,7 @@ class ActionRunner:
         self._wl_settings = WorkloadSettings(
             probe_timeout=exec_timeout, pull_timeout=pull_timeout, stop_grace_s=stop_grace_s
         )
-        # Short calls share a tight bound; blocking waits (up to wait_timeout each) have their own,
-        # so twenty running jobs cannot starve provisioning of the others.
-        self._calls = asyncio.Semaphore(max_concurrent_calls)
-        self._waits = asyncio.Semaphore(max_concurrent_waits)
+        self._lanes = lanes if lanes is not None else Lanes.defaults()
 
     def _workload(self, instance: str, job: JobContext) -> Workload:
         return Workload(self._brev, instance, job.job_id, settings=self._wl_settings)
@@ -114,7 +136,8 @@ class ActionRunner:
         deadline: datetime | None = None,
     ) -> Observation:
         """Perform `actions` in order. `deadline` (aware), when given, is the end of the phase
-        budget: every remote call of these actions gets at most the time left as its timeout."""
+        budget: the actions of budgeted lanes wait for a slot and run their remote calls only
+        within the time left; the others (stop, cleanup, delete, create) keep their own bounds."""
         for action in actions:
             try:
                 obs = await self._one(action, job, obs, deadline)
@@ -131,13 +154,19 @@ class ActionRunner:
     async def _one(
         self, action: Action, job: JobContext, obs: Observation, deadline: datetime | None
     ) -> Observation:
+        lane = lane_of(action)
+        budget = deadline if lane in BUDGETED else None
+        # These two may need a second lane (a re-pull, a restart): they take their slots
+        # themselves, one at a time, so no call ever holds a slot while queueing for another.
         if isinstance(action, WaitForExit):
-            async with self._waits:
-                return await self._wait(action, job, obs, deadline)
-        async with self._calls:
-            return await self._short(action, job, obs, deadline)
+            return await self._wait(action, job, obs, budget)
+        if isinstance(action, StartContainer):
+            await self._start(self._workload(action.instance, job), job, budget)
+            return obs.with_(container_started=True)
+        async with self._lanes.hold(lane, budget):
+            return await self._call(action, job, obs, budget)
 
-    async def _short(  # noqa: PLR0911 - one return per action kind
+    async def _call(  # noqa: PLR0911 - one return per action kind
         self, action: Action, job: JobContext, obs: Observation, deadline: datetime | None
     ) -> Observation:
         match action:
@@ -154,9 +183,6 @@ class ActionRunner:
             case PrepareWorkload(instance=inst):
                 await self._prepare(self._workload(inst, job), job, deadline)
                 return obs.with_(prepared=True)
-            case StartContainer(instance=inst):
-                await self._start(self._workload(inst, job), job, deadline)
-                return obs.with_(container_started=True)
             case StopContainer(instance=inst):
                 await self._workload(inst, job).stop_container(deadline=deadline)
                 return obs.with_(container_stopped=True)
@@ -195,14 +221,16 @@ class ActionRunner:
     ) -> Observation:
         wl = self._workload(action.instance, job)
         try:
-            info = await wl.wait_exit_with_tail(
-                int(action.timeout_seconds), LOG_TAIL_LINES, deadline=deadline
-            )
+            async with self._lanes.hold(Lane.WAIT, deadline):
+                info = await wl.wait_exit_with_tail(
+                    int(action.timeout_seconds), LOG_TAIL_LINES, deadline=deadline
+                )
         except ContainerNotFound:
             if not action.start_if_missing:
                 # Stopping a container that is not there: nothing will ever exit; say so.
                 return obs.with_(exit_code=CONTAINER_MISSING_EXIT)
-            # Crashed between writing containerStartedAt and `docker run`: start it (idempotent).
+            # Crashed between writing containerStartedAt and `docker run`: start it (idempotent),
+            # in the start lane (the wait's slot is released by now).
             await self._start(wl, job, deadline)
             return obs.with_(exit_code=None, container_started=True)
         # The container's own FinishedAt: operator downtime is never counted as the job's run time.
@@ -240,9 +268,15 @@ class ActionRunner:
             )
 
         try:
-            await start()
+            async with self._lanes.hold(Lane.START, deadline):
+                await start()
+            return
         except ImageNotPresent:
-            # The image went away since Pulling (a replaced or pruned disk): the registry login
-            # was removed after the pull, so deliver it again for this pull only.
+            pass
+        # The image went away since Pulling (a replaced or pruned disk): the registry login was
+        # removed after the pull, so deliver it again for this pull only — in the pull lane, so a
+        # re-pull never holds a start slot.
+        async with self._lanes.hold(Lane.PULL, deadline):
             await wl.pull_image(task.image, ngc_api_key=secrets.ngc_api_key, deadline=deadline)
+        async with self._lanes.hold(Lane.START, deadline):
             await start()

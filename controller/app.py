@@ -89,11 +89,16 @@ def build(settings: Settings, events: EventSink) -> App:
         recorder=recorder,
     )
     directory = InstanceDirectory(brev)
+    if settings.max_concurrent_brev_calls is not None:
+        log.warning(
+            "TAOBREV_MAX_CONCURRENT_BREV_CALLS is deprecated: every brev call but waits shares one "
+            "pool, so teardown waits behind probes and pulls; unset it to use the lanes (TAOBREV_LANE_*)",
+            slots=settings.max_concurrent_brev_calls,
+        )
     runner = ActionRunner(
         brev,
         directory,
-        max_concurrent_calls=settings.max_concurrent_brev_calls,
-        max_concurrent_waits=settings.max_concurrent_waits,
+        lanes=settings.lanes(recorder),
         exec_timeout=settings.exec_timeout,
         pull_timeout=settings.pull_timeout,
     )

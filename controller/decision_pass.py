@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from controller import reasons
+from controller.backoff import exponential
 from controller.brev.client import Instance
 from controller.identities import same_reach
 from controller.models import OnCompletion, Outcome, Phase, TaoBrevJobSpec, TaoBrevJobStatus
@@ -85,8 +86,7 @@ class Pass:
         self.events.append(EventNote(kind, reason, message))
 
     def backoff(self) -> None:
-        retries = max(self.s.retries, 1)
-        self.requeue = min(self.tun.backoff_base * 2 ** (retries - 1), self.tun.backoff_max)
+        self.requeue = exponential(self.s.retries, base=self.tun.backoff_base, cap=self.tun.backoff_max)
 
     def transient(self, failure: ActionFailure) -> None:
         """A failure to retry with backoff. Before the run ended it is the job's current problem

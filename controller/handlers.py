@@ -54,12 +54,6 @@ def _job_key(body: kopf.Body) -> str:
     return f"{body.metadata.get('namespace')}/{body.metadata.get('name')}"
 
 
-def _retry_delay(app: app_module.App, failures: int) -> float:
-    """Exponential backoff for transient errors (an API server that is down, 403 after a restart)."""
-    base: float = app.settings.poll_interval
-    return float(min(base * 2 ** max(failures - 1, 0), max(app.settings.backoff_max, base)))
-
-
 @kopf.on.startup()
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     ours = Settings.from_env()
@@ -146,8 +140,6 @@ async def leader_probe(memo: kopf.Memo, **_: Any) -> bool:
 async def drive(stopped: kopf.DaemonStopped, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     app = memo["app"]
     key = _job_key(body)
-    failures = 0
-    last_reason: str | None = None
     crashed = False
     try:
         while not stopped:
@@ -160,31 +152,13 @@ async def drive(stopped: kopf.DaemonStopped, body: kopf.Body, memo: kopf.Memo, *
                 continue
             app.watchdog.pass_started(key)
             try:
+                # Transient failures are the reconciler's to retry: it returns the backoff.
                 delay = await app.leadership.while_leading(
                     app.reconciler.reconcile(JobRef.from_body(body, deleting=False))
                 )
-                failures, last_reason = 0, None
             except NotLeading:
                 app.watchdog.forget(key)
                 continue  # cancelled mid-pass: wait for the next term
-            except TransientError as exc:
-                # Expected (API server or Brev briefly unavailable): one line, no traceback.
-                failures += 1
-                delay = _retry_delay(app, failures)
-                app.recorder.reconcile_error(exc.reason)
-                if exc.reason != last_reason:
-                    # Once per streak: the pass may have failed before writing any status (a
-                    # forbidden Secret), and the user needs to see why the job does not move.
-                    _post_event(JobRef.from_body(body, deleting=False), "Warning", exc.reason, str(exc))
-                last_reason = exc.reason
-                log.warning(
-                    "reconcile failed; retrying",
-                    error=str(exc),
-                    reason=exc.reason,
-                    retry_in=delay,
-                    name=body.metadata.get("name"),
-                    namespace=body.metadata.get("namespace"),
-                )
             if delay is None:
                 return  # finished: nothing more to watch until the object is deleted
             app.watchdog.pass_finished(key, delay)
@@ -216,16 +190,12 @@ async def teardown(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
         except NotLeading as exc:
             app.watchdog.forget(key)
             raise kopf.TemporaryError(str(exc), delay=1) from exc
-        except TransientError as exc:
-            retry = app.settings.poll_interval
-            app.watchdog.pass_finished(key, retry)
-            app.recorder.reconcile_error(exc.reason)
-            # kopf stores this text in the object's progress annotation: redacted, no traceback.
-            raise kopf.TemporaryError(redact_text(str(exc)), delay=retry) from None
         except asyncio.CancelledError:
             app.watchdog.forget(key)
             raise
         except Exception as exc:
+            # A bug (transient failures are retried inside reconcile()). kopf stores this text in
+            # the object's progress annotation: redacted, no traceback.
             app.watchdog.pass_finished(key, app.settings.poll_interval)
             log.exception(
                 "teardown pass failed unexpectedly; retrying", name=ref.name, namespace=ref.namespace

@@ -35,6 +35,8 @@ PHASE_BUCKETS: Final = (1, 5, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 
 BREV_CALL_BUCKETS: Final = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200)
 # One reconcile pass: milliseconds when nothing changes, up to a long brev call when acting.
 RECONCILE_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+# Waiting for a lane slot: none at all normally; up to a long call when a lane is full.
+LANE_WAIT_BUCKETS: Final = (0.001, 0.01, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 900, 3600)
 # Container exit -> instance deleted: upload + brev delete + confirmation, seconds to an hour.
 TEARDOWN_BUCKETS: Final = (5, 10, 30, 60, 120, 300, 600, 900, 1800, 3600)
 
@@ -164,6 +166,37 @@ class Recorder:
             "1 while this replica holds the leader Lease and acts on jobs; 0 on a standby.",
             registry=registry,
         )
+        self._lane_slots = Gauge(
+            "taobrev_lane_slots",
+            "Slots of each lane of brev calls (TAOBREV_LANE_*; lane=shared: the deprecated single pool).",
+            ["lane"],
+            registry=registry,
+        )
+        self._lane_in_flight = Gauge(
+            "taobrev_lane_in_flight",
+            "Brev calls holding a slot of each lane now (each is one child process).",
+            ["lane"],
+            registry=registry,
+        )
+        self._lane_waiting = Gauge(
+            "taobrev_lane_waiting",
+            "Brev calls queued for a slot of each lane now.",
+            ["lane"],
+            registry=registry,
+        )
+        self._lane_wait = Histogram(
+            "taobrev_lane_wait_seconds",
+            "Time a brev call waited for a slot of its lane, whether it got one or not.",
+            ["lane"],
+            buckets=LANE_WAIT_BUCKETS,
+            registry=registry,
+        )
+        self._lane_busy = Counter(
+            "taobrev_lane_busy",
+            "Calls that got no slot of their lane before their phase deadline (LaneBusy).",
+            ["lane"],
+            registry=registry,
+        )
         self.build_info(version, brev_cli_version)
 
     # -- process ---------------------------------------------------------------------------------
@@ -189,6 +222,20 @@ class Recorder:
 
     def reconcile_duration(self, seconds: float) -> None:
         self._reconcile_time.observe(seconds)
+
+    # -- lanes (controller.lanes.LaneObserver) ---------------------------------------------------
+
+    def lane_slots(self, lane: str, slots: int) -> None:
+        self._lane_slots.labels(lane=lane).set(slots)
+
+    def lane_state(self, lane: str, *, in_flight: int, waiting: int) -> None:
+        self._lane_in_flight.labels(lane=lane).set(in_flight)
+        self._lane_waiting.labels(lane=lane).set(waiting)
+
+    def lane_waited(self, lane: str, seconds: float, *, obtained: bool) -> None:
+        self._lane_wait.labels(lane=lane).observe(seconds)
+        if not obtained:
+            self._lane_busy.labels(lane=lane).inc()
 
     # -- jobs ------------------------------------------------------------------------------------
 

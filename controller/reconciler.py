@@ -19,6 +19,7 @@ from pydantic import ValidationError
 
 from controller import machine
 from controller.actions import ActionRunner, JobContext, JobSecrets
+from controller.backoff import exponential
 from controller.directory import InstanceDirectory
 from controller.errors import MissingSecretError, PermanentError, SpecError, TaoBrevError, TransientError
 from controller.kube import KubeAccess
@@ -106,7 +107,8 @@ class Reconciler:
         self._locks: dict[str, asyncio.Lock] = {}
         # The status last written per uid, typed and as sent (the watch may lag behind it).
         self._written: dict[str, TaoBrevJobStatus] = {}
-        self._api_failures: dict[str, int] = {}
+        # uid -> (consecutive failed passes, reason of the last one)
+        self._api_failures: dict[str, tuple[int, str | None]] = {}
         # Shielded creates still running after their pass was cancelled (kept referenced).
         self._background: set[asyncio.Future[Observation]] = set()
 
@@ -133,21 +135,30 @@ class Reconciler:
                 try:
                     delay = await self._pass(ref)
                 except TransientError as exc:
-                    # The API server (or Brev outside an action) is down, throttling or not ready
-                    # after a restart: back off and come again; never crash the daemon.
-                    failures = self._api_failures.get(ref.uid, 0) + 1
-                    self._api_failures[ref.uid] = failures
-                    self._recorder.reconcile_error(exc.reason)
-                    # Same event name as the daemon's own retry line: one fact, one name to alert on.
-                    log.warning(
-                        "reconcile failed; retrying", reason=exc.reason, error=str(exc), attempt=failures
-                    )
-                    t = self._tunables
-                    return float(min(t.backoff_base * 2 ** (failures - 1), t.backoff_max))
+                    return self._retry_later(ref, exc)
                 finally:
                     self._recorder.reconcile_duration(time.monotonic() - started)
                 self._api_failures.pop(ref.uid, None)
                 return delay
+
+    def _retry_later(self, ref: JobRef, exc: TransientError) -> float:
+        """The one retry layer for a pass that failed transiently (the API server or Brev outside
+        an action is down, throttling or not ready after a restart): back off and come again,
+        never crash the daemon. One Warning Event per streak of the same reason: the pass may
+        have failed before writing any status (a forbidden Secret), and the user needs to see
+        why the job does not move."""
+        failures, last_reason = self._api_failures.get(ref.uid, (0, None))
+        failures += 1
+        self._api_failures[ref.uid] = (failures, exc.reason)
+        self._recorder.reconcile_error(exc.reason)
+        if exc.reason != last_reason:
+            self._events(ref, "Warning", exc.reason, str(exc))
+        t = self._tunables
+        delay = exponential(failures, base=t.backoff_base, cap=t.backoff_max)
+        log.warning(
+            "reconcile failed; retrying", reason=exc.reason, error=str(exc), attempt=failures, retry_in=delay
+        )
+        return delay
 
     def _status(self, ref: JobRef) -> TaoBrevJobStatus:
         """Status parsed once where it enters: our last write if the watch lags behind it."""
@@ -211,7 +222,10 @@ class Reconciler:
             )
             log.debug("acting", actions=[type(a).__name__ for a in decision.actions])
             after = await self._act(
-                decision.actions, job, obs.with_(failure=None, completed=()), _deadline(spec, status)
+                decision.actions,
+                job,
+                obs.with_(failure=None, completed=()),
+                _deadline(spec, status, self._clock()),
             )
             if after.failure is not None:
                 self._recorder.reconcile_error(after.failure.reason)
@@ -428,16 +442,29 @@ def _needs_secrets(action: Action) -> bool:
     return isinstance(action, PrepareWorkload | StartContainer | UploadResults)
 
 
-def _deadline(spec: TaoBrevJobSpec | None, status: TaoBrevJobStatus) -> datetime | None:
-    """The end of the current phase's budget, for the steps that fill a phase before the run
-    (probe, registry login + pull + staging): a call gets the time left, so the phase never
-    overruns its timeout by a whole per-call timeout. Once the run ended no budget is passed:
-    stop, upload and delete have their own bounds in the machine, and a spent budget must never
-    keep an instance from being deleted."""
-    if spec is None or status.outcome or status.phase not in (Phase.WAITING_EXEC, Phase.PULLING):
+def _deadline(spec: TaoBrevJobSpec | None, status: TaoBrevJobStatus, now: datetime) -> datetime | None:
+    """The end of the current phase's budget, for the steps that fill a phase with a timeout:
+    probe (WaitingExec), registry login + pull + staging (Pulling) and the results upload
+    (Uploading). A call gets the time left — for its lane slot and its remote calls — so the phase
+    never overruns its timeout by a whole per-call timeout. The runner applies it to those steps
+    only: stop, cleanup and delete keep their own bounds, and a spent budget never keeps an
+    instance from being deleted.
+
+    Uploading is counted from entering the phase, except that the first upload attempt always
+    gets the whole uploadingSeconds from now: an operator that was down past the budget must
+    still try the upload once (controller/teardown.py), not fail it unattempted."""
+    if spec is None or status.phase is None:
+        return None
+    if status.phase in (Phase.WAITING_EXEC, Phase.PULLING):
+        if status.outcome:
+            return None  # the run ended: only teardown is left
+    elif status.phase != Phase.UPLOADING:
         return None
     entered = status.phase_times.get(str(status.phase))
     limit = machine.phase_timeout(spec, status.phase)
     if entered is None or limit is None:
         return None
-    return entered + timedelta(seconds=limit)
+    end = entered + timedelta(seconds=limit)
+    if status.phase == Phase.UPLOADING and not status.upload_attempts:
+        return max(end, now + timedelta(seconds=limit))
+    return end

@@ -162,13 +162,18 @@ def _create_request(p: Pass) -> CreateRequest:
 
 
 def waiting_exec(p: Pass) -> None:
-    if instance_gone_or_failed(p) or _check_timeout(p):
+    if instance_gone_or_failed(p):
         if p.s.outcome:
             _step_after_end(p)
         return
+    # A probe that succeeded counts even if it came back after the deadline (it was given the
+    # time left, and waiting for its lane counts too): the result first, then the timeout.
     if p.obs.probe_ok:
         p.enter(Phase.PULLING, "instance accepts commands; logging in to the registry and pulling the image")
         p.actions.append(PrepareWorkload(p.instance))
+        return
+    if _check_timeout(p):
+        _step_after_end(p)
         return
     if p.obs.probe_ok is False:
         # Look again after poll_interval, not in this pass: each probe is a brev call.
@@ -178,15 +183,19 @@ def waiting_exec(p: Pass) -> None:
 
 
 def pulling(p: Pass) -> None:
-    if instance_gone_or_failed(p) or _check_timeout(p):
+    if instance_gone_or_failed(p):
         if p.s.outcome:
             _step_after_end(p)
         return
+    # Like the probe: a pull + staging that succeeded counts even past the deadline.
     if p.obs.prepared:
         p.enter(Phase.RUNNING, f"starting container {p.s.job_id} on {p.instance}")
         p.s.container_started_at = p.now
         p.actions.append(StartContainer(p.instance))
         p.requeue = 0.0
+        return
+    if _check_timeout(p):
+        _step_after_end(p)
         return
     p.actions.append(PrepareWorkload(p.instance))
 

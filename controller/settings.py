@@ -11,10 +11,13 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from controller.lanes import DEFAULT_SLOTS, LANES, Lane, LaneObserver, Lanes
 from controller.leadership import Timing
 from controller.machine import Tunables
 
 PREFIX = "TAOBREV_"
+# Old names still read, with the field they now set (same meaning).
+ALIASES = {"max_concurrent_waits": "lane_wait"}
 
 
 class Settings(BaseModel):
@@ -30,8 +33,42 @@ class Settings(BaseModel):
         description="Secret in the operator's namespace with keys api-key + org-id, or token",
     )
     operator_namespace: str = Field("taobrev-system", description="namespace of the operator and its Secret")
-    max_concurrent_brev_calls: int = Field(8, ge=1, le=256, description="bound on short brev calls in flight")
-    max_concurrent_waits: int = Field(256, ge=1, le=4096, description="bound on blocking `docker wait` calls")
+    # --- lanes (controller/lanes.py): brev calls in flight per kind; each is one child process
+    lane_create: int = Field(
+        DEFAULT_SLOTS[Lane.CREATE], ge=1, le=1024, description="`brev create`/`brev start` calls in flight"
+    )
+    lane_start: int = Field(
+        DEFAULT_SLOTS[Lane.START], ge=1, le=1024, description="`docker run` of training containers in flight"
+    )
+    lane_probe: int = Field(
+        DEFAULT_SLOTS[Lane.PROBE],
+        ge=1,
+        le=4096,
+        description="exec probes of new instances (first exec: 600 s+)",
+    )
+    lane_pull: int = Field(
+        DEFAULT_SLOTS[Lane.PULL], ge=1, le=4096, description="registry login + image pull + input staging"
+    )
+    lane_upload: int = Field(
+        DEFAULT_SLOTS[Lane.UPLOAD], ge=1, le=4096, description="results uploads (with their verification)"
+    )
+    lane_checkpoint: int = Field(
+        DEFAULT_SLOTS[Lane.CHECKPOINT], ge=1, le=4096, description="checkpoint syncs and restores"
+    )
+    lane_wait: int = Field(
+        DEFAULT_SLOTS[Lane.WAIT], ge=1, le=4096, description="blocking `docker wait` calls of running jobs"
+    )
+    lane_stop: int = Field(
+        DEFAULT_SLOTS[Lane.STOP], ge=1, le=1024, description="`docker stop`, `docker rm` + job cleanup"
+    )
+    lane_delete: int = Field(DEFAULT_SLOTS[Lane.DELETE], ge=1, le=1024, description="`brev delete` calls")
+    max_concurrent_brev_calls: int | None = Field(
+        None,
+        ge=1,
+        le=256,
+        description="DEPRECATED: one pool of this size for every call but waits (the pre-lane "
+        "behaviour, head-of-line blocking included); unset = the lanes",
+    )
     # --- timing (seconds)
     poll_interval: float = Field(5.0, gt=0, le=300, description="re-observe period while waiting on brev")
     wait_timeout: float = Field(
@@ -105,6 +142,12 @@ class Settings(BaseModel):
             backoff_max=self.backoff_max,
         )
 
+    def lanes(self, observer: LaneObserver | None = None) -> Lanes:
+        sizes = {lane: (int(getattr(self, f"lane_{lane}")), f"{PREFIX}LANE_{lane.upper()}") for lane in LANES}
+        shared = self.max_concurrent_brev_calls
+        legacy = (shared, f"{PREFIX}MAX_CONCURRENT_BREV_CALLS") if shared is not None else None
+        return Lanes(sizes, shared=legacy, observer=observer)
+
     def leader_timing(self) -> Timing:
         return Timing(self.leader_lease_duration, self.leader_renew_deadline, self.leader_retry_period)
 
@@ -117,6 +160,16 @@ class Settings(BaseModel):
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if env is None else env
         raw: dict[str, object] = {}
+        for old, name in ALIASES.items():
+            value, current = env.get(PREFIX + old.upper()), env.get(PREFIX + name.upper())
+            if value and current and value != current:
+                raise SystemExit(
+                    f"invalid operator settings: {PREFIX}{old.upper()}={value} and "
+                    f"{PREFIX}{name.upper()}={current} disagree; {PREFIX}{old.upper()} is the old name "
+                    f"of {PREFIX}{name.upper()}: remove it"
+                )
+            if value:
+                raw[name] = value
         for name in cls.model_fields:
             value = env.get(PREFIX + name.upper())
             if value is None or value == "":

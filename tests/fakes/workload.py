@@ -33,6 +33,7 @@ from controller.brev.workload import (
 from controller.container_paths import SPEC_MOUNT_PATH
 from controller.directory import InstanceDirectory
 from controller.errors import BrevTransientError, EntitlementError, TaoBrevError, TransientError
+from controller.lanes import Lanes
 from tests.fakes.brev import ContainerStart, FakeBrev, FakeContainer, FakeInstance, UploadRecord
 
 STOPPED_EXIT = 143  # SIGTERM, as `docker stop` leaves a TAO container
@@ -237,7 +238,7 @@ class FakeActionRunner(ActionRunner):
     """The real ActionRunner; only the remote job is in memory."""
 
     def __init__(self, world: FakeBrev, directory: InstanceDirectory) -> None:
-        super().__init__(world, directory, max_concurrent_calls=4, max_concurrent_waits=4)
+        super().__init__(world, directory, lanes=Lanes.uniform(4, clock=world.clock.now))
         self.world = world
 
     def _workload(self, instance: str, job: JobContext) -> Workload:

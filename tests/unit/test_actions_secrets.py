@@ -10,6 +10,7 @@ from typing import Any
 
 from controller.actions import ActionRunner, JobContext, JobSecrets
 from controller.directory import InstanceDirectory
+from controller.lanes import Lanes
 from controller.models import TaoBrevJobSpec
 from controller.steps import Action, Observation, PrepareWorkload, StartContainer, UploadResults, WaitForExit
 from tests.unit.fake_exec import FakeClient
@@ -45,7 +46,7 @@ def _job(secrets: JobSecrets | None = SECRETS) -> JobContext:
 
 
 def _run(client: FakeClient, action: Action, job: JobContext | None = None) -> Observation:
-    runner = ActionRunner(client, InstanceDirectory(client), max_concurrent_calls=2, max_concurrent_waits=2)
+    runner = ActionRunner(client, InstanceDirectory(client), lanes=Lanes.uniform(2))
     return asyncio.run(runner.run([action], job or _job(), Observation(now=NOW)))
 
 

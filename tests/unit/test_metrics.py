@@ -69,6 +69,9 @@ def test_exposed_names_types_and_labels(registry: CollectorRegistry, rec: Record
     rec.reconcile_duration(0.02)
     rec.instance_uptime("ns", "job", "tbj-abc", 30.0)
     rec.exit_to_teardown(42.0)
+    rec.lane_slots("pull", 64)
+    rec.lane_state("pull", in_flight=64, waiting=3)
+    rec.lane_waited("pull", 12.0, obtained=False)
 
     expected = {
         "taobrev_job_phase": ("gauge", {"namespace", "name", "phase"}),
@@ -86,6 +89,11 @@ def test_exposed_names_types_and_labels(registry: CollectorRegistry, rec: Record
         "taobrev_exit_to_teardown_seconds": ("histogram", set()),
         "taobrev_build_info": ("gauge", {"version", "brev_cli_version"}),
         "taobrev_leader": ("gauge", set()),
+        "taobrev_lane_slots": ("gauge", {"lane"}),
+        "taobrev_lane_in_flight": ("gauge", {"lane"}),
+        "taobrev_lane_waiting": ("gauge", {"lane"}),
+        "taobrev_lane_wait_seconds": ("histogram", {"lane"}),
+        "taobrev_lane_busy": ("counter", {"lane"}),
     }
     text = generate_latest(registry).decode()
     # prometheus_client also exposes <counter|histogram>_created gauges (the Deployment turns them

@@ -16,6 +16,7 @@ from controller.actions import ActionRunner
 from controller.brev.client import RUNNING, CreateRequest, CreateResult, ExecResult, Instance
 from controller.directory import InstanceDirectory
 from controller.errors import InstanceNotFound, TransientError
+from controller.lanes import Lanes
 from controller.metrics import Recorder
 from controller.reconciler import FINALIZER, JobRef, Reconciler, parse_status
 
@@ -120,7 +121,7 @@ def reconciler(
     return Reconciler(
         kube=kube,  # type: ignore[arg-type]
         directory=directory,
-        runner=ActionRunner(brev, directory, max_concurrent_calls=2, max_concurrent_waits=2),  # type: ignore[arg-type]
+        runner=ActionRunner(brev, directory, lanes=Lanes.uniform(2)),  # type: ignore[arg-type]
         recorder=Recorder(CollectorRegistry()),
         events=events or Events(),
         tunables=machine.Tunables(),
