@@ -87,6 +87,11 @@ def _resolve(node: Any, defs: dict[str, Any]) -> Any:
             out[key] = {name: _resolve(sub, defs) for name, sub in value.items()}
         elif key == "required" and not value:
             continue
+        elif key in ("exclusiveMinimum", "exclusiveMaximum") and not isinstance(value, bool):
+            # JSON Schema's numeric form (pydantic's gt/lt); OpenAPI v3.0 wants the bound in
+            # minimum/maximum and a boolean flag.
+            out["minimum" if key == "exclusiveMinimum" else "maximum"] = value
+            out[key] = True
         else:
             out[key] = _resolve(value, defs)
     return out

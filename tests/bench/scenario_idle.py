@@ -1,0 +1,93 @@
+"""Billed seconds that did no work, ours vs a naive operator, on the same workload: N jobs applied at
+once, each through its whole lifecycle. Per job: `brev create` sent -> `brev delete` sent (the
+billed span, from the simulator's argv record) minus the physical minimum (boot, first exec, pull,
+run, uploads: the simulated durations). What is left is the operator's own waiting: polls,
+queues, lanes."""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from dataclasses import dataclass
+
+from tests.bench.figures import idle_billed
+from tests.bench.stack import Bench, Scenario, brev_call_times, finished
+from tests.brevsim.harness import SimCall
+
+EPOCHS = 2  # x 300 s nominal: a 10-minute run
+
+
+def baseline_env(bench: Bench) -> dict[str, str]:
+    """The naive setting: one pool of 8 slots for every brev call but waits (the pre-lane
+    default), and a re-observe every 30 s (scaled)."""
+    return {
+        "TAOBREV_MAX_CONCURRENT_BREV_CALLS": "8",
+        "TAOBREV_POLL_INTERVAL": f"{bench.scale.wall(30.0):.6g}",
+    }
+
+
+def is_upload(argv: list[str]) -> bool:
+    if "s3" not in argv:
+        return False
+    rest = [a for a in argv[argv.index("s3") + 1 :] if not a.startswith("-")]
+    return bool(rest) and rest[0] in ("cp", "sync", "mv") and rest[-1].startswith("s3://")
+
+
+@dataclass(frozen=True)
+class IdleResult:
+    label: str
+    jobs: int
+    idle_wall: list[float]  # per job, wall seconds
+    outcomes: Counter[str]
+    wall: float  # apply -> all finished
+    writes_per_job: float
+    brev_ssh_calls_per_job: float
+
+
+def _first(calls: list[SimCall], verb: str, refs: set[str]) -> float | None:
+    return min(brev_call_times(calls, verb, refs), default=None)
+
+
+def run_workload(
+    bench: Bench, label: str, jobs: int, operator_env: dict[str, str] | None = None
+) -> IdleResult:
+    sc: Scenario = bench.scenario(label, operator_env)
+    try:
+        names = [f"{label}-{i:03d}" for i in range(jobs)]
+        nominal = bench.scale.brev_durations()
+        began = sc.apply_all(names, epochs=EPOCHS, epoch_seconds=nominal["epoch_seconds"])
+        # Generous: 20x the physical lifecycle, so a slow baseline still finishes.
+        lifecycle = bench.scale.wall(sum(nominal[k] for k in ("deploy_s", "ssh_delay_s", "pull_seconds")))
+        left = sc.watch.wait(names, finished, timeout=max(300.0, 20 * lifecycle))
+        wall = max((sc.watch.first_seen[n].get("Deleted", 0.0) for n in names), default=0.0) - began
+        calls = sc.calls()
+        idle: list[float] = []
+        outcomes: Counter[str] = Counter()
+        for n in names:
+            st = sc.watch.status.get(n, {})
+            outcomes[str(st.get("outcome") or ("unfinished" if n in left else "none"))] += 1
+            refs = {str(st.get("instanceName") or ""), str(st.get("instanceId") or "")} - {""}
+            created, deleted = _first(calls, "create", refs), _first(calls, "delete", refs)
+            if created is None or deleted is None or st.get("outcome") != "Succeeded":
+                continue
+            inst = str(st.get("instanceName"))
+            uploads = sum(
+                1 for c in calls if c.where == "remote" and c.instance == inst and is_upload(c.argv)
+            )
+            physical = bench.scale.wall(
+                nominal["deploy_s"] + nominal["ssh_delay_s"] + nominal["build_s"] + nominal["pull_seconds"]
+                + EPOCHS * nominal["epoch_seconds"] + uploads * nominal["upload_s"]
+            )  # fmt: skip
+            idle.append(idle_billed(created, deleted, physical))
+        local = sum(1 for c in calls if c.where == "local" and c.program in ("brev", "ssh"))
+        return IdleResult(
+            label=label,
+            jobs=jobs,
+            idle_wall=idle,
+            outcomes=outcomes,
+            wall=wall,
+            writes_per_job=statistics.fmean(sc.watch.writes[n] for n in names),
+            brev_ssh_calls_per_job=local / jobs,
+        )
+    finally:
+        sc.close()
