@@ -66,11 +66,21 @@ def cores(cpu_seconds: float, wall_seconds: float) -> float:
     return cpu_seconds / wall_seconds
 
 
-def idle_billed(create_sent: float, delete_sent: float, physical: float) -> float:
-    """Seconds an instance was billed beyond what its work needs (boot, first exec, pull, run,
-    upload): from `brev create` sent to `brev delete` sent, minus the physical minimum. Clamped at
-    0: the simulated durations start when the simulator receives the call, a little after `ts`."""
-    return max(0.0, delete_sent - create_sent - physical)
+def idle_billed(create_sent: float, delete_sent: float, work: float) -> float:
+    """Seconds an instance was billed without doing work: from `brev create` sent to `brev delete`
+    sent, minus its work (boot and first exec, transfers, the run). Clamped at 0: the simulated
+    durations start when the simulator receives the call, a little after `ts`."""
+    return max(0.0, delete_sent - create_sent - work)
+
+
+def union_seconds(intervals: Iterable[tuple[float, float]]) -> float:
+    """Total length of the union of [start, end) intervals (overlaps counted once)."""
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(intervals):
+        if end > reach:
+            total += end - max(start, reach)
+            reach = end
+    return total
 
 
 def mean(values: Iterable[float]) -> float | None:

@@ -81,6 +81,10 @@ class Knob:
 @dataclass(frozen=True)
 class Scale:
     factor: float
+    # spec.timeouts are at least this many wall seconds: the simulated tools' fixed costs (one
+    # aws CLI call takes ~10 s on a loaded 2-core machine) do not shrink with F, and a phase
+    # failing on them would measure the machine, not the operator.
+    timeout_floor: float = 60.0
 
     def __post_init__(self) -> None:
         if not 0 < self.factor <= 1:
@@ -119,7 +123,8 @@ class Scale:
         """spec.timeouts (camelCase, whole seconds, at least the model's minimum)."""
         out = {}
         for name, field in Timeouts.model_fields.items():
-            out[to_camel(name)] = max(int(_floor(field)), round(float(field.default) * self.factor))
+            floor = max(_floor(field), self.timeout_floor)
+            out[to_camel(name)] = max(int(floor), round(float(field.default) * self.factor))
         return out
 
     def timeout_knobs(self) -> list[Knob]:

@@ -1,16 +1,18 @@
 """Billed seconds that did no work, ours vs a naive operator, on the same workload: N jobs applied at
-once, each through its whole lifecycle. Per job: `brev create` sent -> `brev delete` sent (the
-billed span, from the simulator's argv record) minus the physical minimum (boot, first exec, pull,
-run, uploads: the simulated durations). What is left is the operator's own waiting: polls,
-queues, lanes."""
+once, each through its whole lifecycle. Per job, from the simulator's argv record: `brev create`
+sent -> `brev delete` sent (the billed span) minus its work: boot + first exec (the simulated
+durations), every transfer (registry login/pull, aws-cli containers and aws calls: from their start
+to the next command on that instance, so their unscaled process costs count as work) and the run
+(epochs x epoch seconds). What is left is the operator's own waiting: polls, queues, lanes."""
 
 from __future__ import annotations
 
+import itertools
 import statistics
 from collections import Counter
 from dataclasses import dataclass
 
-from tests.bench.figures import idle_billed
+from tests.bench.figures import idle_billed, union_seconds
 from tests.bench.stack import Bench, Scenario, brev_call_times, finished
 from tests.brevsim.harness import SimCall
 
@@ -31,6 +33,23 @@ def is_upload(argv: list[str]) -> bool:
         return False
     rest = [a for a in argv[argv.index("s3") + 1 :] if not a.startswith("-")]
     return bool(rest) and rest[0] in ("cp", "sync", "mv") and rest[-1].startswith("s3://")
+
+
+def is_transfer(call: SimCall) -> bool:
+    argv = call.argv
+    if call.program == "aws":
+        return True
+    if call.program != "docker" or not argv:
+        return False
+    return argv[0] in ("pull", "login") or (argv[0] == "run" and any("aws-cli" in a for a in argv))
+
+
+def transfer_seconds(remote: list[SimCall]) -> float:
+    """Time the instance spent transferring: each transfer lasts until the next command on the
+    instance starts (an upper bound: the operator runs one command at a time per job here)."""
+    ordered = sorted(remote, key=lambda c: c.ts)
+    spans = [(c.ts, nxt.ts) for c, nxt in itertools.pairwise(ordered) if is_transfer(c)]
+    return union_seconds(spans)
 
 
 @dataclass(frozen=True)

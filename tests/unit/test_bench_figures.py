@@ -13,6 +13,7 @@ from tests.bench.figures import (
     percentile,
     ratio,
     slope,
+    union_seconds,
 )
 from tests.bench.scale import SCALED_SETTINGS, Scale
 
@@ -44,6 +45,11 @@ def test_idle_billed_is_the_span_beyond_the_physical_minimum() -> None:
     assert idle_billed(100.0, 160.0, 50.0) == pytest.approx(10.0)
     # the simulated durations start a little after the recorded call: never negative
     assert idle_billed(100.0, 149.9, 50.0) == 0.0
+
+
+def test_union_counts_overlaps_once() -> None:
+    assert union_seconds([(0.0, 2.0), (1.0, 3.0), (5.0, 6.0)]) == pytest.approx(4.0)
+    assert union_seconds([]) == 0.0
 
 
 def test_percentile() -> None:
@@ -82,10 +88,15 @@ def test_scale_multiplies_every_operator_interval_and_reports_floors() -> None:
 
 
 def test_scale_timeouts_are_whole_seconds_at_least_the_minimum() -> None:
-    timeouts = Scale(0.02).timeouts()
+    timeouts = Scale(0.02, timeout_floor=0).timeouts()
     assert timeouts["waitingExecSeconds"] == 18
     assert timeouts["runningSeconds"] == 1728
-    assert min(Scale(0.001).timeouts().values()) == 10
+    assert min(Scale(0.001, timeout_floor=0).timeouts().values()) == 10
+    floored = Scale(0.02, timeout_floor=60).timeout_knobs()
+    by_name = {k.name: k for k in floored}
+    assert by_name["spec.timeouts.waitingExecSeconds"].used == 60
+    assert by_name["spec.timeouts.waitingExecSeconds"].floored
+    assert not by_name["spec.timeouts.runningSeconds"].floored
 
 
 def test_scale_factor_out_of_range_is_refused() -> None:
