@@ -4,6 +4,7 @@ ratios. `--quick` is a small version for development (a few minutes)."""
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import time
 
@@ -28,13 +29,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--scale", type=float, default=0.02, help="the factor F on every duration (0.02)")
     ap.add_argument("--quick", action="store_true", help="small waves and workloads (development)")
     ap.add_argument("--waves", type=_waves, help="jobs per wave of the scale scenario (default 50,50,100)")
-    ap.add_argument("--idle-jobs", type=int, help="jobs of the billed-idle workload, per operator (30)")
-    ap.add_argument("--window", type=float, help="seconds of the steady-state CPU/calls window (30)")
+    ap.add_argument("--idle-jobs", type=int, help="jobs of the billed-idle workload, per operator (20)")
+    ap.add_argument("--window", type=float, help="seconds of the steady-state CPU/calls window (20)")
     args = ap.parse_args(argv)
     quick = args.quick
-    args.waves = args.waves or ((4, 4, 8) if quick else (50, 50, 100))
-    args.idle_jobs = args.idle_jobs or (4 if quick else 30)
-    args.window = args.window or (8.0 if quick else 30.0)
+    args.waves = args.waves or ((3, 3, 6) if quick else (50, 50, 100))
+    args.idle_jobs = args.idle_jobs or (3 if quick else 20)
+    args.window = args.window or (5.0 if quick else 20.0)
     return args
 
 
@@ -178,7 +179,12 @@ def idle_figures(
     ]
 
 
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)  # run the finally blocks: stop the operator, simulator, stack
+
+
 def main(argv: list[str]) -> int:
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     args = parse(argv)
     scale = Scale(args.scale)
     began = time.monotonic()
@@ -187,18 +193,19 @@ def main(argv: list[str]) -> int:
     print(f"bench workdir: {bench.work}", flush=True)
     figures: list[Figure] = []
     try:
-        print(f"\n-- billed idle, ours: {args.idle_jobs} jobs", flush=True)
-        ours = scenario_idle.run_workload(bench, "idle-ours", args.idle_jobs)
-        print(f"-- billed idle, baseline: {args.idle_jobs} jobs", flush=True)
-        base = scenario_idle.run_workload(
-            bench, "idle-base", args.idle_jobs, scenario_idle.baseline_env(bench)
-        )
-        print(f"-- scale: waves {args.waves}", flush=True)
+        print(f"\n-- scale: waves {args.waves}", flush=True)
         res = scenario_scale.run(bench, args.waves, args.window)
         for problem in res.problems:
             print(f"   problem: {problem}", flush=True)
         figures += scale_figures(res, scale)
+        print(table(figures), flush=True)  # now: a later scenario may not finish in time
+        print(f"-- billed idle, ours: {args.idle_jobs} jobs", flush=True)
+        ours = scenario_idle.run_workload(bench, "idle-ours", args.idle_jobs)
+        print(f"-- billed idle, baseline: {args.idle_jobs} jobs", flush=True)
+        base_env = scenario_idle.baseline_env(bench)
+        base = scenario_idle.run_workload(bench, "idle-base", args.idle_jobs, base_env)
         figures += idle_figures(ours, base, scale)
+        print(table(figures[-4:]), flush=True)
     finally:
         bench.close()
     print("-- recovery", flush=True)

@@ -28,13 +28,6 @@ def baseline_env(bench: Bench) -> dict[str, str]:
     }
 
 
-def is_upload(argv: list[str]) -> bool:
-    if "s3" not in argv:
-        return False
-    rest = [a for a in argv[argv.index("s3") + 1 :] if not a.startswith("-")]
-    return bool(rest) and rest[0] in ("cp", "sync", "mv") and rest[-1].startswith("s3://")
-
-
 def is_transfer(call: SimCall) -> bool:
     argv = call.argv
     if call.program == "aws":
@@ -90,14 +83,12 @@ def run_workload(
             if created is None or deleted is None or st.get("outcome") != "Succeeded":
                 continue
             inst = str(st.get("instanceName"))
-            uploads = sum(
-                1 for c in calls if c.where == "remote" and c.instance == inst and is_upload(c.argv)
-            )
-            physical = bench.scale.wall(
-                nominal["deploy_s"] + nominal["ssh_delay_s"] + nominal["build_s"] + nominal["pull_seconds"]
-                + EPOCHS * nominal["epoch_seconds"] + uploads * nominal["upload_s"]
+            remote = [c for c in calls if c.where == "remote" and c.instance == inst and c.ts < deleted]
+            boot_and_run = bench.scale.wall(
+                nominal["deploy_s"] + nominal["ssh_delay_s"] + nominal["build_s"]
+                + EPOCHS * nominal["epoch_seconds"]
             )  # fmt: skip
-            idle.append(idle_billed(created, deleted, physical))
+            idle.append(idle_billed(created, deleted, boot_and_run + transfer_seconds(remote)))
         local = sum(1 for c in calls if c.where == "local" and c.program in ("brev", "ssh"))
         return IdleResult(
             label=label,

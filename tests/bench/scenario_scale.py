@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from tests.bench import sampling
 from tests.bench.figures import cores, per_job_per_minute
-from tests.bench.scenario_idle import is_upload
+from tests.bench.scenario_idle import transfer_seconds
 from tests.bench.stack import Bench, Scenario, brev_call_times, running_or_beyond
 
 LONG_EPOCHS = 1000  # x 300 s nominal: runs far past the end of the scenario
@@ -111,11 +111,15 @@ class _Steps:
         st = sc.watch.status.get("exiter", {})
         refs = {str(st.get("instanceName") or ""), str(st.get("instanceId") or "")} - {""}
         calls = sc.calls()
-        uploads = sum(1 for c in calls if c.where == "remote" and c.instance in refs and is_upload(c.argv))
-        res.exiter_upload_wall = self.bench.scale.wall(uploads * self.nominal["upload_s"])
         deletes = brev_call_times(calls, "delete", refs)
         if deletes:
-            res.exit_to_delete_wall = min(deletes) - exit_watch.finished_at
+            exited, deleted = exit_watch.finished_at, min(deletes)
+            res.exit_to_delete_wall = deleted - exited
+            # its own upload: the measured transfer spans (aws-cli containers, aws calls) in between
+            remote = [
+                c for c in calls if c.where == "remote" and c.instance in refs and exited <= c.ts < deleted
+            ]
+            res.exiter_upload_wall = transfer_seconds(remote)
 
     def steady(self) -> None:
         """CPU and calls over a window (a measurement window, not a wait for a signal)."""
