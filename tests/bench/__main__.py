@@ -96,7 +96,12 @@ def scale_figures(res: scenario_scale.ScaleResult, scale: Scale) -> list[Figure]
         per_job = slope(points) / MIB
     except ValueError:
         per_job = None
-    figs.append(Figure("footprint: pod memory slope", per_job, "MiB/job", 12.0, note=mem_note))
+    figs.append(Figure("footprint: pod memory slope (RSS sum)", per_job, "MiB/job", 12.0, note=mem_note))
+    try:
+        pss_per_job = slope([(float(n), float(m.pod_pss)) for n, m in res.memory]) / MIB
+    except ValueError:
+        pss_per_job = None
+    figs.append(Figure("footprint: pod memory slope (PSS sum)", pss_per_job, "MiB/job", 12.0))
     if res.memory:
         n_max, m_max = res.memory[-1]
         op_slope = (

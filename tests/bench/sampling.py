@@ -18,9 +18,13 @@ CALL_PROGRAMS = ("brev", "ssh")
 
 @dataclass(frozen=True)
 class Memory:
+    """Bytes resident: RSS (shared pages counted in every process) and PSS (shared pages split
+    among their users, closer to what the pod's cgroup is charged)."""
+
     operator: int
     children: int
     n_children: int
+    pod_pss: int
 
     @property
     def pod(self) -> int:
@@ -28,14 +32,16 @@ class Memory:
 
     def text(self) -> str:
         return (
-            f"pod {self.pod / MIB:.0f} MiB (operator {self.operator / MIB:.0f} MiB + "
-            f"{self.n_children} other processes {self.children / MIB:.0f} MiB)"
+            f"pod RSS {self.pod / MIB:.0f} MiB (operator {self.operator / MIB:.0f} MiB + "
+            f"{self.n_children} other processes {self.children / MIB:.0f} MiB), "
+            f"PSS {self.pod_pss / MIB:.0f} MiB"
         )
 
 
 def memory(operator_pid: int, home: Path) -> Memory:
-    m: PodMemory = pod_memory(operator_pid, include=masters_of(home))
-    return Memory(m.operator_rss, m.children_rss, m.n_children)
+    rss: PodMemory = pod_memory(operator_pid, include=masters_of(home))
+    pss: PodMemory = pod_memory(operator_pid, include=masters_of(home), metric="pss")
+    return Memory(rss.operator_rss, rss.children_rss, rss.n_children, pss.operator_rss + pss.children_rss)
 
 
 def _cpu_ticks(pid: int, *, reaped_children: bool) -> int:
