@@ -5,6 +5,11 @@ Why each rule exists (tests/brevsim/SIM-CONTRACT.md sections 2 and 5):
   instance names, so an open pipe blocks forever and a closed fd 0 makes it panic.
 - every child gets its own process group and a timeout kills the whole group: `brev exec` runs
   `bash -c '... ssh ...'`, and killing only brev would leave ssh holding our pipes.
+  The one process that leaves the group on purpose is an ssh ControlPersist master: it
+  daemonises (setsid, stdio on /dev/null) so it outlives the call that opened it and serves every
+  later call to that instance. Nothing here waits on it (its pipes are closed, it is not our
+  child); the client ends it with `ssh -O exit` when the instance is deleted, and PID 1 (tini in
+  the image) reaps it.
 - `SSH_AUTH_SOCK` points at ONE long-lived agent per client home: without it every `brev exec`
   runs `eval $(ssh-agent -s)` and leaks one agent process per call.
 - only the verb, exit status and duration are logged and recorded, never argv content.

@@ -307,8 +307,12 @@ class Workload:
     async def _run(
         self, command: str, limit: float, deadline: datetime | None = None, what: str = "remote command"
     ) -> ExecResult:
-        """Every step after the probe: plain ssh over the instance's shared master connection
-        (no `brev exec` + bash + ssh process chain per call, and no re-run of a failing command)."""
+        """Every step, the probe included: plain ssh over the instance's shared master connection
+        (no `brev exec` + bash + ssh process chain per call, and no re-run of a failing command).
+        brev exec's extras are not needed: the client refreshes brev's ssh config when an alias
+        is missing; ssh bring-up is waited out by probing again each poll interval (a refused
+        connection fails in seconds, not after brev's 41 s retry loop); and its auto-start of a
+        STOPPED instance must not happen behind the operator's back."""
         return await self.client.ssh_exec(self.instance, command, timeout=self._limit(limit, deadline, what))
 
     async def _put_secret(self, name: str, content: bytes, deadline: datetime | None) -> None:
@@ -338,12 +342,9 @@ class Workload:
     async def probe(self, limit: float | None = None, *, deadline: datetime | None = None) -> bool:
         """A two-word command; True once exec works end to end (RUNNING is not ssh-ready)."""
         try:
-            # Through `brev exec`, once per job: its recovery path refreshes brev's ssh config
-            # when the instance just became RUNNING and waits out ssh bring-up, and says which
-            # state an unreachable instance is in. Later steps use that config over plain ssh.
-            timeout = limit if limit is not None else self.settings.probe_timeout
-            result = await self.client.exec(
-                self.instance, "echo ok", timeout=self._limit(timeout, deadline, "probe")
+            # Over the same ssh as every later step, so a True proves the transport they use.
+            result = await self._run(
+                "echo ok", limit if limit is not None else self.settings.probe_timeout, deadline, "probe"
             )
         except BrevTransientError as exc:
             if exc.reason == "BrevAuthFailed":

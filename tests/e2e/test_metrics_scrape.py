@@ -93,7 +93,8 @@ def test_prometheus_scrapes_jobs_by_phase_and_brev_calls_during_a_run(
         lambda samples: by_label(samples, "verb") == brev_calls_by_verb(scrape(stack.operator.metrics_url)),
         "Prometheus's brev call counts to equal the operator's /metrics",
     )
-    assert {"create", "exec", "delete", "ls"} <= set(by_label(calls, "verb")), calls
+    # Remote commands go over the operator's own ssh (verb ssh_exec), not `brev exec`.
+    assert {"create", "ssh_exec", "delete", "ls"} <= set(by_label(calls, "verb")), calls
     (created,) = prometheus.query('sum(taobrev_brev_cli_calls_total{verb="create", result="ok"})')
     assert created.value == stack.sim.created_count() == 2
     outcomes = by_label(prometheus.query("sum by (outcome) (taobrev_job_outcomes_total)"), "outcome")

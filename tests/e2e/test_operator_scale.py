@@ -29,16 +29,18 @@ def test_twenty_jobs_at_once_all_finish_within_the_brev_call_budget(stack: Stack
     assert stack.live_instances() == []
 
     calls = [c for c in stack.sim.calls() if c.program == "brev" and c.where == "local"]
+    # Remote commands travel over the operator's own ssh: `ssh [options] <alias> <command>`.
+    ssh_calls = [c for c in stack.sim.calls() if c.program == "ssh" and c.where == "local"]
     by_instance: dict[str, Counter[str]] = {}
     running_execs: Counter[str] = Counter()
     for name, st in statuses.items():
         inst = st["instanceName"]
-        # exec addresses the instance by name; delete by the id recorded at first sighting.
+        # Delete addresses the instance by the id recorded at first sighting.
         refs = {inst, st["instanceId"]}
         verbs = Counter(c.argv[0] for c in calls if len(c.argv) > 1 and refs & set(c.argv[1:]))
         by_instance[name] = verbs
         start, end = ts(st["phaseTimes"]["Running"]), ts(st["phaseTimes"]["Uploading"])
-        execs = [c.argv[-1] for c in calls if c.argv[:1] == ["exec"] and inst in c.argv[1:-1]]
+        execs = [c.argv[-1] for c in ssh_calls if c.argv[-2:-1] == [inst]]
         waits = sum(1 for cmd in execs if "docker wait" in cmd)
         running_execs[name] = waits
         # While the container runs: one blocking `docker wait` per 30 s and nothing else besides
@@ -58,6 +60,7 @@ def test_twenty_jobs_at_once_all_finish_within_the_brev_call_budget(stack: Stack
             "rm -rf",
             "echo ok",
             "docker stop",
+            "cat > ",  # put_file: a file delivered on ssh's stdin
         }
         unknown = [cmd for cmd in execs if not any(k in cmd for k in kinds)]
         assert not unknown, unknown

@@ -15,6 +15,7 @@ everything in it): per running job at most one master and one mux client ssh.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -38,7 +39,8 @@ pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 DOCKERFILE = REPO / "deploy" / "image" / "Dockerfile"
-JOBS = 10
+# More for a footprint figure at a larger N (README): FOOTPRINT_JOBS=30 pytest ... -k tini -s
+JOBS = int(os.environ.get("FOOTPRINT_JOBS", "10"))
 T = TypeVar("T")
 
 
@@ -147,19 +149,26 @@ def namespaced_stack(
 def run_jobs_through_their_lifecycle(stack: Stack, op: NamespacedOperator) -> Counter[str]:
     """Ten jobs at once, each to the end (instance deleted); returns the pod's processes by name
     at the moment all ten were Running."""
-    names = [f"pid1-{i:02d}" for i in range(JOBS)]
-    for name in names:
-        # ~30 s of training each (10 x 300 nominal s at speed 0.01): long enough to be seen together.
-        stack.apply(stack.job_manifest(name, simulation={"epochs": 10, "epoch_seconds": 300}))
-    until(lambda: all(stack.status(n).get("phase") == "Running" for n in names), "all jobs Running", 300)
+    names = [f"pid1-{i:03d}" for i in range(JOBS)]
     proc = op.ns_proc
+    idle = pod_memory(1, proc=proc), pod_memory(1, metric="pss", proc=proc)
+    for name in names:
+        # >= 30 s of training each (epochs x 300 nominal s at speed 0.01), longer with more jobs:
+        # long enough for all of them to be seen Running together.
+        epochs = max(10, JOBS)
+        stack.apply(stack.job_manifest(name, simulation={"epochs": epochs, "epoch_seconds": 300}))
+    until(lambda: all(stack.status(n).get("phase") == "Running" for n in names), "all jobs Running", 300)
     table = snapshot(proc)
     during = Counter({name: n for name, (n, _rss, _pss) in table.items()})
-    mem = pod_memory(1, proc=proc)
-    print(
-        f"\npod ({op.init or 'python'} as PID 1) at {JOBS} running jobs: {mem.n_children + 1} processes, "
-        f"{(mem.operator_rss + mem.children_rss) / 2**20:.1f} MiB RSS"
-    )
+    busy = pod_memory(1, proc=proc), pod_memory(1, metric="pss", proc=proc)
+    print(f"\npod ({' '.join(op.init) or 'python'} as PID 1) idle, then at {JOBS} running jobs:")
+    for kind, before, after in zip(("RSS", "PSS"), idle, busy, strict=True):
+        total0 = (before.operator_rss + before.children_rss) / 2**20
+        total1 = (after.operator_rss + after.children_rss) / 2**20
+        print(
+            f"  {kind}: {total0:.1f} MiB ({before.n_children + 1} processes) -> {total1:.1f} MiB "
+            f"({after.n_children + 1} processes): {(total1 - total0) / JOBS:.2f} MiB per running job"
+        )
     for name, (n, rss, pss) in sorted(table.items()):
         print(f"  {name:<16} {n:>4} processes  RSS {rss:8.1f} MiB  PSS {pss:8.1f} MiB")
     for name in names:
@@ -185,6 +194,7 @@ def test_with_the_image_entrypoint_no_zombie_is_left_after_many_instances(
     until(lambda: not masters(proc), "every deleted instance's ssh master to exit")
     until(lambda: not zombies(proc), "no zombie in the operator's PID namespace", 30)
     assert zombies(proc) == []
+    print(f"zombies left with tini as PID 1 after {JOBS} instances: 0")
 
 
 @pytest.mark.parametrize("namespaced_stack", [()], indirect=True, ids=["python-as-pid1"])
@@ -197,4 +207,6 @@ def test_without_an_init_the_exited_ssh_masters_stay_zombies(
     proc = op.ns_proc
     until(lambda: not masters(proc), "every deleted instance's ssh master to exit")
     # A zombie is never reaped later by python: one read is the final answer.
-    assert len(ssh_zombies(proc)) >= JOBS
+    left = ssh_zombies(proc)
+    print(f"ssh zombies left with python as PID 1 after {JOBS} instances: {len(left)}")
+    assert len(left) >= JOBS

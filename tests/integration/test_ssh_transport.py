@@ -21,7 +21,7 @@ from controller.brev.cli import BrevCLI, BrevCLISettings
 from controller.brev.client import BrevCredentials
 from controller.brev.runner import CommandTimeout
 from controller.brev.sshmux import control_dir, exit_master_argv, ssh_argv
-from controller.brev.workload import Workload, WorkloadSettings
+from controller.brev.workload import ContainerNotFound, Workload, WorkloadSettings
 from controller.errors import BrevTransientError
 from controller.versions import load_versions
 from tests.brevsim.harness import BrevSim
@@ -152,23 +152,34 @@ def test_an_alias_brev_has_not_written_yet_costs_one_shared_refresh(
     assert verbs.count()["refresh"] == 2
 
 
-def test_the_workload_probes_with_brev_exec_and_does_everything_else_over_ssh(
+def test_the_workload_sends_every_step_over_ssh_and_never_runs_brev_exec(
     brev_sim: BrevSim, make_client: Callable[[Verbs], BrevCLI]
 ) -> None:
     brev_sim.add_instance("box")
     verbs = Verbs()
     job = Workload(make_client(verbs), "box", "job-1", settings=WorkloadSettings())
     assert asyncio.run(job.probe(60)) is True
-    assert [v for v, _r in verbs.calls if v in ("exec", "ssh_exec")] == ["exec"]
     asyncio.run(job.write_spec("train: {}\n"))
-    with pytest.raises(Exception, match="not on box"):
+    with pytest.raises(ContainerNotFound):
         asyncio.run(job.wait_exit_with_tail(1))
     asyncio.run(job.stop_container(1))
     asyncio.run(job.cleanup())
     counts = verbs.count()
-    assert counts["exec"] == 1  # the probe alone
+    assert counts["exec"] == 0
     assert counts["ssh_put"] == 1
-    assert counts["ssh_exec"] == 3
+    assert counts["ssh_exec"] == 4  # probe, wait, stop, cleanup
+    assert not [c for c in brev_sim.calls() if c.program == "brev" and c.argv[:1] == ["exec"]]
+
+
+def test_the_probe_is_false_while_ssh_is_refused_and_true_once_it_answers(
+    brev_sim: BrevSim, make_client: Callable[[Verbs], BrevCLI]
+) -> None:
+    brev_sim.add_instance("box")
+    brev_sim.set_faults(exec_never_ready=["box"])
+    job = Workload(make_client(Verbs()), "box", "job-1", settings=WorkloadSettings())
+    assert asyncio.run(job.probe(60)) is False
+    brev_sim.clear_faults()
+    assert asyncio.run(job.probe(60)) is True
 
 
 def test_a_timeout_kills_the_call_but_not_the_shared_master(
