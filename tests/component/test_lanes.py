@@ -30,8 +30,9 @@ from controller.steps import (
     StartContainer,
     StopContainer,
     UploadResults,
+    WaitForExit,
 )
-from tests.unit.fake_exec import GONE
+from tests.unit.fake_exec import GONE, FakeClient
 from tests.unit.test_actions_secrets import SECRETS, _spec
 
 T = TypeVar("T")
@@ -261,3 +262,34 @@ def test_a_queued_call_whose_pass_is_cancelled_leaves_no_slot_behind() -> None:
         assert all(r.probe_ok for r in results)
 
     run(scenario())
+
+
+def test_a_restart_that_must_re_pull_never_holds_one_slot_while_queueing_for_another() -> None:
+    """WaitForExit finds no container -> docker run finds no image -> pull -> docker run: three
+    lanes, one after the other. With ONE slot shared by every lane, holding a slot while asking
+    for the next would deadlock; the deadlock guard would then fail the test."""
+
+    def answer(command: str) -> tuple[int, str]:
+        if command.startswith("timeout "):
+            return 1, "Error response from daemon: No such container: job-r\n"
+        if "docker login" in command:
+            pulled.append(True)
+            return 0, "TAOBREV_STEP login\nLogin Succeeded\nTAOBREV_STEP manifest\nTAOBREV_STEP pull\n"
+        if "docker run -d" in command and not pulled:
+            return 3, "TAOBREV_IMAGE_MISSING\n"
+        return 0, "0123abcd\n"
+
+    async def scenario(lanes: Lanes) -> Observation:
+        client = FakeClient(answer=answer)
+        runner = ActionRunner(client, InstanceDirectory(client), lanes=lanes)
+        action = WaitForExit("tbj-r", timeout_seconds=30)
+        return await guarded(runner.run([action], job("r"), Observation(now=NOW)))
+
+    one = {lane: (1, f"TAOBREV_LANE_{lane.upper()}") for lane in LANES}
+    for lanes in (Lanes(one), Lanes(one, shared=(1, "TAOBREV_MAX_CONCURRENT_BREV_CALLS"))):
+        pulled: list[bool] = []
+        obs = run(scenario(lanes))
+        assert obs.failure is None
+        assert obs.container_started
+        assert pulled == [True]
+        assert lanes.gate(Lane.START).in_flight == 0
