@@ -6,10 +6,14 @@ Layout (moto-like: the model is apart from the wire format):
 - faults.py: every knob (durations and faults), declared once; record.py: the append-only call log
 - backend.py: the simulated server (records, ownership, name/id resolution, lifecycle actions)
 - cli.py (+ cobra.py, auth.py, catalog.py, goerr.py): the `brev` front end (flags, outputs)
-- ssh.py: the `ssh` (and `ssh-agent`) stand-ins
+- daemon.py: the ONE long-lived process (started by the harness): sshd.py, every instance's sshd
+  (asyncssh, real SSH on loopback), and engine.py, detached TAO containers as threads
+- sshwrap.py, sshconfig.py: `ssh`/`ssh-agent` recording wrappers that exec the real OpenSSH; the
+  ssh config `brev refresh` writes; control.py (talking to the daemon), reaper.py (cleanup)
 - docker.py, container.py, tao.py, awsbridge.py, gotemplate.py: what runs on an instance
 - harness.py: `BrevSim`, the test/demo harness (SIM-CONTRACT.md, next to this file)
 
 The executables are tiny Python scripts with the state directory baked in (launch.py); they run
 with `python -IS` and import only the standard library, so one `brev` call costs tens of ms.
+Only the daemon imports asyncssh.
 """

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import os
+import resource
 import signal
 import sys
 import threading
@@ -28,6 +29,7 @@ from tests.brevsim.engine import Engine
 from tests.brevsim.sshd import SSHD
 
 RECONCILE_S = 0.1  # how often listeners follow the lazily computed instance lifecycle
+WATCH_TICKS = 5  # containers check their instance (deleted, vanished) every 0.5 s
 
 
 def load_key(path: Path) -> asyncssh.SSHKey:
@@ -45,8 +47,9 @@ def load_key(path: Path) -> asyncssh.SSHKey:
 
 
 class Daemon:
-    def __init__(self, state: Path) -> None:
+    def __init__(self, state: Path, *, detach: bool = False) -> None:
         self.state = state
+        self.detach = detach
         self.sshd = SSHD(state, load_key(state / "ssh_host_ed25519_key"), load_key(state / "brev.pem"))
         self.engine = Engine(state)
         self.done = asyncio.Event()
@@ -70,10 +73,10 @@ class Daemon:
             return {"pid": os.getpid(), "containers": self.engine.count(), "ports": len(self.sshd.listeners)}
         if op == "ports":
             ports = {str(i): self.sshd.port_of(str(i)) for i in req.get("ids", [])}
-            self.sshd.reconcile()
+            self.sshd.reconcile(full=True)
             return {"ports": ports}
         if op == "reconcile":
-            self.sshd.reconcile()
+            self.sshd.reconcile(full=True)
             self.engine.watch()
             return {}
         if op == "run":
@@ -93,10 +96,13 @@ class Daemon:
 
     async def tick(self) -> None:
         parent = os.getppid()
+        ticks = 0
         while not self.done.is_set():
             self.sshd.reconcile()
-            self.engine.watch()
-            if os.getppid() != parent:
+            if ticks % WATCH_TICKS == 0:
+                self.engine.watch()
+            ticks += 1
+            if os.getppid() != parent and not self.detach:
                 self.done.set()  # the harness died without stopping us
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.done.wait(), RECONCILE_S)
@@ -121,7 +127,10 @@ def main(state: str, argv: list[str]) -> int:
     root = Path(state)
     os.environ[MARKER] = str(root.resolve())
     threading.stack_size(512 * 1024)  # a container thread mostly sleeps: keep its stack small
-    daemon = Daemon(root)
+    # a socket per instance, a log file per container, connections: far beyond a default 1024
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 65536)), hard))
+    daemon = Daemon(root, detach="--detach" in argv)
     try:
         asyncio.run(daemon.serve())
     finally:

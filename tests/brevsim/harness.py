@@ -51,7 +51,11 @@ class BrevSim:
     USER_ID = "user-sim"  # the user behind the API key and the default token login
     CLI_VERSION = "v0.6.327"
 
-    def __init__(self, root: Path, *, speed: float = 0.01, s3_endpoint: str | None = None) -> None:
+    def __init__(
+        self, root: Path, *, speed: float = 0.01, s3_endpoint: str | None = None, detach: bool = False
+    ) -> None:
+        """`detach=True`: the daemon outlives this process (a demo kept running); stop it with
+        `BrevSim(root).close()` later. Otherwise it dies with this process, however it ends."""
         self.root = Path(root)
         self.bin_dir = self.root / "bin"
         self.home = self.root / "home"
@@ -79,16 +83,18 @@ class BrevSim:
         launch.write_local_bin(self.store, self.bin_dir)
         self.s3_endpoint = s3_endpoint
         self._daemon: subprocess.Popen[bytes] | None = None
-        self._start_daemon()
+        self._detached: subprocess.Popen[bytes] | None = None
+        self._start_daemon(detach)
 
     # -- the daemon (sshd + containers) and reaping -------------------------------------------
-    def _start_daemon(self) -> None:
+    def _start_daemon(self, detach: bool) -> None:
         # OpenSSH puts ControlPath `~/.ssh/...` under the passwd home, whatever $HOME says; a
         # missing directory there is fatal to every multiplexed ssh (as on a fresh machine).
         (Path(pwd.getpwuid(os.getuid()).pw_dir) / ".ssh").mkdir(mode=0o700, exist_ok=True)
         if control.ping(self.state_dir):
             return  # another harness object of this root runs it (demo cleanup)
         argv = container.bootstrap(sys.executable, "tests.brevsim.daemon", str(self.state_dir), site=True)
+        argv += ["--detach"] if detach else []
         with (self.state_dir / "daemon.log").open("ab") as log:
             self._daemon = subprocess.Popen(
                 argv,
@@ -106,6 +112,9 @@ class BrevSim:
             code = self._daemon.wait()
             log_text = (self.state_dir / "daemon.log").read_text(errors="replace")[-2000:]
             raise RuntimeError(f"the simulator daemon failed to start (exit {code}):\n{log_text}")
+        if detach:
+            self._detached, self._daemon = self._daemon, None  # close() still reaps it by its marker
+            return
         atexit.register(self.close)
 
     @property
@@ -134,6 +143,10 @@ class BrevSim:
                 daemon.wait()
             with contextlib.suppress(ValueError):
                 atexit.unregister(self.close)
+        else:
+            # a detached daemon (or another harness object's): ask it to wind down first
+            with contextlib.suppress(control.DaemonDown, OSError, RuntimeError):
+                control.request(self.state_dir, "stop", timeout=5)
         reaper.reap(self.state_dir)
 
     # -- environment ---------------------------------------------------------------------------

@@ -28,11 +28,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import json
 import os
 import pty
 import signal
 import socket
 import struct
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -47,25 +49,51 @@ from tests.brevsim.record import record_call, record_stdin
 from tests.brevsim.store import Store
 
 USER = "ubuntu"
+FULL_S = 2.0  # a full re-evaluation of every listener at least this often (~40 ms per 1,000)
+CHANGED_S = 0.5  # and after a state file changed, at most this often (a burst changes db.json a lot)
 CALL_ENV = "BREVSIM_CALL"  # sent by the ssh wrapper (SendEnv) so stdin sizes join its call record
 
 
-def verdict(store: Store, inst: dict[str, Any] | None) -> str:
+@dataclass(frozen=True)
+class Moment:
+    """What a verdict depends on besides the instance record, read once (clock, delays, faults)."""
+
+    now: float
+    delays: dict[str, float]
+    never_ready: object
+    sshd_dead: object
+    exec_hangs: object
+
+    @classmethod
+    def of(cls, store: Store) -> Moment:
+        return cls(
+            store.now(),
+            {k: store.delay(k, v) for k, v in NOMINAL.items()},
+            store.fault("exec_never_ready"),
+            store.fault("sshd_dead"),
+            store.fault("exec_hangs"),
+        )
+
+
+def verdict(moment: Moment, inst: dict[str, Any] | None) -> str:
     """ok | refused | gone | reset | hang, for a connection arriving now."""
     if inst is None:
         return "gone"
-    delays = {k: store.delay(k, v) for k, v in NOMINAL.items()}
-    obs = observe(inst, store.now(), delays)
+    obs = observe(inst, moment.now, moment.delays)
     if obs.gone or obs.status != "RUNNING":
         return "gone"
     name, iid = str(inst["name"]), str(inst["id"])
-    if not obs.ssh_ready or knobs.targets(store.fault("exec_never_ready"), name, iid):
+    if not obs.ssh_ready or knobs.targets(moment.never_ready, name, iid):
         return "refused"
-    if knobs.targets(store.fault("sshd_dead"), name, iid):
+    if knobs.targets(moment.sshd_dead, name, iid):
         return "reset"
-    if knobs.targets(store.fault("exec_hangs"), name, iid):
+    if knobs.targets(moment.exec_hangs, name, iid):
         return "hang"
     return "ok"
+
+
+def verdict_now(store: Store, inst_id: str) -> str:
+    return verdict(Moment.of(store), _instance(store, inst_id))
 
 
 def _instance(store: Store, inst_id: str) -> dict[str, Any] | None:
@@ -86,6 +114,7 @@ class Listener:
     port: int
     sock: socket.socket
     listening: bool = False
+    last: str = ""  # the verdict at the last reconcile
     accept_task: asyncio.Task[None] | None = None
     conns: set[asyncssh.SSHServerConnection] = field(default_factory=set)
 
@@ -98,6 +127,9 @@ class SSHD:
         self.listeners: dict[str, Listener] = {}
         self.sessions: set[Session] = set()
         self.tasks: set[asyncio.Task[None]] = set()
+        self.served_ports: list[int] = []
+        self._seen: tuple[float, ...] = ()
+        self._full_at = 0.0
 
     # -- listeners ---------------------------------------------------------------------------
     def port_of(self, inst_id: str) -> int:
@@ -109,6 +141,11 @@ class SSHD:
             sock.bind(("127.0.0.1", 0))
             lst = Listener(inst_id, sock.getsockname()[1], sock)
             self.listeners[inst_id] = lst
+            self.served_ports.append(lst.port)
+            # the reaper finds ssh masters by these ports, even after this daemon is gone
+            tmp = self.state / ".ports.json.tmp"
+            tmp.write_text(json.dumps(self.served_ports))
+            tmp.replace(self.state / "ports.json")
         return lst.port
 
     def _set_listening(self, lst: Listener, want: bool) -> None:
@@ -129,15 +166,40 @@ class SSHD:
             lst.sock = sock
         lst.listening = want
 
-    def reconcile(self) -> None:
-        """Listen where a connection would get past TCP; drop connections of instances that stopped."""
+    def _inputs(self) -> tuple[float, ...]:
+        names = ("db.json", "faults.json", "clock.json", "config.json")
+        stamps = []
+        for name in names:
+            try:
+                stamps.append((self.state / name).stat().st_mtime)
+            except FileNotFoundError:
+                stamps.append(0.0)
+        return tuple(stamps)
+
+    def reconcile(self, *, full: bool = False) -> None:
+        """Listen where a connection would get past TCP; drop connections of instances that stopped.
+
+        Cheap when nothing changed: only `refused` instances are re-evaluated (ssh becomes ready
+        with time alone); everything is when a state file changed, and at least every FULL_S (an
+        instance that vanishes on a timer). Connections and sessions re-check on their own anyway."""
         if not self.listeners:
             return
+        inputs = self._inputs()
+        clock = time.monotonic()
+        since = clock - self._full_at
+        full = full or (inputs != self._seen and since >= CHANGED_S) or since >= FULL_S
+        if full:
+            self._seen, self._full_at = inputs, clock
+        elif all(lst.last != "refused" for lst in self.listeners.values()):
+            return
         store = Store(self.state)
+        moment = Moment.of(store)
         instances = store.read()["instances"]
         for inst_id, lst in list(self.listeners.items()):
+            if not full and lst.last != "refused":
+                continue
             inst = instances.get(inst_id)
-            v = verdict(store, inst)
+            v = lst.last = verdict(moment, inst)
             self._set_listening(lst, v != "refused")
             if v == "gone" and lst.conns:
                 for conn in list(lst.conns):
@@ -174,7 +236,7 @@ class SSHD:
 
     async def _serve(self, lst: Listener, conn: socket.socket) -> None:
         store = Store(self.state)
-        v = verdict(store, _instance(store, lst.inst_id))
+        v = verdict_now(store, lst.inst_id)
         if v in ("refused", "reset"):
             if v == "reset":
                 # A dying sshd resets the connection once the client's banner arrived: the client
@@ -316,7 +378,7 @@ class Session(asyncssh.SSHServerSession[bytes]):
     async def _run(self) -> None:
         store = Store(self.sshd.state)
         inst = _instance(store, self.lst.inst_id)
-        v = verdict(store, inst)
+        v = verdict(Moment.of(store), inst)
         if v in ("gone", "reset", "refused") or inst is None:
             self.conn.abort()
             return
