@@ -53,6 +53,17 @@ HEADER = (
 )
 
 
+def _openapi_bounds(node: dict[str, Any]) -> dict[str, Any]:
+    """JSON Schema's numeric exclusiveMinimum/Maximum (pydantic's gt/lt) in OpenAPI v3.0 form:
+    the bound in minimum/maximum plus a boolean flag (the API server refuses a number there)."""
+    out = dict(node)
+    for key, bound in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+        value = out.get(key)
+        if value is not None and not isinstance(value, bool):
+            out[bound], out[key] = value, True
+    return out
+
+
 def _resolve(node: Any, defs: dict[str, Any]) -> Any:
     """Inline $refs and strip JSON-schema-only keywords, recursively."""
     if isinstance(node, list):
@@ -77,7 +88,7 @@ def _resolve(node: Any, defs: dict[str, Any]) -> Any:
             del merged["default"]
         return _resolve(merged, defs)
     out: dict[str, Any] = {}
-    for key, value in node.items():
+    for key, value in _openapi_bounds(node).items():
         if key in _DROP:
             continue
         if key == "additionalProperties" and value is False:
@@ -87,11 +98,6 @@ def _resolve(node: Any, defs: dict[str, Any]) -> Any:
             out[key] = {name: _resolve(sub, defs) for name, sub in value.items()}
         elif key == "required" and not value:
             continue
-        elif key in ("exclusiveMinimum", "exclusiveMaximum") and not isinstance(value, bool):
-            # JSON Schema's numeric form (pydantic's gt/lt); OpenAPI v3.0 wants the bound in
-            # minimum/maximum and a boolean flag.
-            out["minimum" if key == "exclusiveMinimum" else "maximum"] = value
-            out[key] = True
         else:
             out[key] = _resolve(value, defs)
     return out
