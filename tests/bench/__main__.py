@@ -52,33 +52,30 @@ def _bounds(name: str, wall: float | None, scale: Scale, goal: float, note: str)
 def scale_figures(res: scenario_scale.ScaleResult, scale: Scale) -> list[Figure]:
     phys = scenario_scale.physical_to_running(scale.brev_durations())
     figs: list[Figure] = []
+    complete = res.burst_reached == res.burst_jobs
+    label = f"burst: {res.burst_jobs} jobs -> all Running / one job's boot+ready+pull"
     if res.burst_wall is not None:
+        value = ratio(res.burst_wall, scale.wall(phys))
         figs.append(
             Figure(
-                f"burst: {res.burst_jobs} jobs -> all Running / one job's boot+ready+pull",
-                ratio(res.burst_wall, scale.wall(phys)),
+                label if complete else f"{label} (of the {res.burst_reached} that got there)",
+                value,
                 "x",
                 1.1,
-                note=f"all Running after {res.burst_wall:.1f} s wall = "
-                f"{scale.real(res.burst_wall):.0f} real s; "
-                f"physical boot+ready+pull {phys:.0f} real s (deploy+first exec+build+pull, the same "
-                f"for every simulated instance); slowest create->Running "
-                f"{scale.real(res.burst_create_to_running_max or 0):.0f} real s; {res.burst_failed} failed",
+                note=f"{res.burst_reached}/{res.burst_jobs} Running after {res.burst_wall:.1f} s wall = "
+                f"{scale.real(res.burst_wall):.0f} real s (ratio {value:.2f}); physical boot+ready+pull "
+                f"{phys:.0f} real s (deploy+first exec+build+pull, the same for every simulated "
+                f"instance); slowest create->Running "
+                f"{scale.real(res.burst_create_to_running_max or 0):.0f} real s; {res.burst_failed} failed "
+                f"{res.burst_reasons or ''}",
+                incomplete=not complete,
             )
         )
     else:
-        figs.append(
-            Figure(
-                f"burst: {res.burst_jobs} jobs -> all Running",
-                None,
-                "x",
-                1.1,
-                note=f"{len(res.burst_not_running)} never Running ({res.burst_failed} failed): "
-                + ", ".join(res.burst_not_running[:5]),
-            )
-        )
+        figs.append(Figure(label, None, "x", 1.1, note=f"none Running; failed: {res.burst_reasons}"))
     exit_note = (
-        f"{res.exiter_others_busy} others in WaitingExec/Pulling at its exit; own upload "
+        f"{res.exiter_others_busy} others in WaitingExec/Pulling at its exit "
+        f"(next wave's phases then: {res.exiter_others_phases}); own upload "
         f"{res.exiter_upload_wall:.2f} s wall subtracted"
     )
     to_delete = None if res.exit_to_delete_wall is None else res.exit_to_delete_wall - res.exiter_upload_wall

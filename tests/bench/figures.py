@@ -20,11 +20,14 @@ class Figure:
     goal: float | None = None
     sense: Literal["<=", ">="] = "<="
     note: str = ""
+    incomplete: bool = False  # measured on part of the sample only (e.g. jobs failed): a miss
 
     @property
     def verdict(self) -> str:
         if self.value is None:
             return "n/a"
+        if self.incomplete:
+            return "MISS"
         if self.goal is None:
             return "-"
         ok = self.value <= self.goal if self.sense == "<=" else self.value >= self.goal

@@ -36,11 +36,14 @@ class ScaleResult:
     burst_wall: float | None = None
     burst_not_running: list[str] = field(default_factory=list)
     burst_failed: int = 0
+    burst_reached: int = 0
+    burst_reasons: dict[str, int] = field(default_factory=dict)
     burst_create_to_running_max: float | None = None
     burst_pod_cpu_per_job: float | None = None
     exit_to_delete_wall: float | None = None
     exiter_upload_wall: float = 0.0
     exiter_others_busy: int | None = None
+    exiter_others_phases: dict[str, int] = field(default_factory=dict)
     delete_to_stop_wall: float | None = None
     problems: list[str] = field(default_factory=list)
 
@@ -95,7 +98,10 @@ class _Steps:
 
         def snapshot() -> None:
             with sc.watch.lock:
-                busy.append(sum(1 for n in w2 if sc.watch.status.get(n, {}).get("phase") in BUSY))
+                phases = [str(sc.watch.status.get(n, {}).get("phase")) for n in w2]
+                busy.append(sum(1 for p in phases if p in BUSY))
+                for p in phases:
+                    res.exiter_others_phases[p] = res.exiter_others_phases.get(p, 0) + 1
 
         exit_watch = sc.container_exit("exiter", on_exit=snapshot)
         self.wave("w2", size)
@@ -143,8 +149,13 @@ class _Steps:
         res.burst_not_running = sc.watch.wait(w3, running_or_beyond, self.timeout)
         res.burst_pod_cpu_per_job = (sampling.cpu(self.pid, self.home).pod - cpu0.pod) / size
         seen = {n: sc.watch.first_seen[n]["Running"] for n in w3 if "Running" in sc.watch.first_seen[n]}
-        res.burst_failed = sum(1 for n in w3 if sc.watch.status.get(n, {}).get("outcome"))
-        if len(seen) == size:
+        failed = [sc.watch.status.get(n, {}) for n in w3 if sc.watch.status.get(n, {}).get("outcome")]
+        res.burst_failed = len(failed)
+        for st in failed:
+            reason = str(st.get("reason"))
+            res.burst_reasons[reason] = res.burst_reasons.get(reason, 0) + 1
+        res.burst_reached = len(seen)
+        if seen:  # the last of those that got there; the figure says how many did not
             res.burst_wall = max(seen.values()) - began
         calls = sc.calls()
         spans = []

@@ -73,6 +73,10 @@ def test_verdict(value: float | None, goal: float | None, sense: str, verdict: s
     assert fig.verdict == verdict
 
 
+def test_a_figure_measured_on_part_of_its_sample_is_a_miss() -> None:
+    assert Figure("burst", 1.05, "x", 1.1, incomplete=True).verdict == "MISS"
+
+
 def test_scale_multiplies_every_operator_interval_and_reports_floors() -> None:
     scale = Scale(0.02)
     knobs = {k.name: k for k in scale.settings()}
