@@ -79,8 +79,8 @@ crds: $(STAMP) ## Regenerate crds/ from controller/models.py
 	$(PY) -m tests.devenv.crdgen --write
 
 .PHONY: bench
-bench: $(STAMP) ## Benchmarks: per-job brev calls, API writes, exit-to-teardown delay, throughput
-	$(PY) -m tests.bench
+bench: $(STAMP) ## Benchmark of issue 11 in real-time ratios (< 15 min; ARGS=--quick: a small version)
+	$(PY) -m tests.bench $(ARGS)
 
 .PHONY: bench-recovery
 bench-recovery: $(STAMP) ## Benchmark: lost instance -> resumed on a new one (all durations x one factor)

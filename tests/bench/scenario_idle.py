@@ -1,0 +1,103 @@
+"""Billed seconds that did no work, ours vs a naive operator, on the same workload: N jobs applied at
+once, each through its whole lifecycle. Per job, from the simulator's argv record: `brev create`
+sent -> `brev delete` sent (the billed span) minus its work: boot + first exec (the simulated
+durations), every transfer (registry login/pull, aws-cli containers and aws calls: from their start
+to the next command on that instance, so their unscaled process costs count as work) and the run
+(epochs x epoch seconds). What is left is the operator's own waiting: polls, queues, lanes."""
+
+from __future__ import annotations
+
+import itertools
+import statistics
+from collections import Counter
+from dataclasses import dataclass
+
+from tests.bench.figures import idle_billed, union_seconds
+from tests.bench.stack import Bench, Scenario, brev_call_times, finished
+from tests.brevsim.harness import SimCall
+
+EPOCHS = 2  # x 300 s nominal: a 10-minute run
+
+
+def baseline_env(bench: Bench) -> dict[str, str]:
+    """The naive setting: one pool of 8 slots for every brev call but waits (the pre-lane
+    default), and a re-observe every 30 s (scaled)."""
+    return {
+        "TAOBREV_MAX_CONCURRENT_BREV_CALLS": "8",
+        "TAOBREV_POLL_INTERVAL": f"{bench.scale.wall(30.0):.6g}",
+    }
+
+
+def is_transfer(call: SimCall) -> bool:
+    argv = call.argv
+    if call.program == "aws":
+        return True
+    if call.program != "docker" or not argv:
+        return False
+    return argv[0] in ("pull", "login") or (argv[0] == "run" and any("aws-cli" in a for a in argv))
+
+
+def transfer_seconds(remote: list[SimCall]) -> float:
+    """Time the instance spent transferring: each transfer lasts until the next command on the
+    instance starts (an upper bound: the operator runs one command at a time per job here)."""
+    ordered = sorted(remote, key=lambda c: c.ts)
+    spans = [(c.ts, nxt.ts) for c, nxt in itertools.pairwise(ordered) if is_transfer(c)]
+    return union_seconds(spans)
+
+
+@dataclass(frozen=True)
+class IdleResult:
+    label: str
+    jobs: int
+    idle_wall: list[float]  # per job, wall seconds
+    outcomes: Counter[str]
+    wall: float  # apply -> all finished
+    writes_per_job: float
+    brev_ssh_calls_per_job: float
+
+
+def _first(calls: list[SimCall], verb: str, refs: set[str]) -> float | None:
+    return min(brev_call_times(calls, verb, refs), default=None)
+
+
+def run_workload(
+    bench: Bench, label: str, jobs: int, operator_env: dict[str, str] | None = None
+) -> IdleResult:
+    sc: Scenario = bench.scenario(label, operator_env)
+    try:
+        names = [f"{label}-{i:03d}" for i in range(jobs)]
+        nominal = bench.scale.brev_durations()
+        began = sc.apply_all(names, epochs=EPOCHS, epoch_seconds=nominal["epoch_seconds"])
+        # Generous: 20x the physical lifecycle, so a slow baseline still finishes.
+        lifecycle = bench.scale.wall(sum(nominal[k] for k in ("deploy_s", "ssh_delay_s", "pull_seconds")))
+        left = sc.watch.wait(names, finished, timeout=max(300.0, 20 * lifecycle))
+        wall = max((sc.watch.first_seen[n].get("Deleted", 0.0) for n in names), default=0.0) - began
+        calls = sc.calls()
+        idle: list[float] = []
+        outcomes: Counter[str] = Counter()
+        for n in names:
+            st = sc.watch.status.get(n, {})
+            outcomes[str(st.get("outcome") or ("unfinished" if n in left else "none"))] += 1
+            refs = {str(st.get("instanceName") or ""), str(st.get("instanceId") or "")} - {""}
+            created, deleted = _first(calls, "create", refs), _first(calls, "delete", refs)
+            if created is None or deleted is None or st.get("outcome") != "Succeeded":
+                continue
+            inst = str(st.get("instanceName"))
+            remote = [c for c in calls if c.where == "remote" and c.instance == inst and c.ts < deleted]
+            boot_and_run = bench.scale.wall(
+                nominal["deploy_s"] + nominal["ssh_delay_s"] + nominal["build_s"]
+                + EPOCHS * nominal["epoch_seconds"]
+            )  # fmt: skip
+            idle.append(idle_billed(created, deleted, boot_and_run + transfer_seconds(remote)))
+        local = sum(1 for c in calls if c.where == "local" and c.program in ("brev", "ssh"))
+        return IdleResult(
+            label=label,
+            jobs=jobs,
+            idle_wall=idle,
+            outcomes=outcomes,
+            wall=wall,
+            writes_per_job=statistics.fmean(sc.watch.writes[n] for n in names),
+            brev_ssh_calls_per_job=local / jobs,
+        )
+    finally:
+        sc.close()

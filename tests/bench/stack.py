@@ -1,0 +1,245 @@
+"""The shared stack of every scenario: one control plane and one S3 for the whole bench; per
+scenario a fresh simulator (speed = F, realistic nominal durations), namespace and operator
+process (scaled settings), plus the watches the figures are read from."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import tempfile
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.bench.scale import Scale
+from tests.brevsim import container
+from tests.brevsim.harness import BrevSim, SimCall
+from tests.devenv.controlplane import ControlPlane, kubectl_path
+from tests.devenv.operator import OperatorProcess, install_operator_identity
+from tests.devenv.s3 import S3Server
+from tests.fixtures.operator import Stack
+
+REPO = Path(__file__).resolve().parents[2]
+BUCKET = "bench-results"
+
+
+class PhaseWatch(threading.Thread):
+    """`kubectl get tbj -w` on one namespace: per job, the object versions written (Kubernetes API
+    writes), the wall time each phase was first seen, and the last status."""
+
+    def __init__(self, cp: ControlPlane, namespace: str) -> None:
+        super().__init__(daemon=True, name=f"watch-{namespace}")
+        self.writes: Counter[str] = Counter()
+        self.first_seen: dict[str, dict[str, float]] = defaultdict(dict)
+        self.status: dict[str, dict[str, Any]] = {}
+        self.lock = threading.Lock()
+        self.changed = threading.Condition(self.lock)
+        self.ready = threading.Event()
+        self._proc = subprocess.Popen(
+            [kubectl_path(), "--kubeconfig", str(cp.kubeconfig), "get", "tbj", "-n", namespace, "-w",
+             "--output-watch-events", "-o", "json"],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True,
+        )  # fmt: skip
+
+    def run(self) -> None:
+        assert self._proc.stdout is not None
+        decoder = json.JSONDecoder()
+        buf = ""
+        seen: dict[str, set[str]] = defaultdict(set)
+        self.ready.set()
+        for chunk in iter(self._proc.stdout.readline, ""):
+            buf += chunk
+            while buf.strip():
+                try:
+                    event, end = decoder.raw_decode(buf.lstrip())
+                except ValueError:
+                    break
+                buf = buf.lstrip()[end:]
+                self._on(event, seen)
+
+    def _on(self, event: dict[str, Any], seen: dict[str, set[str]]) -> None:
+        now = time.time()
+        obj = event.get("object", {})
+        name, rv = obj["metadata"]["name"], obj["metadata"]["resourceVersion"]
+        with self.changed:
+            if event.get("type") == "MODIFIED" and rv not in seen[name]:
+                seen[name].add(rv)
+                self.writes[name] += 1
+            status = dict(obj.get("status") or {})
+            self.status[name] = status
+            phase = status.get("phase")
+            if phase:
+                self.first_seen[name].setdefault(str(phase), now)
+            self.changed.notify_all()
+
+    def phase(self, name: str) -> str | None:
+        with self.lock:
+            return self.status.get(name, {}).get("phase")
+
+    def wait(self, names: Iterable[str], done: Callable[[dict[str, Any]], bool], timeout: float) -> list[str]:
+        """Wait until `done(status)` for every name; returns the names that never got there."""
+        pending = set(names)
+        deadline = time.monotonic() + timeout
+        with self.changed:
+            while True:
+                pending = {n for n in pending if not done(self.status.get(n, {}))}
+                left = deadline - time.monotonic()
+                if not pending or left <= 0:
+                    return sorted(pending)
+                self.changed.wait(min(left, 1.0))
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._proc.kill()
+        self._proc.wait()
+
+
+def brev_call_times(calls: Iterable[SimCall], verb: str, refs: set[str]) -> list[float]:
+    """When the operator ran `brev <verb>` naming any of `refs` (instance name or id)."""
+    return [
+        c.ts
+        for c in calls
+        if c.where == "local" and c.program == "brev" and c.argv[:1] == [verb] and refs & set(c.argv[1:])
+    ]
+
+
+def running_or_beyond(status: dict[str, Any]) -> bool:
+    """The job reached Running, or ended (a job that failed early never will)."""
+    return "Running" in (status.get("phaseTimes") or {}) or bool(status.get("outcome"))
+
+
+def finished(status: dict[str, Any]) -> bool:
+    return bool(status.get("finishedAt"))
+
+
+class ContainerExit(threading.Thread):
+    """FinishedAt of the job's container (named `job_id`) on one instance, as soon as the simulator
+    shows it (the instance's files go away with it at delete). `on_exit` runs in this thread then."""
+
+    def __init__(
+        self, sim: BrevSim, instance_id: str, job_id: str, on_exit: Callable[[], None] | None = None
+    ) -> None:
+        super().__init__(daemon=True, name=f"exit-{instance_id}")
+        self.docker = container.Docker(sim.store, instance_id)
+        self.job_id = job_id
+        self.finished_at: float | None = None
+        self.on_exit = on_exit
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set() and self.finished_at is None:
+            with contextlib.suppress(OSError, KeyError, ValueError):
+                for cid in self.docker.ids():
+                    if (self.docker.config(cid) or {}).get("Name") != "/" + self.job_id:
+                        continue
+                    fin = str((self.docker.state(cid) or {}).get("FinishedAt") or "")
+                    if fin and not fin.startswith("0001"):
+                        self.finished_at = container.parse_iso(fin)
+                        if self.on_exit is not None:
+                            self.on_exit()
+                        return
+            self.stop.wait(0.01)
+
+
+@dataclass
+class Scenario:
+    """One simulator + namespace + operator process on the shared control plane and S3."""
+
+    bench: Bench
+    name: str
+    sim: BrevSim
+    op: OperatorProcess
+    stack: Stack
+    watch: PhaseWatch
+    applied: dict[str, float] = field(default_factory=dict)
+
+    def manifests(self, names: Iterable[str], *, epochs: int, epoch_seconds: float) -> list[dict[str, Any]]:
+        timeouts = self.bench.scale.timeouts()
+        sim = {"epochs": epochs, "epoch_seconds": epoch_seconds}
+        out = []
+        for name in names:
+            m = self.stack.job_manifest(name, simulation=sim, timeouts=timeouts)
+            m["metadata"]["namespace"] = self.stack.namespace
+            out.append(m)
+        return out
+
+    def apply_all(self, names: list[str], *, epochs: int, epoch_seconds: float) -> float:
+        """Apply every job in ONE kubectl call (jobs "applied at once"); returns the wall time just
+        before the call."""
+        items = self.manifests(names, epochs=epochs, epoch_seconds=epoch_seconds)
+        began = time.time()
+        self.stack.kubectl(
+            "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items})
+        )
+        for n in names:
+            self.applied[n] = began
+        return began
+
+    def container_exit(self, job: str, on_exit: Callable[[], None] | None = None) -> ContainerExit:
+        """A started ContainerExit for the job's container (status.instanceId + status.jobId)."""
+        timeout = 120.0
+        if self.watch.wait([job], lambda s: bool(s.get("instanceId") and s.get("jobId")), timeout):
+            raise RuntimeError(f"{job}: no status.instanceId/jobId after {timeout} s")
+        with self.watch.lock:
+            st = self.watch.status[job]
+        watch = ContainerExit(self.sim, str(st["instanceId"]), str(st["jobId"]), on_exit)
+        watch.start()
+        return watch
+
+    def calls(self) -> list[SimCall]:
+        return self.sim.calls()
+
+    def close(self) -> None:
+        self.watch.close()
+        with contextlib.suppress(Exception):
+            self.op.stop()
+        self.sim.close()
+
+
+@dataclass
+class Bench:
+    scale: Scale
+    work: Path
+    cp: ControlPlane
+    s3: S3Server
+
+    @classmethod
+    def start(cls, scale: Scale) -> Bench:
+        work = Path(tempfile.mkdtemp(prefix="taobrev-bench-"))
+        cp = ControlPlane.start(work / "cp")
+        try:
+            s3 = S3Server.start(work / "s3")
+        except BaseException:
+            cp.stop()
+            raise
+        cp.apply_crds(REPO / "crds")
+        s3.create_bucket(BUCKET)
+        return cls(scale, work, cp, s3)
+
+    def scenario(self, name: str, operator_env: Mapping[str, str] | None = None) -> Scenario:
+        """A fresh simulator, namespace `name` and operator (scaled settings + `operator_env`)."""
+        sim = BrevSim(self.work / name / "sim", speed=self.scale.factor, s3_endpoint=self.s3.endpoint_url)
+        try:
+            sim.set_faults(**self.scale.brev_durations())
+            self.cp.create_namespace(name)
+            install_operator_identity(self.cp, sim, job_namespaces=[name])
+            env = {"TAOBREV_NAMESPACES": name, **self.scale.operator_env(), **(operator_env or {})}
+            op = OperatorProcess(self.cp, sim, self.work / name / "operator", extra_env=env).start()
+            stack = Stack(self.cp, sim, self.s3, op, name, BUCKET)
+            stack.create_job_secrets()
+            watch = PhaseWatch(self.cp, name)
+            watch.start()
+            watch.ready.wait(10)
+        except BaseException:
+            sim.close()
+            raise
+        return Scenario(self, name, sim, op, stack, watch)
+
+    def close(self) -> None:
+        self.s3.stop()
+        self.cp.stop()

@@ -1,0 +1,110 @@
+"""The benchmark's arithmetic (tests/bench/figures.py) and what its scale factor scales
+(tests/bench/scale.py): pure, no stack."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.bench.figures import (
+    Figure,
+    cores,
+    idle_billed,
+    per_job_per_minute,
+    percentile,
+    ratio,
+    slope,
+    union_seconds,
+)
+from tests.bench.scale import SCALED_SETTINGS, Scale
+
+
+def test_slope_is_the_least_squares_fit() -> None:
+    # 100 MiB base + 10 MiB per job, one point off by +/- 2 MiB around the line
+    points = [(50.0, 600.0), (100.0, 1102.0), (200.0, 2100.0)]
+    assert slope(points) == pytest.approx(9.99, abs=0.05)
+
+
+def test_slope_needs_two_distinct_x() -> None:
+    with pytest.raises(ValueError, match="two different x"):
+        slope([(100.0, 1.0), (100.0, 2.0)])
+
+
+def test_calls_per_minute_count_real_minutes() -> None:
+    # 60 calls for 10 jobs in 12 wall seconds at F = 0.02 = 600 real seconds = 10 real minutes
+    assert per_job_per_minute(60, 10, 12.0, 0.02) == pytest.approx(0.6)
+
+
+def test_cores_and_ratio() -> None:
+    assert cores(3.0, 30.0) == pytest.approx(0.1)
+    assert ratio(33.0, 30.0) == pytest.approx(1.1)
+    with pytest.raises(ValueError, match="denominator"):
+        ratio(1.0, 0.0)
+
+
+def test_idle_billed_is_the_span_beyond_the_physical_minimum() -> None:
+    assert idle_billed(100.0, 160.0, 50.0) == pytest.approx(10.0)
+    # the simulated durations start a little after the recorded call: never negative
+    assert idle_billed(100.0, 149.9, 50.0) == 0.0
+
+
+def test_union_counts_overlaps_once() -> None:
+    assert union_seconds([(0.0, 2.0), (1.0, 3.0), (5.0, 6.0)]) == pytest.approx(4.0)
+    assert union_seconds([]) == 0.0
+
+
+def test_percentile() -> None:
+    assert percentile([3.0, 1.0, 2.0], 0.5) == 2.0
+    assert percentile([], 0.5) is None
+
+
+@pytest.mark.parametrize(
+    ("value", "goal", "sense", "verdict"),
+    [
+        (1.05, 1.1, "<=", "pass"),
+        (1.2, 1.1, "<=", "MISS"),
+        (12.0, 10.0, ">=", "pass"),
+        (9.0, 10.0, ">=", "MISS"),
+        (None, 10.0, ">=", "n/a"),
+        (3.0, None, "<=", "-"),
+    ],
+)
+def test_verdict(value: float | None, goal: float | None, sense: str, verdict: str) -> None:
+    fig = Figure("f", value, "x", goal, sense)  # type: ignore[arg-type]
+    assert fig.verdict == verdict
+
+
+def test_a_figure_measured_on_part_of_its_sample_is_a_miss() -> None:
+    assert Figure("burst", 1.05, "x", 1.1, incomplete=True).verdict == "MISS"
+
+
+def test_scale_multiplies_every_operator_interval_and_reports_floors() -> None:
+    scale = Scale(0.02)
+    knobs = {k.name: k for k in scale.settings()}
+    assert len(knobs) == len(SCALED_SETTINGS)
+    assert knobs["TAOBREV_POLL_INTERVAL"].used == pytest.approx(0.1)
+    assert not knobs["TAOBREV_POLL_INTERVAL"].floored
+    # exec_timeout may not go below 60 s: the run uses the floor and says so
+    assert knobs["TAOBREV_EXEC_TIMEOUT"].used == 60.0
+    assert knobs["TAOBREV_EXEC_TIMEOUT"].floored
+    env = scale.operator_env()
+    assert env["TAOBREV_LEADER_ELECTION"] == "false"
+    assert env["TAOBREV_CREATE_SETTLE"] == "2.4"
+
+
+def test_scale_timeouts_are_whole_seconds_at_least_the_minimum() -> None:
+    timeouts = Scale(0.02, timeout_floor=0).timeouts()
+    assert timeouts["waitingExecSeconds"] == 18
+    assert timeouts["runningSeconds"] == 1728
+    assert min(Scale(0.001, timeout_floor=0).timeouts().values()) == 10
+    floored = Scale(0.02, timeout_floor=60).timeout_knobs()
+    by_name = {k.name: k for k in floored}
+    assert by_name["spec.timeouts.waitingExecSeconds"].used == 60
+    assert by_name["spec.timeouts.waitingExecSeconds"].floored
+    assert not by_name["spec.timeouts.runningSeconds"].floored
+
+
+def test_scale_factor_out_of_range_is_refused() -> None:
+    with pytest.raises(ValueError, match="--scale"):
+        Scale(0.0)
+    assert Scale(0.5).real(1.0) == 2.0
+    assert Scale(0.5).wall(4.0) == 2.0
