@@ -82,6 +82,12 @@ class Pass:
         self.s.message = message = clip(message)
         self.s.run_ended_at = self.now
         self.s.retries = 0
+        last = self.s.attempts[-1] if self.s.attempts else None
+        if last is not None and last.ended_at is None:
+            # The run ends with its current attempt: every attempt says why it ended (issue 12).
+            last.ended_at = self.now
+            last.ended_reason = reason
+            last.ended_message = message
         kind = "Normal" if outcome == Outcome.SUCCEEDED else "Warning"
         self.events.append(EventNote(kind, reason, message))
 

@@ -193,6 +193,10 @@ def test_never_exec_ready_starts_a_new_attempt_then_fails_when_attempts_are_spen
     assert d.status.reason == reasons.timeout(Phase.WAITING_EXEC)
     assert d.status.attempts is not None
     assert [a.attempt for a in d.status.attempts] == [1, 2]
+    # The last attempt says why it ended too (the run's end is its end).
+    assert d.status.attempts[1].ended_reason == reasons.timeout(Phase.WAITING_EXEC)
+    assert d.status.attempts[1].ended_at == late
+    assert d.status.attempts[1].ended_message
 
 
 def test_exit_codes_are_retried_only_when_listed() -> None:
