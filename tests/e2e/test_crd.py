@@ -169,8 +169,9 @@ def test_status_schema_is_enforced(kubectl: Kubectl, tbj_ns: str) -> None:
 
 
 def test_printer_columns(kubectl: Kubectl, tbj_ns: str) -> None:
-    """`kubectl get tbj` shows PHASE/OUTCOME/INSTANCE/GPU/AGE; `-o wide` adds ACTION, REASON and
-    the recovery figures ATTEMPT, BILLED (seconds) and COST (dollars)."""
+    """`kubectl get tbj` shows PHASE/OUTCOME/INSTANCE/GPU/QUEUE/AGE; `-o wide` adds QUEUED (the
+    limit holding it back), ACTION, REASON and the recovery figures ATTEMPT, BILLED (seconds) and
+    COST (dollars). A finished job has no queue place: those cells are blank."""
     _apply(kubectl, tbj_ns, valid_job("cols")).check_returncode()
     _patch_status(
         kubectl, tbj_ns, "cols",
@@ -178,11 +179,12 @@ def test_printer_columns(kubectl: Kubectl, tbj_ns: str) -> None:
          "reason": "RunningTimeout", "attempt": 2, "billedSeconds": 1234, "estimatedCostDollars": 0.51},
     )  # fmt: skip
     narrow = kubectl("get", "tbj", "-n", tbj_ns).stdout.splitlines()
-    assert narrow[0].split() == ["NAME", "PHASE", "OUTCOME", "INSTANCE", "GPU", "AGE"]
+    assert narrow[0].split() == ["NAME", "PHASE", "OUTCOME", "INSTANCE", "GPU", "QUEUE", "AGE"]
     assert narrow[1].split()[:5] == ["cols", "Deleted", "Failed", "tbj-abc123", "L40S"]
     wide = kubectl("get", "tbj", "-n", tbj_ns, "-o", "wide").stdout.splitlines()
     assert wide[0].split() == [
-        "NAME", "PHASE", "OUTCOME", "INSTANCE", "GPU", "ACTION", "REASON", "ATTEMPT", "BILLED", "COST", "AGE",
+        "NAME", "PHASE", "OUTCOME", "INSTANCE", "GPU", "QUEUE", "QUEUED", "ACTION", "REASON", "ATTEMPT",
+        "BILLED", "COST", "AGE",
     ]  # fmt: skip
     assert wide[1].split()[:10] == [
         "cols",
