@@ -178,7 +178,10 @@ def test_every_metric_in_the_deploy_readme_is_exposed_after_a_run(stack: Stack) 
         seen = during[name].labels | after[name].labels
         if during[name].samples or after[name].samples:
             assert seen == doc.labels, (name, sorted(seen), sorted(doc.labels))
-    # A clean run produces a series for every metric but the error counter, so the label check
-    # above covered all of them.
+    # A clean run produces a series for every metric but those counting trouble or waiting — the
+    # error counter, lanes out of slots, jobs held by a quota (none is set here) — so the label
+    # check above covered all the others (tests/unit/test_metrics.py checks those three's labels).
     silent = {n for n in docs if not (during[n].samples or after[n].samples)}
-    assert silent <= {"taobrev_reconcile_errors_total"}, silent
+    assert silent <= {"taobrev_reconcile_errors_total", "taobrev_lane_busy_total", "taobrev_queued_jobs"}, (
+        silent
+    )
