@@ -9,6 +9,7 @@ Every wait polls observable state (status, the simulator's records) with a hang 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -141,16 +142,23 @@ def lose_first_instance_at_epoch_3(stack: Stack, name: str) -> str:
     return first
 
 
+def table_row(header: str, line: str) -> dict[str, str]:
+    """One row of kubectl's table by column position: an empty cell (QUEUE of a running job) is
+    blank, so splitting on whitespace would shift every later column."""
+    starts = [(m.group(), m.start()) for m in re.finditer(r"\S+", header)]
+    ends = [start for _, start in starts[1:]] + [None]
+    return {name: line[start:end].strip() for (name, start), end in zip(starts, ends, strict=True)}
+
+
 def test_instance_lost_at_epoch_3_resumes_on_a_second_instance_from_epoch_4(stack: Stack) -> None:
     first = lose_first_instance_at_epoch_3(stack, "lost3")
     status = stack.wait_finished("lost3", timeout=300)
     assert_lost_at_3_resumed_at_4(stack, "lost3", first, status)
     # `kubectl get tbj -o wide` shows the attempt, billed seconds and cost columns.
     wide = stack.kubectl("get", "tbj", "lost3", "-n", stack.namespace, "-o", "wide").stdout.splitlines()
-    header = wide[0].split()
+    row = table_row(wide[0], wide[1])
     for column in ("ATTEMPT", "BILLED", "COST"):
-        assert column in header, wide[0]
-    row = dict(zip(header, wide[1].split(), strict=False))
+        assert column in row, wide[0]
     assert row["ATTEMPT"] == "2"
     assert row["BILLED"] == str(status["billedSeconds"])
     assert float(row["COST"]) == pytest.approx(status["estimatedCostDollars"])
