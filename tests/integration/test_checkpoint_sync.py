@@ -8,13 +8,10 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from controller.brev.cli import BrevCLI, BrevCLISettings
-from controller.brev.client import BrevCredentials
+from controller.brev.cli import BrevCLI
 from controller.brev.envfile import S3Credentials
 from controller.brev.workload import SyncReport, Workload, WorkloadSettings
 from controller.versions import load_versions
@@ -25,21 +22,6 @@ pytestmark = pytest.mark.integration
 
 TAO = load_versions().images.tao_toolkit.pyt
 HANG_GUARD = 120.0  # seconds: only guards against hangs
-
-
-@pytest.fixture
-def client(brev_sim: BrevSim, tmp_path: Path) -> Iterator[BrevCLI]:
-    made = BrevCLI(
-        BrevCLISettings(
-            home=brev_sim.home,
-            expected_version=load_versions().brev.cli_version,
-            sa_token_path=tmp_path / "no-service-account-token",
-        ),
-        BrevCredentials(api_key=BrevSim.API_KEY, org_id=BrevSim.ORG_ID),
-        env=brev_sim.env(),
-    )
-    yield made
-    made.close()
 
 
 async def _until_reported(job: Workload, sync: object) -> SyncReport:
@@ -54,7 +36,9 @@ async def _until_reported(job: Workload, sync: object) -> SyncReport:
     raise AssertionError("the checkpoint sync never finished")
 
 
-def test_sync_then_restore_on_a_new_instance(brev_sim: BrevSim, s3_server: S3Server, client: BrevCLI) -> None:
+def test_sync_then_restore_on_a_new_instance(
+    brev_sim: BrevSim, s3_server: S3Server, sim_client: BrevCLI
+) -> None:
     tag = secrets.token_hex(5)
     keys = S3Credentials(f"AKIA{tag.upper()}".encode(), f"s3-secret-{tag}".encode())
     bucket = f"ckpt-{tag}"
@@ -64,8 +48,8 @@ def test_sync_then_restore_on_a_new_instance(brev_sim: BrevSim, s3_server: S3Ser
     brev_sim.add_instance(first)
     brev_sim.add_instance(second)
     job_id = f"job-{tag}"
-    one = Workload(client, first, job_id, settings=WorkloadSettings())
-    two = Workload(client, second, job_id, settings=WorkloadSettings())
+    one = Workload(sim_client, first, job_id, settings=WorkloadSettings())
+    two = Workload(sim_client, second, job_id, settings=WorkloadSettings())
 
     async def sync() -> SyncReport:
         return await one.sync_checkpoints(uri, s3_server.endpoint_url, "us-east-1", credentials=keys)

@@ -1,4 +1,4 @@
-"""The log tail that reaches status is bounded at the source (issue 9.3), through the real client
+"""The log tail that reaches status is bounded at the source (issue 9.3), through the real sim_client
 and the simulator's docker: a tqdm progress bar (one `\\n`-line of `\\r` redraws, as real docker's
 `--tail` counts it) collapses to what a terminal shows, and a 5 MB line crosses ssh capped and
 lands in status cut to one marked line."""
@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from controller.brev.cli import BrevCLI, BrevCLISettings
-from controller.brev.client import BrevCredentials
+from controller.brev.cli import BrevCLI
 from controller.brev.logtail import LINE_CUT, TAIL_LINE_CHARS, TAIL_LINES
 from controller.brev.workload import Workload, WorkloadSettings
 from controller.versions import load_versions
@@ -25,27 +23,12 @@ TAO = load_versions().images.tao_toolkit.pyt
 HANG_GUARD_WAITS = 24  # bounded 5 s waits: only guards against hangs
 
 
-@pytest.fixture
-def client(brev_sim: BrevSim, tmp_path: Path) -> Iterator[BrevCLI]:
-    made = BrevCLI(
-        BrevCLISettings(
-            home=brev_sim.home,
-            expected_version=load_versions().brev.cli_version,
-            sa_token_path=tmp_path / "no-service-account-token",
-        ),
-        BrevCredentials(api_key=BrevSim.API_KEY, org_id=BrevSim.ORG_ID),
-        env=brev_sim.env(),
-    )
-    yield made
-    made.close()
-
-
 def test_a_progress_bar_and_a_five_megabyte_line_reach_status_bounded(
-    brev_sim: BrevSim, client: BrevCLI
+    brev_sim: BrevSim, sim_client: BrevCLI
 ) -> None:
     name = "tbj-tail"
     brev_sim.add_instance(name)
-    job = Workload(client, name, "job-tail", settings=WorkloadSettings())
+    job = Workload(sim_client, name, "job-tail", settings=WorkloadSettings())
 
     async def exited() -> None:
         await job.write_spec(json.dumps({"simulation": {"epochs": 1, "epoch_seconds": 1}}))
@@ -80,10 +63,10 @@ def test_a_progress_bar_and_a_five_megabyte_line_reach_status_bounded(
     assert asyncio.run(job.logs(3)) == [last]
 
 
-def test_a_progress_bar_collapses_to_its_last_redraw(brev_sim: BrevSim, client: BrevCLI) -> None:
+def test_a_progress_bar_collapses_to_its_last_redraw(brev_sim: BrevSim, sim_client: BrevCLI) -> None:
     name = "tbj-bar"
     brev_sim.add_instance(name)
-    job = Workload(client, name, "job-bar", settings=WorkloadSettings())
+    job = Workload(sim_client, name, "job-bar", settings=WorkloadSettings())
 
     async def exited() -> None:
         await job.write_spec(json.dumps({"simulation": {"epochs": 1, "epoch_seconds": 1}}))

@@ -10,14 +10,12 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from controller.brev.cli import BrevCLI, BrevCLISettings
-from controller.brev.client import BrevCredentials
+from controller.brev.cli import BrevCLI
 from controller.brev.envfile import S3Credentials
 from controller.brev.workload import ImageNotPresent, StageInput, Workload, WorkloadSettings
 from controller.errors import EntitlementError, SpecError, TransientError
@@ -29,21 +27,6 @@ pytestmark = pytest.mark.integration
 
 TAO = load_versions().images.tao_toolkit.pyt
 HANG_GUARD = 120.0  # seconds: only guards against hangs
-
-
-@pytest.fixture
-def client(brev_sim: BrevSim, tmp_path: Path) -> Iterator[BrevCLI]:
-    made = BrevCLI(
-        BrevCLISettings(
-            home=brev_sim.home,
-            expected_version=load_versions().brev.cli_version,
-            sa_token_path=tmp_path / "no-service-account-token",
-        ),
-        BrevCredentials(api_key=BrevSim.API_KEY, org_id=BrevSim.ORG_ID),
-        env=brev_sim.env(),
-    )
-    yield made
-    made.close()
 
 
 @dataclass(frozen=True)
@@ -111,12 +94,12 @@ async def _exit_code(job: Workload) -> int:
 
 
 def test_after_every_step_of_a_job_no_secret_is_left_on_the_instance(
-    brev_sim: BrevSim, s3_server: S3Server, client: BrevCLI
+    brev_sim: BrevSim, s3_server: S3Server, sim_client: BrevCLI
 ) -> None:
     inst = _instance(brev_sim, s3_server)
     tag = inst.job_id.removeprefix("job-")
     keys = inst.keys
-    job = Workload(client, inst.name, inst.job_id, settings=WorkloadSettings())
+    job = Workload(sim_client, inst.name, inst.job_id, settings=WorkloadSettings())
     after: dict[str, list[str]] = {}
 
     async def scenario() -> tuple[int, int, tuple[int, int]]:
@@ -167,11 +150,11 @@ def test_after_every_step_of_a_job_no_secret_is_left_on_the_instance(
 
 
 def test_steps_that_fail_remove_their_secrets_too(
-    brev_sim: BrevSim, s3_server: S3Server, client: BrevCLI
+    brev_sim: BrevSim, s3_server: S3Server, sim_client: BrevCLI
 ) -> None:
     inst = _instance(brev_sim, s3_server)
     keys = inst.keys
-    job = Workload(client, inst.name, inst.job_id, settings=WorkloadSettings())
+    job = Workload(sim_client, inst.name, inst.job_id, settings=WorkloadSettings())
     after: dict[str, list[str]] = {}
 
     brev_sim.set_faults(ngc_entitlement=True)
@@ -209,11 +192,11 @@ def test_steps_that_fail_remove_their_secrets_too(
 
 
 def test_a_stop_on_an_unreachable_instance_fails_with_a_transient_error_instead_of_hanging(
-    brev_sim: BrevSim, s3_server: S3Server, client: BrevCLI
+    brev_sim: BrevSim, s3_server: S3Server, sim_client: BrevCLI
 ) -> None:
     """Every exec hangs (ssh never answers): the stop gives up after grace + stop_margin."""
     inst = _instance(brev_sim, s3_server)
-    job = Workload(client, inst.name, inst.job_id, settings=WorkloadSettings(stop_margin=3))
+    job = Workload(sim_client, inst.name, inst.job_id, settings=WorkloadSettings(stop_margin=3))
     brev_sim.set_faults(slow_exec_s=HANG_GUARD * 1000)  # far beyond any timeout at this speed
     with pytest.raises(TransientError) as info:
         asyncio.run(job.stop_container(1))
