@@ -48,17 +48,18 @@ BUDGETED: frozenset[Lane] = frozenset({Lane.PROBE, Lane.PULL, Lane.UPLOAD, Lane.
 
 
 # The settings' defaults (controller/settings.py): the short lanes (create, start, stop, delete)
-# absorb a burst of a few dozen jobs at once; the long ones (probe, pull, upload, checkpoint) are
-# sized so a burst of that size runs its transfers side by side instead of in waves (the work is
-# on the instances; the operator only holds one process per call).
+# absorb a burst of a few dozen jobs at once; the long ones (probe, pull, upload) are sized so a
+# burst of ~100 jobs runs its transfers side by side instead of in waves (the work is on the
+# instances; the operator only holds one ssh mux client per call, counted in the per-job memory
+# bound); WAIT holds one blocking wait per running job, so it is sized for ~1,000 running jobs.
 DEFAULT_SLOTS: Mapping[Lane, int] = {
     Lane.CREATE: 16,
     Lane.START: 16,
-    Lane.PROBE: 64,
-    Lane.PULL: 64,
-    Lane.UPLOAD: 32,
+    Lane.PROBE: 128,
+    Lane.PULL: 128,
+    Lane.UPLOAD: 64,
     Lane.CHECKPOINT: 16,
-    Lane.WAIT: 256,
+    Lane.WAIT: 1024,
     Lane.STOP: 32,
     Lane.DELETE: 16,
 }

@@ -316,14 +316,22 @@ def schedule_sync(p: Pass) -> None:
         return
     if "SyncCheckpoints" in p.obs.completed or p.obs.failure is not None:
         return
-    ck = p.s.checkpoint or CheckpointStatus()
-    since = ck.sync_requested_at
-    last = since if since is not None and since >= p.s.container_started_at else p.s.container_started_at
-    if p.since(last) < p.spec.recovery.checkpoint_interval_seconds:
+    if sync_due_in(p) != 0.0:
         return
+    ck = p.s.checkpoint or CheckpointStatus()
     ck.sync_requested_at = p.now
     p.s.checkpoint = ck
     p.actions.append(SyncCheckpoints(p.instance))
+
+
+def sync_due_in(p: Pass) -> float | None:
+    """Seconds until the next checkpoint sync is due (0 = now); None = no sync is scheduled."""
+    if not enabled(p) or p.spec is None or p.s.container_started_at is None:
+        return None
+    ck = p.s.checkpoint or CheckpointStatus()
+    since = ck.sync_requested_at
+    last = since if since is not None and since >= p.s.container_started_at else p.s.container_started_at
+    return max(0.0, p.spec.recovery.checkpoint_interval_seconds - p.since(last))
 
 
 def needs_restore(p: Pass) -> bool:

@@ -242,10 +242,33 @@ def waiting_exec(p: Pass) -> None:
         _step_after_end(p)
         return
     if p.obs.probe_ok is False:
-        # Look again after poll_interval, not in this pass: each probe is a brev call.
+        # Look again later, not in this pass: each probe is a call. Back off with the time already
+        # waited, but never past the phase's deadline (the last probe comes before it).
         p.s.message = f"instance {p.instance} does not accept commands yet"
+        p.requeue = p.tun.probe_interval(p.phase_age())
+        left = _phase_left(p)
+        if left is not None:
+            p.requeue = min(p.requeue, max(p.tun.poll_interval, left))
         return
     p.actions.append(ProbeExec(p.instance))
+
+
+def _phase_left(p: Pass) -> float | None:
+    limit = phase_timeout(p.spec, p.phase)
+    return None if limit is None else limit - p.phase_age()
+
+
+def wait_bound(p: Pass) -> float:
+    """The blocking wait's bound: wait_timeout, but no later than the next checkpoint sync or the
+    Running deadline, so neither is overrun by a whole wait (never under 1 s: a call's floor)."""
+    bound = p.tun.wait_timeout
+    due = recovery.sync_due_in(p)
+    if due is not None:
+        bound = min(bound, due)
+    left = _phase_left(p)
+    if left is not None:
+        bound = min(bound, left)
+    return max(min(1.0, p.tun.wait_timeout), bound)
 
 
 def pulling(p: Pass) -> None:
@@ -373,8 +396,9 @@ def running(p: Pass) -> None:
             _check_timeout(p)
         else:
             # After downtime the container may have exited long ago: look before judging.
+            # A short look (docker wait returns at once for an exited container).
             p.actions.append(
-                WaitForExit(p.instance, timeout_seconds=p.tun.wait_timeout, start_if_missing=False)
+                WaitForExit(p.instance, timeout_seconds=min(1.0, p.tun.wait_timeout), start_if_missing=False)
             )
             p.requeue = 0.0
             return
@@ -386,7 +410,7 @@ def running(p: Pass) -> None:
     # A bounded blocking wait: returns as soon as the container exits, costs one brev call per
     # wait_timeout while it runs.
     p.actions.append(
-        WaitForExit(p.instance, timeout_seconds=p.tun.wait_timeout, resume_path=recovery.resume_path(p))
+        WaitForExit(p.instance, timeout_seconds=wait_bound(p), resume_path=recovery.resume_path(p))
     )
     p.requeue = 0.0
 

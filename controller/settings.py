@@ -73,10 +73,24 @@ class Settings(BaseModel):
     # --- timing (seconds)
     poll_interval: float = Field(5.0, gt=0, le=300, description="re-observe period while waiting on brev")
     wait_timeout: float = Field(
-        30.0,
+        120.0,
         ge=1,
-        le=300,
-        description="bounded `docker wait` per brev call (<= 1 call per this while running)",
+        le=600,
+        description="bound of the blocking `docker wait` of a running job: it returns at the exit, "
+        "so this only sets the calls per running job (one per this) and the log-tail refresh",
+    )
+    probe_interval_max: float = Field(
+        30.0,
+        gt=0,
+        le=600,
+        description="exec probes of a fresh instance back off from poll_interval to this "
+        "(a first exec takes 600 s+; readiness is seen at most ~10% of the wait late)",
+    )
+    stop_grace: float = Field(
+        60.0,
+        ge=1,
+        le=3600,
+        description="how long a stopped container may take to exit before the upload starts anyway",
     )
     listing_max_age: float = Field(10.0, ge=0, le=300, description="how stale the shared `brev ls` may be")
     create_settle: float = Field(120.0, ge=0, le=3600, description="grace for an ambiguous create to appear")
@@ -176,6 +190,8 @@ class Settings(BaseModel):
         return Tunables(
             poll_interval=self.poll_interval,
             wait_timeout=self.wait_timeout,
+            probe_interval_max=self.probe_interval_max,
+            stop_grace=self.stop_grace,
             create_settle=self.create_settle,
             backoff_max=self.backoff_max,
             cluster_id=self.resolved_cluster_id(),

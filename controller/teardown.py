@@ -13,8 +13,9 @@ Every state after the run ended reaches `brev delete` of an owned instance withi
 
 - Provisioning/WaitingExec/Pulling with an outcome: teardown in the same pass.
 - Running with an outcome (cancel, timeout): stop + bounded waits for `Tunables.grace`
-  (default 2 x W); then Uploading whether or not the container exited. Unlisted (suspected
-  lost): N listings (N x P) without exec evidence, then Uploading at once.
+  (TAOBREV_STOP_GRACE, 60 s; each wait bounded by the grace left); then Uploading whether or
+  not the container exited. Unlisted (suspected lost): N listings (N x P) without exec
+  evidence, then Uploading at once.
 - Uploading after InstanceNotListed: one upload attempt; still unlisted, teardown.
 - Uploading: `spec.timeouts.uploadingSeconds`, counted from entering the phase, but never before
   one upload attempt (so operator downtime cannot skip the upload); a permanent upload failure
@@ -74,7 +75,10 @@ def stopping(p: Pass) -> None:
         return
     if not p.obs.container_stopped:
         p.actions.append(StopContainer(p.instance))
-    p.actions.append(WaitForExit(p.instance, timeout_seconds=p.tun.wait_timeout, start_if_missing=False))
+    # Bounded by the grace left, so the grace is never overrun by a whole wait.
+    left = p.tun.grace - p.since(p.s.run_ended_at)
+    bound = max(min(1.0, p.tun.wait_timeout), min(p.tun.wait_timeout, left))
+    p.actions.append(WaitForExit(p.instance, timeout_seconds=bound, start_if_missing=False))
     p.requeue = 0.0
 
 

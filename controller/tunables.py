@@ -12,7 +12,14 @@ class Tunables:
     """Operator settings decide() needs (seconds)."""
 
     poll_interval: float = 5.0
-    wait_timeout: float = 30.0
+    # The blocking `docker wait` of a running job returns at the exit; its bound only sets how
+    # often a running job costs a call (and refreshes the log tail): one per this many seconds.
+    wait_timeout: float = 120.0
+    # Exec probes of a fresh instance back off from poll_interval to this: a first exec takes
+    # 600 s and more, and probing it every poll interval cost a process per job per 5 s. The
+    # interval stays below a tenth of the time already waited, so readiness is seen late by
+    # at most ~10% of the wait (and never by more than this cap).
+    probe_interval_max: float = 30.0
     # How long after a create call returned an absent instance still counts as "maybe being
     # created"; keep it above the CLI's create timeout.
     create_settle: float = 120.0
@@ -36,6 +43,11 @@ class Tunables:
                 f"Tunables.absent_listings={self.absent_listings}: one listing glitch must never end a "
                 f"job; use at least {MIN_ABSENT_LISTINGS}"
             )
+
+    def probe_interval(self, waited: float) -> float:
+        """Seconds to the next exec probe after `waited` seconds of failed probes."""
+        cap = max(self.poll_interval, self.probe_interval_max)
+        return min(cap, max(self.poll_interval, waited / 10.0))
 
     @property
     def grace(self) -> float:
