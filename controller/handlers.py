@@ -24,6 +24,7 @@ import logging
 from http.server import ThreadingHTTPServer
 from typing import Any
 
+import aiohttp
 import kopf
 import structlog
 
@@ -101,9 +102,10 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
 
 
 @kopf.on.login()
-async def login(**_: Any) -> kopf.ConnectionInfo:
-    conn = resolve_connection(Settings.from_env())
-    return kopf.ConnectionInfo(
+async def login(**_: Any) -> kopf.AiohttpSession:
+    ours = Settings.from_env()
+    conn = resolve_connection(ours)
+    info = kopf.ConnectionInfo(
         server=conn.server,
         ca_path=conn.ca_path,
         insecure=conn.insecure,
@@ -112,6 +114,16 @@ async def login(**_: Any) -> kopf.ConnectionInfo:
         certificate_path=conn.cert_path,
         private_key_path=conn.key_path,
     )
+    # kopf's own session pools connections without a limit: every concurrent patch of a burst
+    # left one idle TLS connection (~150 KiB of buffers) behind, for good. Bound the pool; the
+    # long watches (one per watched namespace, or one cluster-wide) get their own headroom so
+    # they can never starve patches and Events. kopf closes this session on re-login.
+    watches = max(1, len(ours.namespaces))
+    session = aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=ours.kube_connections + watches, ssl=info.as_ssl_context()),
+        headers=info.as_http_headers(),
+    )
+    return kopf.AiohttpSession(server=conn.server, aiohttp_session=session)
 
 
 @kopf.on.cleanup()

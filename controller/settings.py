@@ -132,6 +132,13 @@ class Settings(BaseModel):
         description="/healthz turns red when one pass runs longer; 0 = pull_timeout + exec_timeout",
     )
     namespaces: tuple[str, ...] = Field((), description="namespaces to watch (comma list); empty = all")
+    kube_connections: int = Field(
+        32,
+        ge=4,
+        le=1024,
+        description="kopf's pooled API connections besides one per watch (kopf's default pool is "
+        "unbounded: a burst of jobs kept one idle TLS connection, ~150 KiB, per concurrent patch)",
+    )
     # --- quotas and queueing (controller/admission.py, deploy/QUEUEING.md); 0 = unlimited
     max_instances: int = Field(
         0, ge=0, description="cluster-wide cap on instances the operator's jobs hold at once; 0 = unlimited"
