@@ -372,6 +372,22 @@ class Workload:
 
     # -- steps ----------------------------------------------------------------------------------
 
+    async def _with_s3_keys(
+        self,
+        body: str,
+        *,
+        credentials: S3Credentials,
+        region: str | None,
+        limit: float,
+        deadline: datetime | None,
+        what: str,
+    ) -> ExecResult:
+        """Run `body` with the S3 keys file on the instance for exactly as long as the command
+        runs: delivered just before, removed by the command's own EXIT trap (and checked)."""
+        await self._put_secret(S3_ENV_FILE, s3_env_file(credentials, region=region), deadline)
+        command = f"{self._secret_scope(self._secret(S3_ENV_FILE))}{body}"
+        return self._secrets_removed(await self._run(command, limit, deadline, what), what)
+
     async def probe(self, limit: float | None = None, *, deadline: datetime | None = None) -> bool:
         """A two-word command; True once exec works end to end (RUNNING is not ssh-ready)."""
         try:
@@ -473,8 +489,7 @@ class Workload:
                 raise SpecError(f"inputs[{i}].path {item.path!r} must be a relative path without '..'")
         if not items:
             return 0
-        s3_env = s3_env_file(credentials, region=region)
-        parts = [self._secret_scope(self._secret(S3_ENV_FILE))]
+        parts = []
         for i, item in enumerate(items):
             target = self._path(f"data/{item.path}")
             aws = self._aws(
@@ -487,11 +502,14 @@ class Workload:
                 f"echo {_STEP} {i}; mkdir -p {target} && {aws} 2>&1 || exit $?; "
                 f"printf '{_STAGED} {i} %s\\n' \"$(find {target} -type f | wc -l)\"; "
             )
-        await self._put_secret(S3_ENV_FILE, s3_env, deadline)
         # One command copies every input: each keeps the transfer budget it had on its own.
-        limit = self.settings.transfer_timeout * len(items)
-        result = self._secrets_removed(
-            await self._run("".join(parts).rstrip("; "), limit, deadline, "staging"), "staging inputs"
+        result = await self._with_s3_keys(
+            "".join(parts).rstrip("; "),
+            credentials=credentials,
+            region=region,
+            limit=self.settings.transfer_timeout * len(items),
+            deadline=deadline,
+            what="staging inputs",
         )
         if not result.ok:
             step, text = last_step(result.stdout)
@@ -742,7 +760,6 @@ class Workload:
         command during which alone the S3 keys are on the instance.
         Returns (objects, bytes) verified; raises TransientError on any mismatch."""
         bucket, prefix = split_s3_uri(results_uri, "resultsUri")
-        s3_env = s3_env_file(credentials, region=region)
         base = results_uri.rstrip("/")
         name = shlex.quote(self.job_id)
         logs_dir = self._path("logs")
@@ -770,19 +787,20 @@ class Workload:
         list_args += ["--query", "Contents[].[Key,Size]", "--output", "json"]
         listing = self._aws(list_args, [], endpoint, region)
         command = (
-            f"{self._secret_scope(self._secret(S3_ENV_FILE))}"
             f"echo {_STEP} upload; mkdir -p {self._path('results')} {logs_dir} && {save_log} && "
             f"{copy_results} 2>&1 && {copy_logs} 2>&1 || exit $?; "
             f"echo {_STEP} verify; cd {self._path()} && "
             f"find results logs -type f -printf 'F\\t%s\\t%p\\n' && "
             f"echo {_LISTING} && {listing}"
         )
-        await self._put_secret(S3_ENV_FILE, s3_env, deadline)
         # The copy, then the listing that verifies it (short), in the same call.
-        upload_limit = self.settings.transfer_timeout + self.settings.command_timeout
-        result = self._secrets_removed(
-            await self._run(command, upload_limit, deadline, "uploading results"),
-            "uploading results",
+        result = await self._with_s3_keys(
+            command,
+            credentials=credentials,
+            region=region,
+            limit=self.settings.transfer_timeout + self.settings.command_timeout,
+            deadline=deadline,
+            what="uploading results",
         )
         step, text = last_step(result.stdout)
         if not result.ok:
@@ -843,7 +861,6 @@ class Workload:
         never blocks this call, so exit notice and teardown are never delayed by it. The S3 keys
         file exists only while this command runs (docker reads --env-file at `docker run`)."""
         split_s3_uri(results_uri, "resultsUri")
-        s3_env = s3_env_file(credentials, region=region)
         ckpt = shlex.quote(self.job_id + CKPT_SUFFIX)
         pending = self._path("ckpt/pending")
         run = ["docker", "run", "-d", "--name", ckpt, "--label", shlex.quote(f"tao-job={self.job_id}")]
@@ -856,7 +873,6 @@ class Workload:
         target = f"{results_uri.rstrip('/')}/checkpoints"
         run += ["s3", "sync", "/job/results", shlex.quote(target), "--only-show-errors"]
         command = (
-            f"{self._secret_scope(self._secret(S3_ENV_FILE))}"
             f"mkdir -p {self._path('results')} {self._path('ckpt')} || exit $?; "
             "st=$(docker inspect --format "
             f"'{{{{.State.Status}}}} {{{{.State.ExitCode}}}}' {ckpt} 2>/dev/null); "
@@ -870,10 +886,13 @@ class Workload:
             f'echo "$n ${{e:--}}" > {pending}; '
             f"{' '.join(run)} >/dev/null 2>&1 && echo {_SYNC_STARTED}"
         )
-        await self._put_secret(S3_ENV_FILE, s3_env, deadline)
-        result = self._secrets_removed(
-            await self._run(command, self.settings.command_timeout, deadline, "checkpoint sync"),
-            "checkpoint sync",
+        result = await self._with_s3_keys(
+            command,
+            credentials=credentials,
+            region=region,
+            limit=self.settings.command_timeout,
+            deadline=deadline,
+            what="checkpoint sync",
         )
         return parse_sync_report(result)
 
@@ -890,7 +909,6 @@ class Workload:
         and report the latest checkpoint by epoch number; empty prefixes restore nothing (not an
         error: training starts from scratch)."""
         split_s3_uri(results_uri, "resultsUri")
-        s3_env = s3_env_file(credentials, region=region)
         base = results_uri.rstrip("/")
         source = f"{base}/checkpoints"
         mounts = [f"{self._path('results')}:/job/results"]
@@ -906,15 +924,17 @@ class Workload:
             for sub in ("results", "checkpoints")
         ]
         command = (
-            f"{self._secret_scope(self._secret(S3_ENV_FILE))}"
             f"mkdir -p {self._path('results')} && {copy[0]} 2>&1 && {copy[1]} 2>&1 || exit $?; "
             f"cd {self._path()} && echo {_RESTORED} $(find results -type f | wc -l) && "
             f"echo {_LATEST} $({self._latest_checkpoint()})"
         )
-        await self._put_secret(S3_ENV_FILE, s3_env, deadline)
-        result = self._secrets_removed(
-            await self._run(command, self.settings.transfer_timeout, deadline, "checkpoint restore"),
-            "checkpoint restore",
+        result = await self._with_s3_keys(
+            command,
+            credentials=credentials,
+            region=region,
+            limit=self.settings.transfer_timeout,
+            deadline=deadline,
+            what="checkpoint restore",
         )
         if not result.ok:
             raise TransientError(
