@@ -206,8 +206,7 @@ class ActionRunner:
             case CleanupWorkload(instance=inst, must_succeed=must):
                 wl = self._workload(inst, job)
                 try:
-                    await wl.remove_container(deadline=deadline)
-                    await wl.cleanup(deadline=deadline)
+                    await wl.clear(deadline=deadline)
                 except TransientError:
                     if must:
                         raise

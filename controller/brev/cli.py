@@ -434,11 +434,15 @@ class BrevCLI:
         check_name(name_or_id)  # ids share the name alphabet
         await self.ensure_login()
         alias = self._names_by_id.get(name_or_id, name_or_id)
-        if alias in self._ssh_aliases:
-            # Before the delete, while brev's ssh config still resolves the alias to its host.
-            await self.close_connection(alias)
         argv = [self._settings.binary, "delete", name_or_id]
-        result = await self._call(argv, "delete", self._settings.timeouts.delete)
+        delete = self._call(argv, "delete", self._settings.timeouts.delete)
+        if alias in self._ssh_aliases:
+            # Beside the delete, not before it: the instance bills until the delete is sent. ssh
+            # reads brev's config (the alias's host) as it starts, long before brev's delete
+            # could change it; close_connection never raises.
+            _, result = await asyncio.gather(self.close_connection(alias), delete)
+        else:
+            result = await delete
         delete_outcome(name_or_id, result)
         log.info("brev_delete_requested", instance=name_or_id)
 

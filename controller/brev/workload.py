@@ -77,6 +77,7 @@ _SYNC_PENDING = "TAOBREV_SYNC_PENDING"
 _SYNC_LOG = "TAOBREV_SYNC_LOG"
 _SYNC_STARTED = "TAOBREV_SYNC_STARTED"
 _RESTORED = "TAOBREV_RESTORED"
+_CLEARED = "TAOBREV_CLEARED"  # followed by: container left (0/1), files left (0/1)
 _LATEST = "TAOBREV_LATEST"
 
 _AUTH_MARKERS = ("unauthorized", "denied", "forbidden", "incorrect username or password", "401", "403")
@@ -944,24 +945,27 @@ class Workload:
             )
         return parse_restore_report(result.stdout)
 
-    async def remove_container(self, *, deadline: datetime | None = None) -> None:
+    async def clear(self, *, deadline: datetime | None = None) -> None:
+        """Remove the job's containers (the checkpoint sync's too: its config carries the S3 keys)
+        and ~/taobrev/<job> (with any secret file an interrupted step left) in ONE remote call:
+        it is the teardown's last call before `brev delete`, and every call there is billed time.
+        Containers write results as root, hence the non-interactive sudo fallback on a real VM.
+        Each part is checked and reported on its own."""
         name = shlex.quote(self.job_id)
         ckpt = shlex.quote(self.job_id + CKPT_SUFFIX)
-        # The checkpoint sync's container goes too (its config carries the S3 keys).
-        command = f"docker rm -f {name} {ckpt} >/dev/null 2>&1; ! docker inspect {name} >/dev/null 2>&1"
-        result = await self._run(command, self.settings.command_timeout, deadline, "docker rm")
-        if not result.ok:
+        path = self._path()
+        command = (
+            f"docker rm -f {name} {ckpt} >/dev/null 2>&1; c=0; docker inspect {name} >/dev/null 2>&1 && c=1; "
+            f"rm -rf {path} 2>/dev/null || sudo -n rm -rf {path}; f=0; test -e {path} && f=1; "
+            f"echo {_CLEARED} $c $f"
+        )
+        result = await self._run(command, self.settings.command_timeout, deadline, "cleanup")
+        found = re.search(rf"^{_CLEARED} ([01]) ([01])$", result.stdout, re.MULTILINE)
+        if not result.ok or found is None or found.group(1) == "1":
             raise TransientError(
                 "docker rm -f failed", reason="ContainerRemoveFailed", cli_message=_message(result)
             )
-
-    async def cleanup(self, *, deadline: datetime | None = None) -> None:
-        """Remove ~/taobrev/<job> (and any secret file an interrupted step left). Containers write
-        results as root, hence the non-interactive sudo fallback on a real VM."""
-        path = self._path()
-        command = f"rm -rf {path} 2>/dev/null || sudo -n rm -rf {path}; test ! -e {path}"
-        result = await self._run(command, self.settings.command_timeout, deadline, "cleanup")
-        if not result.ok:
+        if found.group(2) == "1":
             raise TransientError(
                 f"could not remove {self.remote_dir} on {self.instance}",
                 reason="CleanupFailed",

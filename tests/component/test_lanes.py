@@ -32,7 +32,7 @@ from controller.steps import (
     UploadResults,
     WaitForExit,
 )
-from tests.unit.fake_exec import GONE, FakeClient
+from tests.unit.fake_exec import GONE, FakeClient, healthy_answer
 from tests.unit.test_actions_secrets import SECRETS, _spec
 
 T = TypeVar("T")
@@ -59,7 +59,7 @@ class HangingBrev:
         self.started.append((instance, command))
         if instance in self.hung:
             await self.release.wait()
-        out = "ok" if command == "echo ok" else "0"
+        out = healthy_answer(command)
         marker = f"\n{GONE}\n" if GONE in command else ""
         return ExecResult(0, out + marker)
 

@@ -314,12 +314,9 @@ class FakeWorkload(Workload):
         inst.disk_epochs[self.job_id] = max(epoch, inst.disk_epochs.get(self.job_id, 0))
         return RestoreReport(objects=epoch, latest=f"results/train/model_epoch_{epoch:03d}.pth", epoch=epoch)
 
-    async def remove_container(self, *, deadline: datetime | None = None) -> None:
-        inst = self._gate("docker rm", deadline=deadline)
+    async def clear(self, *, deadline: datetime | None = None) -> None:
+        inst = self._gate("cleanup", deadline=deadline)  # one remote call, like the real one
         inst.containers.pop(self.job_id, None)
-
-    async def cleanup(self, *, deadline: datetime | None = None) -> None:
-        inst = self._gate("rm -rf job dir", deadline=deadline)
         for path in [p for p in inst.files if p.startswith(f"{self.remote_dir}/")]:
             del inst.files[path]
 

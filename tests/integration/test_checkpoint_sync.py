@@ -62,7 +62,7 @@ def test_sync_then_restore_on_a_new_instance(
             pass
         started = await sync()
         finished = await _until_reported(one, sync)
-        await one.remove_container()
+        await one.clear()
         restored = await two.restore_checkpoints(uri, s3_server.endpoint_url, "us-east-1", credentials=keys)
         return started, finished, restored
 

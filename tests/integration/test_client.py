@@ -584,9 +584,8 @@ def full_run(sim: BrevSim, s3: S3Server, make_client: MakeClient, caplog: LogCap
         upload = await job.upload_results(
             f"s3://out-{tag}/runs/{job_id}", s3.endpoint_url, "us-east-1", credentials=s3_creds
         )
-        await job.remove_container()
+        await job.clear()
         assert await job.container_state() is None
-        await job.cleanup()
         assert not (sim.instance_files(name) / "taobrev" / job_id).exists()
         await client.delete_instance(name)
 

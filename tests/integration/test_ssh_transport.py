@@ -163,7 +163,7 @@ def test_the_workload_sends_every_step_over_ssh_and_never_runs_brev_exec(
     with pytest.raises(ContainerNotFound):
         asyncio.run(job.wait_exit_with_tail(1))
     asyncio.run(job.stop_container(1))
-    asyncio.run(job.cleanup())
+    asyncio.run(job.clear())
     counts = verbs.count()
     assert counts["exec"] == 0
     assert counts["ssh_put"] == 1

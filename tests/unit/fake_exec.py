@@ -10,6 +10,16 @@ from controller.brev.client import CreateRequest, CreateResult, ExecResult, Inst
 GONE = "TAOBREV_SECRETS_GONE"
 
 
+def healthy_answer(command: str) -> str:
+    """What a healthy instance prints for the operator's commands whose output is checked beyond
+    the exit code: the probe's "ok", the cleanup's report (both parts removed); else "0"."""
+    if command == "echo ok":
+        return "ok"
+    if "TAOBREV_CLEARED" in command:
+        return "TAOBREV_CLEARED 0 0"
+    return "0"
+
+
 @dataclass
 class FakeClient:
     """Records every call in order; `answer` maps a command to (exit code, stdout) — the removal

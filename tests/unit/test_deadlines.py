@@ -25,7 +25,7 @@ from controller.steps import (
     ProbeExec,
     StopContainer,
 )
-from tests.unit.fake_exec import FakeClient
+from tests.unit.fake_exec import FakeClient, healthy_answer
 from tests.unit.test_actions_secrets import SECRETS, _spec
 from tests.unit.test_machine import EPHEMERAL, T0, at, decide, running
 
@@ -125,7 +125,7 @@ def _job() -> JobContext:
 
 
 def test_a_spent_budget_never_keeps_a_container_from_stopping_or_an_instance_from_being_deleted() -> None:
-    client = FakeClient(answer=lambda _cmd: (0, "0"))
+    client = FakeClient(answer=lambda cmd: (0, healthy_answer(cmd)))
     spent = datetime.now(UTC) - timedelta(seconds=30)
     actions: list[Action] = [StopContainer("i"), CleanupWorkload("i", must_succeed=True), DeleteInstance("i")]
     obs = asyncio.run(_runner(client).run(actions, _job(), Observation(now=NOW), deadline=spent))

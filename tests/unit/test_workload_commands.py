@@ -407,9 +407,9 @@ def test_every_call_gets_at_most_the_remaining_phase_budget() -> None:
     client = _fake(0, "")
     deadline = NOW + timedelta(seconds=45)
     run(_job(client).pull_image(TAO_IMAGE, ngc_api_key=NGC, deadline=deadline))
-    run(_job(client).remove_container(deadline=NOW + timedelta(seconds=500)))
+    run(_job(client).stop_container(30, deadline=NOW + timedelta(seconds=500)))
     run(_job(client).stop_container(30, deadline=deadline))
-    assert client.timeouts == [45, 45, 120, 45]
+    assert client.timeouts == [45, 45, 60, 45]  # the third keeps its own bound (grace + margin)
 
 
 def test_a_spent_budget_starts_no_call() -> None:
@@ -551,16 +551,26 @@ def test_a_failed_copy_is_transient_with_the_copy_output() -> None:
 # ---- teardown ------------------------------------------------------------------------------------
 
 
-def test_cleanup_and_remove_verify_the_result() -> None:
-    client = FakeClient()
-    run(_job(client).remove_container())
-    run(_job(client).cleanup())
-    remove, cleanup = client.commands
-    assert (
-        remove == "docker rm -f job-1234abcd job-1234abcd-ckpt >/dev/null 2>&1; "
-        "! docker inspect job-1234abcd >/dev/null 2>&1"
-    )
-    assert cleanup.endswith('test ! -e "$HOME"/taobrev/job-1234abcd')
+def test_clear_removes_containers_and_files_in_one_call_and_checks_each() -> None:
+    client = FakeClient(answer=lambda _c: (0, "TAOBREV_CLEARED 0 0"))
+    run(_job(client).clear())
+    (command,) = client.commands
+    assert command.startswith("docker rm -f job-1234abcd job-1234abcd-ckpt >/dev/null 2>&1; ")
+    assert 'rm -rf "$HOME"/taobrev/job-1234abcd' in command
+
+
+@pytest.mark.parametrize(
+    ("out", "reason"),
+    [
+        ("TAOBREV_CLEARED 1 0", "ContainerRemoveFailed"),
+        ("TAOBREV_CLEARED 0 1", "CleanupFailed"),
+        ("", "ContainerRemoveFailed"),  # no report: nothing is known to be removed
+    ],
+)
+def test_clear_says_which_part_was_left(out: str, reason: str) -> None:
+    with pytest.raises(TransientError) as exc:
+        run(_job(_fake(0, out)).clear())
+    assert exc.value.reason == reason
 
 
 # ---- no secret on argv, none delivered outside its step -----------------------------------------
@@ -578,11 +588,16 @@ def test_no_secret_value_reaches_any_command_and_each_file_is_removed_by_the_com
             TAO_IMAGE, "arch", "train", env={"PUBLIC": "1"}, secret_env={"HF": "hf_SECRET"}
         )
         await job.upload_results("s3://b/p", "http://127.0.0.1:1", "r", credentials=CREDS)
-        await job.cleanup()
+        await job.clear()
 
-    client.answer = lambda c: (
-        (0, "TAOBREV_STAGED 0 1\n") if "TAOBREV_STAGED" in c else _upload_answer({}, [])(c)
-    )
+    def answer(c: str) -> tuple[int, str]:
+        if "TAOBREV_STAGED" in c:
+            return 0, "TAOBREV_STAGED 0 1\n"
+        if "TAOBREV_CLEARED" in c:
+            return 0, "TAOBREV_CLEARED 0 0\n"
+        return _upload_answer({}, [])(c)
+
+    client.answer = answer
     run(everything())
     joined = "\n".join(client.commands)
     for value in ("NGCSECRET", "S3SECRET", "AKIAKEY", "hf_SECRET"):
