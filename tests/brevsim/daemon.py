@@ -1,8 +1,8 @@
 """The simulator daemon: ONE process per simulator, bound to loopback only, holding what a fleet of
 instances runs for a long time: every instance's sshd (sshd.py) and every detached TAO container
 (engine.py). It also starts (as a fresh interpreter) and stops the zygote the instances' `docker`
-and `nvidia-smi` fork from (zygote.py). Started and stopped by the harness (BrevSim); short-lived simulator processes talk to
-it through control.py.
+and `nvidia-smi` fork from (zygote.py). Started and stopped by the harness (BrevSim); short-lived
+simulator processes talk to it through control.py.
 
 It dies with its harness: it exits when its parent goes away (an interrupted run), and on the way
 out it kills every process carrying this simulator's marker (reaper.py).

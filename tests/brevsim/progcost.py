@@ -15,6 +15,7 @@ import argparse
 import json
 import os
 import resource
+import shlex
 import subprocess
 import tempfile
 import time
@@ -26,6 +27,7 @@ from tests.brevsim.harness import BrevSim
 
 TAO = "nvcr.io/nvidia/tao/tao-toolkit:6.26.3-pyt"
 LOGIN = "echo nvapi-key | docker login nvcr.io --username '$oauthtoken' --password-stdin"
+RUN_ARGS = f"--gpus all -v $HOME:/w {TAO} x train -e /w/spec.yaml results_dir=/w/r"
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -79,7 +81,9 @@ def sandbox_env(sim: BrevSim, inst_id: str) -> tuple[dict[str, str], Path]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     ap.add_argument("-n", type=int, default=50, help="calls per measurement")
-    ap.add_argument("--wait-seconds", type=float, default=5.0, help="how long to watch a waiting `docker wait`")
+    ap.add_argument(
+        "--wait-seconds", type=float, default=5.0, help="how long to watch a waiting `docker wait`"
+    )
     args = ap.parse_args()
     results: dict[str, object] = {}
     with tempfile.TemporaryDirectory(prefix="progcost-") as tmp:
@@ -97,25 +101,34 @@ def main() -> int:
             results["real ssh -V"] = measure(sim, local, Path(tmp), "/usr/bin/ssh -V", n)
             results["wrapped ssh -V"] = measure(sim, local, Path(tmp), "ssh -V", n)
             subprocess.run(["brev", "refresh"], env=local, check=True, capture_output=True)
-            ssh = "ssh -T -o BatchMode=yes -F ~/.brev/ssh_config cost"
+            ssh = ["ssh", "-T", "-o", "BatchMode=yes", "-F", str(sim.home / ".brev" / "ssh_config"), "cost"]
             # a container that exited: the exit wait's fixed cost (the master is opened first)
-            subprocess.run(f"{ssh} true", shell=True, env=local, check=True)
+            subprocess.run([*ssh, "true"], env=local, check=True)
             sim.set_faults(pull_seconds=0)
             spec = home / "spec.yaml"
             spec.write_text(json.dumps({"simulation": {"epochs": 1, "epoch_seconds": 0}}))
-            run = f"docker run -d --name done --gpus all -v $HOME:/w {TAO} x train -e /w/spec.yaml results_dir=/w/r"
-            subprocess.run(["bash", "-c", f"{LOGIN} && docker pull {TAO} && {run} && docker wait done"], env=env, cwd=home,
-                           check=True, capture_output=True)
+            run = f"docker run -d --name done {RUN_ARGS}"
+            subprocess.run(
+                ["bash", "-c", f"{LOGIN} && docker pull {TAO} && {run} && docker wait done"],
+                env=env,
+                cwd=home,
+                check=True,
+                capture_output=True,
+            )
             results["exit wait (exited container)"] = measure(
-                sim, local, Path(tmp), f"{ssh} 'timeout 60 docker wait done; docker logs --tail 20 done'", n // 5
+                sim,
+                local,
+                Path(tmp),
+                shlex.join([*ssh, "timeout 60 docker wait done; docker logs --tail 20 done"]),
+                n // 5,
             )
             # a waiting `docker wait`: CPU per second of waiting
             spec.write_text(json.dumps({"simulation": {"epochs": 100000, "epoch_seconds": 1}}))
-            run = f"docker run -d --name long --gpus all -v $HOME:/w {TAO} x train -e /w/spec.yaml results_dir=/w/r"
+            run = f"docker run -d --name long {RUN_ARGS}"
             subprocess.run(["bash", "-c", run], env=env, cwd=home, check=True, capture_output=True)
             c0, s0 = children_cpu(), sim_cpu(sim.state_dir, set())
             secs = args.wait_seconds
-            subprocess.run(f"{ssh} 'timeout {secs} docker wait long'", shell=True, env=local, check=False)
+            subprocess.run([*ssh, f"timeout {secs} docker wait long"], env=local, check=False)
             c1, s1 = children_cpu(), sim_cpu(sim.state_dir, set())
             results["waiting docker wait, CPU ms per second"] = round((c1 - c0 + s1 - s0) * 1000 / secs, 2)
             print("waiting docker wait, CPU ms per second", results["waiting docker wait, CPU ms per second"])

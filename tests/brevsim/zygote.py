@@ -117,9 +117,10 @@ def fresh_stdio(env: dict[str, str]) -> None:
             line = False
         return io.TextIOWrapper(buffered, encoding="utf-8", errors=errs, newline="\n", line_buffering=line)
 
-    sys.stdin = sys.__stdin__ = stream(0, False, errors)
-    sys.stdout = sys.__stdout__ = stream(1, True, errors)
-    sys.stderr = sys.__stderr__ = stream(2, True, "backslashreplace")
+    # (sys.__std*__ keep wrapping fds 0/1/2, which are now the client's)
+    sys.stdin = stream(0, False, errors)
+    sys.stdout = stream(1, True, errors)
+    sys.stderr = stream(2, True, "backslashreplace")
 
 
 def exit_code(e: SystemExit) -> int:
@@ -211,7 +212,7 @@ def handle(conn: socket.socket) -> None:
     pidfd = os.pidfd_open(pid)
     client_gone = False
     while True:
-        ready, _, _ = select.select([pidfd] if client_gone else [conn, pidfd], [], [])
+        ready, _, _ = select.select([pidfd] if client_gone else [conn.fileno(), pidfd], [], [])
         if pidfd in ready:
             break
         data = conn.recv(64)
