@@ -172,8 +172,9 @@ def run_worker(req: Request, conn: socket.socket) -> None:
         except SystemExit as e:
             code = exit_code(e)
         except KeyboardInterrupt:
-            # as an interpreter does: die by SIGINT, so the caller's shell sees it
+            # as an interpreter does: the traceback, then death by SIGINT (the caller's shell sees it)
             with contextlib.suppress(Exception):
+                traceback.print_exc()
                 sys.stdout.flush()
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGINT)

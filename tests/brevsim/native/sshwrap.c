@@ -114,9 +114,13 @@ static char *record(const char *calls, const char *program, int argc, char **arg
         if (i > 1) put(&b, ",", 1);
         put_json(&b, argv[i]);
     }
-    char ts[64];
-    snprintf(ts, sizeof ts, "],\"where\":\"local\",\"instance\":null,\"ts\":%lld.%06ld}\n",
-             (long long)real.tv_sec, real.tv_nsec / 1000);
+    /* ts as Python's repr of time.time(): microseconds, trailing zeros dropped (at least one) */
+    char frac[8];
+    snprintf(frac, sizeof frac, "%06ld", real.tv_nsec / 1000);
+    for (int i = 5; i > 0 && frac[i] == '0'; i--) frac[i] = '\0';
+    char ts[96];
+    snprintf(ts, sizeof ts, "],\"where\":\"local\",\"instance\":null,\"ts\":%lld.%s}\n",
+             (long long)real.tv_sec, frac);
     puts_(&b, ts);
     int fd = open(calls, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0600);
     if (fd < 0 || flock(fd, LOCK_EX) != 0 || write(fd, b.p, b.len) != (ssize_t)b.len) {
