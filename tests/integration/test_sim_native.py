@@ -189,7 +189,7 @@ def test_sigint_is_forwarded_to_the_program(sim: BrevSim) -> None:
     assert b"KeyboardInterrupt" in err  # the Python program itself got the SIGINT
 
 
-def test_ignored_and_blocked_signals_are_inherited_by_the_program(sim: BrevSim) -> None:
+def test_ignored_signals_are_inherited_by_the_program(sim: BrevSim) -> None:
     inst = Instance(sim, "ign")
     before = set(sim.processes())
     # bash ignores SIGINT/SIGQUIT for a background job; `trap '' HUP` is how nohup works
