@@ -1,7 +1,12 @@
-/* `ssh` / `ssh-agent` on the simulator's PATH, natively (same behaviour as sshwrap.py):
- * append the call to calls.jsonl in record.record_call's format (one write(), O_APPEND, under the
- * same flock), mark the environment (BREVSIM_STATE; ssh also BREVSIM_CALL + SendEnv, and -F as
- * sshwrap.ssh_main does), then execve the REAL OpenSSH program in place.
+/* `ssh` / `ssh-agent` on the simulator's PATH: the REAL OpenSSH programs, recorded.
+ * Append the call to calls.jsonl in record.record_call's format (one write(), O_APPEND, under the
+ * same flock), mark the environment (BREVSIM_STATE, so the reaper finds the process and whatever
+ * it daemonises: a ControlPersist master, an agent), then execve the real program in place: the
+ * process that talks to the instance IS OpenSSH. `ssh` also sets BREVSIM_CALL and asks to send
+ * it (-o SendEnv=BREVSIM_CALL: the instance's sshd adds the session's stdin byte count to this
+ * call record) and, without -F, passes -F $HOME/.ssh/config (or none): OpenSSH reads the passwd
+ * home's config, not $HOME's; on a real machine they are the same directory, the one
+ * `brev refresh` writes its Include into.
  * Baked (native.py): mode ("ssh" | "ssh-agent"), calls.jsonl path, marker value, real program. */
 #define _GNU_SOURCE
 #include <errno.h>
