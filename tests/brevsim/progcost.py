@@ -85,7 +85,6 @@ def main() -> int:
         "--wait-seconds", type=float, default=5.0, help="how long to watch a waiting `docker wait`"
     )
     args = ap.parse_args()
-    results: dict[str, object] = {}
     with tempfile.TemporaryDirectory(prefix="progcost-") as tmp:
         sim = BrevSim(Path(tmp) / "sim", speed=0.01)
         try:
@@ -94,12 +93,12 @@ def main() -> int:
             env, home = sandbox_env(sim, iid)
             local = sim.env()
             n = args.n
-            results["true"] = measure(sim, env, home, "/bin/true", n)
-            results["docker --version"] = measure(sim, env, home, "docker --version", n)
-            results["docker ps"] = measure(sim, env, home, "docker ps", n)
-            results["nvidia-smi -L"] = measure(sim, env, home, "nvidia-smi -L", n)
-            results["real ssh -V"] = measure(sim, local, Path(tmp), "/usr/bin/ssh -V", n)
-            results["wrapped ssh -V"] = measure(sim, local, Path(tmp), "ssh -V", n)
+            measure(sim, env, home, "/bin/true", n)
+            measure(sim, env, home, "docker --version", n)
+            measure(sim, env, home, "docker ps", n)
+            measure(sim, env, home, "nvidia-smi -L", n)
+            measure(sim, local, Path(tmp), "/usr/bin/ssh -V", n)
+            measure(sim, local, Path(tmp), "ssh -V", n)
             subprocess.run(["brev", "refresh"], env=local, check=True, capture_output=True)
             ssh = ["ssh", "-T", "-o", "BatchMode=yes", "-F", str(sim.home / ".brev" / "ssh_config"), "cost"]
             # a container that exited: the exit wait's fixed cost (the master is opened first)
@@ -115,7 +114,7 @@ def main() -> int:
                 check=True,
                 capture_output=True,
             )
-            results["exit wait (exited container)"] = measure(
+            measure(
                 sim,
                 local,
                 Path(tmp),
@@ -126,12 +125,16 @@ def main() -> int:
             spec.write_text(json.dumps({"simulation": {"epochs": 100000, "epoch_seconds": 1}}))
             run = f"docker run -d --name long {RUN_ARGS}"
             subprocess.run(["bash", "-c", run], env=env, cwd=home, check=True, capture_output=True)
-            c0, s0 = children_cpu(), sim_cpu(sim.state_dir, set())
             secs = args.wait_seconds
-            subprocess.run([*ssh, f"timeout {secs} docker wait long"], env=local, check=False)
+            c0, s0 = children_cpu(), sim_cpu(sim.state_dir, set())
+            time.sleep(secs)  # the same span without a wait: the daemon running the container
             c1, s1 = children_cpu(), sim_cpu(sim.state_dir, set())
-            results["waiting docker wait, CPU ms per second"] = round((c1 - c0 + s1 - s0) * 1000 / secs, 2)
-            print("waiting docker wait, CPU ms per second", results["waiting docker wait, CPU ms per second"])
+            subprocess.run([*ssh, f"timeout {secs} docker wait long"], env=local, check=False)
+            c2, s2 = children_cpu(), sim_cpu(sim.state_dir, set())
+            idle = (c1 - c0 + s1 - s0) * 1000 / secs
+            waiting = (c2 - c1 + s2 - s1) * 1000 / secs
+            print(f"waiting `docker wait`, CPU ms per second: {waiting - idle:.1f} ", end="")
+            print(f"({waiting:.1f} with the wait, {idle:.1f} without: the daemon running the container)")
         finally:
             sim.close()
     return 0
