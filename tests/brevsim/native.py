@@ -26,7 +26,7 @@ CFLAGS = ("-O2", "-Wall", "-Wextra", "-std=gnu11")
 MARK = b"@@BREVSIM-BAKED-ARGS@@"
 BAKED_SIZE, BAKED_OFFSET = 4096, 32  # as in native/baked.h
 
-_built: dict[str, Path] = {}
+_built: dict[str, Path] = {}  # this process already checked these
 
 
 class NativeBuildError(RuntimeError):
@@ -61,13 +61,12 @@ def key(gcc: str) -> str:
 def build() -> Path:
     """The directory holding the compiled programs (compiled now if not cached yet)."""
     gcc = _gcc()
-    k = key(gcc)
-    if k in _built:
-        return _built[k]
-    final = cache_root() / k
+    final = cache_root() / key(gcc)
+    if str(final) in _built:
+        return _built[str(final)]
     if not all((final / name).is_file() for name in PROGRAMS):
         final.parent.mkdir(parents=True, exist_ok=True)
-        tmp = final.parent / f".tmp-{k}-{os.getpid()}-{secrets.token_hex(4)}"
+        tmp = final.parent / f".tmp-{final.name}-{os.getpid()}-{secrets.token_hex(4)}"
         tmp.mkdir()
         sys.stderr.write(f"brevsim: compiling the simulator's native programs into {final}\n")
         try:
@@ -88,7 +87,7 @@ def build() -> Path:
                 # another process renamed its identical build first: use that one
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-    _built[k] = final
+    _built[str(final)] = final
     return final
 
 

@@ -122,7 +122,7 @@ def main() -> int:
                 n // 5,
             )
             # a waiting `docker wait`: CPU per second of waiting
-            spec.write_text(json.dumps({"simulation": {"epochs": 100000, "epoch_seconds": 1}}))
+            spec.write_text(json.dumps({"simulation": {"epochs": 100, "epoch_seconds": 100000}}))
             run = f"docker run -d --name long {RUN_ARGS}"
             subprocess.run(["bash", "-c", run], env=env, cwd=home, check=True, capture_output=True)
             secs = args.wait_seconds

@@ -269,3 +269,43 @@ def test_concurrent_ssh_records_never_interleave(sim: BrevSim) -> None:
     calls = [c for c in sim.calls() if c.program == "ssh"]
     assert sorted(c.argv[2] for c in calls) == sorted(str(i) for i in range(20))
     assert all(c.argv[1] == long_arg for c in calls)
+
+
+def test_the_build_is_cached_atomically_under_parallel_first_use(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    code = "from tests.brevsim import native; print(native.build())"
+    env = {**os.environ, "TAOBREV_CACHE": str(cache)}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code],
+            env=env,
+            cwd=Path(__file__).resolve().parents[2],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for _ in range(3)
+    ]
+    results = [p.communicate(timeout=HANG_GUARD) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], [err for _, err in results]
+    dirs = {out.decode().strip() for out, _ in results}
+    assert len(dirs) == 1  # every racer ends with the same directory
+    (built,) = dirs
+    assert Path(built).parent == cache / "brevsim-native"
+    assert sorted(p.name for p in Path(built).iterdir()) == sorted(native.PROGRAMS)
+    assert [p.name for p in Path(built).parent.iterdir()] == [Path(built).name]  # no temporary left
+    assert any(b"compiling" in err for _, err in results)  # one progress line from whoever compiled
+
+
+def test_a_missing_gcc_is_a_clear_error(tmp_path: Path) -> None:
+    code = "from tests.brevsim import native; native.build()"
+    env = {**os.environ, "PATH": str(tmp_path), "TAOBREV_CACHE": str(tmp_path / "cache")}
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        check=False,
+        env=env,
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        timeout=HANG_GUARD,
+    )
+    assert proc.returncode == 1
+    assert b"apt-get install gcc" in proc.stderr
