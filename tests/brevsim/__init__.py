@@ -8,12 +8,15 @@ Layout (moto-like: the model is apart from the wire format):
 - cli.py (+ cobra.py, auth.py, catalog.py, goerr.py): the `brev` front end (flags, outputs)
 - daemon.py: the ONE long-lived process (started by the harness): sshd.py, every instance's sshd
   (asyncssh, real SSH on loopback), and engine.py, detached TAO containers as threads
-- sshwrap.py, sshconfig.py: `ssh`/`ssh-agent` recording wrappers that exec the real OpenSSH; the
+- native/sshwrap.c, sshconfig.py: `ssh`/`ssh-agent` recording wrappers that exec the real OpenSSH; the
   ssh config `brev refresh` writes; control.py (talking to the daemon), reaper.py (cleanup)
 - docker.py, container.py, tao.py, awsbridge.py, gotemplate.py: what runs on an instance
 - harness.py: `BrevSim`, the test/demo harness (SIM-CONTRACT.md, next to this file)
 
-The executables are tiny Python scripts with the state directory baked in (launch.py); they run
-with `python -IS` and import only the standard library, so one `brev` call costs tens of ms.
-Only the daemon imports asyncssh.
+- zygote.py + native/zclient.c: the instances' `docker`/`nvidia-smi`, native clients of a fork
+  server; native.py compiles the native programs (SIM-CONTRACT.md section 11)
+
+The executables have the state directory baked in (launch.py): `brev` is a tiny Python script run
+with `python -IS` (standard library only: tens of ms a call); `ssh`, `ssh-agent`, `docker` and
+`nvidia-smi` are native (about a millisecond of the caller's CPU). Only the daemon imports asyncssh.
 """

@@ -1,7 +1,8 @@
 """The simulator daemon: ONE process per simulator, bound to loopback only, holding what a fleet of
 instances runs for a long time: every instance's sshd (sshd.py) and every detached TAO container
-(engine.py). Started and stopped by the harness (BrevSim); short-lived simulator processes talk to
-it through control.py.
+(engine.py). It also starts (as a fresh interpreter) and stops the zygote the instances' `docker`
+and `nvidia-smi` fork from (zygote.py). Started and stopped by the harness (BrevSim); short-lived
+simulator processes talk to it through control.py.
 
 It dies with its harness: it exits when its parent goes away (an interrupted run), and on the way
 out it kills every process carrying this simulator's marker (reaper.py).
@@ -15,6 +16,7 @@ import json
 import os
 import resource
 import signal
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -23,10 +25,11 @@ from typing import Any
 import asyncssh
 
 from tests.brevsim import container as ct
-from tests.brevsim import reaper
+from tests.brevsim import reaper, zygote
 from tests.brevsim.control import MARKER, address
 from tests.brevsim.engine import Engine
 from tests.brevsim.sshd import SSHD
+from tests.brevsim.store import Store
 
 RECONCILE_S = 0.1  # how often listeners follow the lazily computed instance lifecycle
 WATCH_TICKS = 5  # containers check their instance (deleted, vanished) every 0.5 s
@@ -130,10 +133,17 @@ def main(state: str, argv: list[str]) -> int:
     # a socket per instance, a log file per container, connections: far beyond a default 1024
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, min(hard, 65536)), hard))
-    daemon = Daemon(root, detach="--detach" in argv)
+    # the instances' Python programs fork from the zygote: started first, it imports while we do
+    python = str(Store(root).config().get("python") or sys.executable)
+    programs = zygote.start(python, root, dict(os.environ))
     try:
+        daemon = Daemon(root, detach="--detach" in argv)
+        zygote.wait_ready(programs)
         asyncio.run(daemon.serve())
     finally:
+        programs.terminate()
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            programs.wait(timeout=5)
         reaper.reap(root, spare={os.getpid()})
     return 0
 

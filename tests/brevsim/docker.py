@@ -24,6 +24,7 @@ from tests.brevsim.model import NOMINAL
 from tests.brevsim.record import record_call, record_stdin
 from tests.brevsim.store import Store, read_json, write_json
 
+WAIT_FULL_EVERY = 5  # `docker wait` polls every 20 ms (a stat); a full check (state, liveness) every 0.1 s
 DAEMON_DOWN = (
     "Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?"
 )
@@ -553,7 +554,22 @@ def cmd_wait(docker: ct.Docker, argv: list[str]) -> int:
     code = 0
     for ref in args:
         cid = _need(docker, ref)
+        path = docker.containers_dir / cid / "state.json"
+        seen: tuple[int, int, int] | None = None
+        polls = 0
         while True:
+            # A waiting `docker wait` must cost next to nothing (one per running job): re-read the
+            # state only when its file changed (every write is a rename), and in full every 0.1 s.
+            try:
+                info = path.stat()
+                stamp: tuple[int, int, int] | None = (info.st_ino, info.st_mtime_ns, info.st_size)
+            except FileNotFoundError:
+                stamp = None
+            polls += 1
+            if stamp == seen and polls % WAIT_FULL_EVERY:
+                time.sleep(0.02)
+                continue
+            seen = stamp
             st = docker.state(cid)
             if st is None:
                 out("0\n")  # an --rm container removed itself

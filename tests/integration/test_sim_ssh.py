@@ -113,7 +113,7 @@ def test_the_server_accepts_the_brev_key_for_ubuntu_only(sim: BrevSim, tmp_path:
 def test_ssh_on_path_is_the_real_openssh_client(sim: BrevSim) -> None:
     version = run(sim, ["ssh", "-V"])
     assert version.stderr.startswith("OpenSSH_")
-    assert not (sim.bin_dir / "ssh").read_text().count("def main"), "a wrapper, not a stand-in"
+    assert not (sim.bin_dir / "ssh").read_bytes().count(b"def main"), "a wrapper, not a stand-in"
 
 
 def test_operator_form_keeps_stdout_and_stderr_apart_and_propagates_the_status(sim: BrevSim) -> None:

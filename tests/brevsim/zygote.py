@@ -1,0 +1,316 @@
+"""The fork server ("zygote") behind the instances' Python programs (`docker`, `nvidia-smi`).
+
+One single-threaded process per simulator, started by the daemon (a fresh interpreter, never a
+fork of the threaded daemon): it imports the programs once and listens on an abstract unix
+socket named after the state directory (no path-length limit: pytest state dirs are long). An
+instance's `docker` is a tiny native client (native/zclient.c) that sends its argv, environment,
+umask, ignored/blocked signals and passes fds 0/1/2 and its working directory. Per call:
+
+    zygote --fork--> handler --fork--> worker: dup2 the fds, fchdir, environ, argv, signal
+                                       dispositions and mask, fresh sys.std*, run main(), flush,
+                                       os._exit(code) (a worker may also execve)
+    handler: relays the signals the client forwards; client gone (EOF) -> SIGKILL the worker;
+             worker ended -> sends `exit N` / `signal N` and exits, so the client sees EOF only
+             once the handler is gone (no simulator process outlives a finished call).
+
+A call thus costs two forks of a warm interpreter instead of an interpreter start plus ~50 ms of
+imports. Every process here inherits the zygote's environment block, which carries the marker
+(control.MARKER): the reaper finds handlers and workers whatever the client sent. The zygote
+exits when the daemon stops it or goes away. Standard library only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import hashlib
+import importlib
+import io
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import traceback
+from pathlib import Path
+from typing import Any
+
+# program name -> module whose main(state, instance_id, argv) it runs
+PROGRAMS = {"docker": "tests.brevsim.docker", "nvidia-smi": "tests.brevsim.gpu"}
+MAGIC = b"BZ1"
+CHECK_PARENT_S = 0.5  # how often an idle zygote checks that its daemon is still there
+MAX_REQUEST = 64 << 20
+
+
+def address(state: Path | str) -> str:
+    """The abstract socket name (without its leading NUL) the clients have baked in."""
+    digest = hashlib.sha256(str(Path(state).resolve()).encode()).hexdigest()[:24]
+    return f"brevsim-zygote-{digest}"
+
+
+class Request:
+    def __init__(self, payload: bytes, fds: list[int]) -> None:
+        fields = payload.split(b"\0")
+        if fields[0] != MAGIC or fields[-1] != b"":
+            raise ValueError("not a brevsim zygote request")
+        it = iter(fields[1:-1])
+        self.program = next(it).decode()
+        mask = int(next(it))
+        self.umask = int(next(it))
+        self.ignored = {int(s) for s in next(it).split(b",") if s}
+        self.blocked = {int(s) for s in next(it).split(b",") if s}
+        self.baked = [os.fsdecode(next(it)) for _ in range(int(next(it)))]
+        self.argv = [os.fsdecode(next(it)) for _ in range(int(next(it)))]
+        self.env = [bytes(e) for e in it]
+        # the fds arrive in order: 0, 1, 2 (those open in the client), then the cwd
+        received = iter(fds)
+        self.fds = {n: next(received) for n in range(4) if mask & (1 << n)}
+
+
+def recv_request(conn: socket.socket) -> Request:
+    head, fds, _, _ = socket.recv_fds(conn, 4, 4)
+    while len(head) < 4:
+        more = conn.recv(4 - len(head))
+        if not more:
+            raise EOFError("the client went away")
+        head += more
+    size = int.from_bytes(head, sys.byteorder)
+    if size > MAX_REQUEST:
+        raise ValueError(f"request of {size} bytes")
+    chunks, got = [], 0
+    while got < size:
+        chunk = conn.recv(min(size - got, 1 << 20))
+        if not chunk:
+            raise EOFError("the client went away")
+        chunks.append(chunk)
+        got += len(chunk)
+    return Request(b"".join(chunks), fds)
+
+
+def stdio_errors(env: dict[str, str]) -> str:
+    """What a fresh interpreter picks for stdin/stdout: surrogateescape under the C/POSIX locale
+    (UTF-8 mode), else strict (every locale the simulator sets is UTF-8)."""
+    for name in ("LC_ALL", "LC_CTYPE", "LANG"):
+        value = env.get(name)
+        if value:
+            return "surrogateescape" if value in ("C", "POSIX") else "strict"
+    return "surrogateescape"
+
+
+def fresh_stdio(env: dict[str, str]) -> None:
+    """sys.stdin/stdout/stderr as a new interpreter builds them over the (new) fds 0/1/2."""
+    errors = stdio_errors(env)
+
+    def stream(fd: int, write: bool, errs: str) -> Any:
+        try:
+            os.fstat(fd)
+        except OSError:
+            return None
+        raw = io.FileIO(fd, "wb" if write else "rb", closefd=False)
+        if write:
+            buffered: Any = io.BufferedWriter(raw)
+            line = fd == 2 or raw.isatty()
+        else:
+            buffered = io.BufferedReader(raw)
+            line = False
+        return io.TextIOWrapper(buffered, encoding="utf-8", errors=errs, newline="\n", line_buffering=line)
+
+    # (sys.__std*__ keep wrapping fds 0/1/2, which are now the client's)
+    sys.stdin = stream(0, False, errors)
+    sys.stdout = stream(1, True, errors)
+    sys.stderr = stream(2, True, "backslashreplace")
+
+
+def exit_code(e: SystemExit) -> int:
+    if e.code is None:
+        return 0
+    if isinstance(e.code, int):
+        return e.code & 0xFF
+    with contextlib.suppress(Exception):
+        sys.stderr.write(f"{e.code}\n")
+    return 1
+
+
+def run_worker(req: Request, conn: socket.socket) -> None:
+    """In the forked worker: become the program the client would have exec'd; never returns."""
+    code = 1
+    try:
+        conn.close()
+        for sig in signal.valid_signals():
+            if sig in (signal.SIGKILL, signal.SIGSTOP):
+                continue
+            with contextlib.suppress(OSError, ValueError):
+                signal.signal(sig, signal.SIG_IGN if sig in req.ignored else signal.SIG_DFL)
+        if signal.SIGINT not in req.ignored:
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+        # an interpreter ignores these at start-up, whatever it inherited
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        for n in (0, 1, 2):
+            if n in req.fds:
+                os.dup2(req.fds[n], n)
+            else:
+                with contextlib.suppress(OSError):
+                    os.close(n)
+        for n, fd in req.fds.items():
+            if n == 3:
+                os.fchdir(fd)
+            if fd > 2:
+                os.close(fd)
+        os.umask(req.umask)
+        env = dict(os.fsdecode(e).split("=", 1) for e in req.env if b"=" in e)
+        os.environ.clear()
+        os.environ.update(env)
+        sys.argv = list(req.argv) or [req.program]
+        fresh_stdio(env)
+        signal.pthread_sigmask(signal.SIG_SETMASK, req.blocked)
+        module = importlib.import_module(PROGRAMS[req.program])
+        try:
+            code = int(module.main(*req.baked, sys.argv[1:])) & 0xFF
+        except SystemExit as e:
+            code = exit_code(e)
+        except KeyboardInterrupt:
+            # as an interpreter does: the traceback, then death by SIGINT (the caller's shell sees it)
+            with contextlib.suppress(Exception):
+                traceback.print_exc()
+                sys.stdout.flush()
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGINT)
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+        threading._shutdown()  # type: ignore[attr-defined]  # join non-daemon threads, as at exit
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                if stream is not None:
+                    stream.flush()
+            except (OSError, ValueError):
+                code = code or 120  # what an interpreter exits with when the final flush fails
+    except BaseException:
+        with contextlib.suppress(Exception):
+            traceback.print_exc()
+    finally:
+        os._exit(code)
+
+
+def handle(conn: socket.socket) -> None:
+    """In the per-call handler process: start the worker, relay signals, report how it ended."""
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    req = recv_request(conn)
+    if req.program not in PROGRAMS:
+        if 2 in req.fds:
+            os.write(req.fds[2], f"brevsim zygote: no program {req.program!r}\n".encode())
+        conn.sendall(b"exit 127\n")
+        return
+    pid = os.fork()
+    if pid == 0:
+        run_worker(req, conn)
+    for fd in req.fds.values():
+        os.close(fd)
+    pidfd = os.pidfd_open(pid)
+    client_gone = False
+    while True:
+        ready, _, _ = select.select([pidfd] if client_gone else [conn.fileno(), pidfd], [], [])
+        if pidfd in ready:
+            break
+        data = conn.recv(64)
+        if not data:
+            client_gone = True  # as the program would die with its killed process
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            continue
+        for sig in data:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+    _, status = os.waitpid(pid, 0)
+    if client_gone:
+        return
+    if os.WIFSIGNALED(status):
+        reply = f"signal {os.WTERMSIG(status)}\n"
+    else:
+        reply = f"exit {os.waitstatus_to_exitcode(status)}\n"
+    with contextlib.suppress(OSError):
+        conn.sendall(reply.encode())
+
+
+def reap(signum: int, frame: object) -> None:
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def serve(state: str) -> None:
+    for module in PROGRAMS.values():
+        importlib.import_module(module)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind("\0" + address(state))
+    listener.listen(1024)
+    listener.settimeout(CHECK_PARENT_S)
+    parent = os.getppid()
+    signal.signal(signal.SIGCHLD, reap)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the daemon's stop: at once, nothing to save
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    gc.freeze()  # what is imported now stays shared with every fork (no collector writes to it)
+    sys.stdout.write(f"ready {os.getpid()}\n")
+    sys.stdout.flush()
+    with contextlib.suppress(OSError):
+        os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # the daemon stopped reading
+    while True:
+        try:
+            conn, _ = listener.accept()
+        except TimeoutError:
+            if os.getppid() != parent:
+                return  # the daemon died without stopping us
+            continue
+        except InterruptedError:
+            continue
+        pid = os.fork()
+        if pid == 0:
+            code = 0
+            try:
+                listener.close()
+                conn.settimeout(None)
+                handle(conn)
+            except BaseException:
+                traceback.print_exc()
+                code = 1
+            finally:
+                os._exit(code)
+        conn.close()
+
+
+def main(state: str, argv: list[str]) -> int:
+    serve(state)
+    return 0
+
+
+def start(python: str, state: Path, env: dict[str, str]) -> subprocess.Popen[bytes]:
+    """Start the zygote (from the daemon, as a fresh interpreter: never a fork of its threads)."""
+    repo = str(Path(__file__).resolve().parents[2])
+    code = (
+        f"import sys; sys.path.insert(0, {repo!r}); "
+        f"from tests.brevsim.zygote import main; sys.exit(main({str(state)!r}, []))"
+    )
+    return subprocess.Popen(
+        [python, "-IS", "-c", code],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        env=env,
+        start_new_session=True,
+        cwd="/",
+    )
+
+
+def wait_ready(proc: subprocess.Popen[bytes]) -> None:
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    proc.stdout.close()
+    if not line.startswith(b"ready"):
+        raise RuntimeError(f"the simulator's program zygote failed to start (exit {proc.wait()})")

@@ -1,0 +1,311 @@
+"""The simulator's native programs behave as the Python programs they front (issue 11: a simulated
+call must cost about what the real program costs, not a Python start).
+
+- An instance's `docker`/`nvidia-smi` is a native client of the zygote (tests/brevsim/zygote.py):
+  exit codes, stdout/stderr, stdin, signals (forwarded, re-raised, inherited as ignored) and
+  cleanup must be those of the Python program run directly.
+- `ssh`/`ssh-agent` are a native recorder + exec of the real OpenSSH: the call log line must be
+  what record.record_call writes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.brevsim import container, native
+from tests.brevsim.control import MARKER
+from tests.brevsim.harness import BrevSim
+
+pytestmark = pytest.mark.integration
+
+HANG_GUARD = 60  # seconds; only guards against hangs
+LOGIN = ["login", "nvcr.io", "--username", "$oauthtoken", "--password-stdin"]
+
+
+@pytest.fixture
+def sim(tmp_path: Path) -> Iterator[BrevSim]:
+    s = BrevSim(tmp_path / "brevsim", speed=0.01)
+    try:
+        yield s
+    finally:
+        s.close()
+
+
+class Instance:
+    def __init__(self, sim: BrevSim, name: str) -> None:
+        sim.login_api_key()
+        self.sim = sim
+        self.id = sim.add_instance(name)
+        self.sandbox = sim.store.instance_dir(self.id)
+        self.env = {
+            "HOME": str(self.sandbox / "home"),
+            "PATH": f"{self.sandbox / 'bin'}:/usr/bin:/bin",
+            "USER": "ubuntu",
+            "LANG": "C.UTF-8",
+            MARKER: str(sim.state_dir.resolve()),
+        }
+
+    def run(self, argv: list[str], *, input: bytes = b"") -> tuple[int, bytes, bytes]:
+        proc = subprocess.run(
+            argv,
+            check=False,
+            env=self.env,
+            cwd=self.sandbox / "home",
+            input=input,
+            capture_output=True,
+            timeout=HANG_GUARD,
+        )
+        return proc.returncode, proc.stdout, proc.stderr
+
+    def direct(self, program: str, args: list[str], *, input: bytes = b"") -> tuple[int, bytes, bytes]:
+        """The Python program itself, started as the scripts before the zygote did."""
+        module = {"docker": "tests.brevsim.docker", "nvidia-smi": "tests.brevsim.gpu"}[program]
+        argv = container.bootstrap(sys.executable, module, str(self.sim.state_dir), self.id)
+        return self.run([*argv, *args], input=input)
+
+    def popen(self, argv: list[str], **kw: Any) -> subprocess.Popen[bytes]:
+        return subprocess.Popen(argv, env=self.env, cwd=self.sandbox / "home", **kw)
+
+
+def wait_until(predicate: Any, what: str) -> None:
+    deadline = time.monotonic() + HANG_GUARD
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def ppid(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("PPid:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no PPid for {pid}")
+
+
+def signal_set(pid: int, field: str) -> set[int]:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            mask = int(line.split()[1], 16)
+            return {n for n in range(1, 65) if mask & (1 << (n - 1))}
+    raise AssertionError(f"no {field} for {pid}")
+
+
+def worker_of(sim: BrevSim, client: int, before: set[int]) -> int:
+    """The worker serving `client`: a new simulator process whose parent is a new handler."""
+    found: list[int] = []
+
+    def started() -> bool:
+        new = set(sim.processes()) - before - {client}
+        found[:] = [p for p in new if ppid(p) in new]
+        return len(found) == 1
+
+    wait_until(started, "the worker to start")
+    return found[0]
+
+
+@pytest.mark.parametrize(
+    ("program", "args", "stdin"),
+    [
+        ("docker", ["ps"], b""),
+        ("docker", ["--version"], b""),  # not a docker command: exit 1, stderr only
+        ("docker", ["inspect", "nosuch"], b""),
+        ("docker", ["run", "--rm", "busybox", "true"], b""),  # pull access denied: exit 125
+        ("docker", LOGIN, b"nvapi-key\n"),
+        ("docker", ["login", "nvcr.io", "--username", "bob", "--password-stdin"], b"nvapi-key\n"),
+        ("nvidia-smi", ["-L"], b""),
+        ("nvidia-smi", [], b""),
+    ],
+)
+def test_the_client_answers_exactly_as_the_python_program(
+    sim: BrevSim, program: str, args: list[str], stdin: bytes
+) -> None:
+    inst = Instance(sim, "same")
+    via_client = inst.run([program, *args], input=stdin)
+    direct = inst.direct(program, args, input=stdin)
+    assert via_client == direct
+
+
+def test_exit_codes_streams_and_stdin_pass_through(sim: BrevSim) -> None:
+    inst = Instance(sim, "io")
+    code, out, err = inst.run(["docker", "inspect", "nosuch"])
+    assert (code, out) == (1, b"[]\n")
+    assert b"No such object: nosuch" in err
+    code, out, err = inst.run(["docker", "run", "--rm", "busybox", "true"])
+    assert code == 125
+    assert out == b""
+    assert b"pull access denied" in err
+    code, out, _ = inst.run(["docker", *LOGIN], input=b"nvapi-0123456789\n")
+    assert (code, out) == (0, b"Login Succeeded\n")
+    (login,) = [c for c in sim.calls() if c.argv == LOGIN]
+    assert login.stdin_bytes == len(b"nvapi-0123456789\n")  # read by the worker, through the passed fd 0
+    code, out, err = inst.run(["bash", "-c", "cd /tmp && docker ps >/dev/null; echo $?; pwd"])
+    assert (code, out) == (0, b"0\n/tmp\n")
+
+
+def test_a_sigterm_from_timeout_ends_the_worker_and_the_client_dies_of_it(sim: BrevSim) -> None:
+    inst = Instance(sim, "term")
+    before = set(sim.processes())
+    # `docker login --password-stdin` blocks on a stdin that stays open, as a waiting `docker wait`
+    proc = inst.popen(
+        ["timeout", "--preserve-status", "1", "docker", *LOGIN],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        code = proc.wait(timeout=HANG_GUARD)
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+    assert code == 128 + signal.SIGTERM  # the client re-raised the worker's death by SIGTERM
+    assert set(sim.processes()) == before  # handler and worker gone before the client returned
+
+
+def test_sigint_is_forwarded_to_the_program(sim: BrevSim) -> None:
+    inst = Instance(sim, "int")
+    proc = inst.popen(
+        ["timeout", "-s", "INT", "--preserve-status", "1", "docker", *LOGIN],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        code = proc.wait(timeout=HANG_GUARD)
+        assert proc.stderr is not None
+        err = proc.stderr.read()
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+    assert code == 128 + signal.SIGINT
+    assert b"KeyboardInterrupt" in err  # the Python program itself got the SIGINT
+
+
+def test_ignored_signals_are_inherited_by_the_program(sim: BrevSim) -> None:
+    inst = Instance(sim, "ign")
+    before = set(sim.processes())
+    # bash ignores SIGINT/SIGQUIT for a background job; `trap '' HUP` is how nohup works
+    proc = inst.popen(
+        ["bash", "-c", "trap '' HUP; exec docker " + " ".join(f"'{a}'" for a in LOGIN)], stdin=subprocess.PIPE
+    )
+    try:
+        worker = worker_of(sim, proc.pid, before)
+        assert signal.SIGHUP in signal_set(worker, "SigIgn")
+        assert signal.SIGINT in signal_set(worker, "SigCgt")  # Python's KeyboardInterrupt handler
+        assert signal.SIGHUP in signal_set(proc.pid, "SigIgn")  # the client neither forwards it
+        os.kill(proc.pid, signal.SIGHUP)
+        assert proc.stdin is not None
+        proc.stdin.write(b"nvapi-key\n")
+        proc.stdin.close()
+        assert proc.wait(timeout=HANG_GUARD) == 0
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_a_killed_client_takes_its_worker_along(sim: BrevSim) -> None:
+    inst = Instance(sim, "kill")
+    before = set(sim.processes())
+    proc = inst.popen(["docker", *LOGIN], stdin=subprocess.PIPE)
+    try:
+        worker = worker_of(sim, proc.pid, before)
+        proc.kill()
+        proc.wait()
+        wait_until(lambda: set(sim.processes()) == before, "the worker and its handler to go")
+        assert (
+            not Path(f"/proc/{worker}").exists() or Path(f"/proc/{worker}/stat").read_text().split()[2] == "Z"
+        )
+    finally:
+        assert proc.stdin is not None
+        proc.stdin.close()
+
+
+def test_an_unreachable_zygote_fails_loudly(sim: BrevSim, tmp_path: Path) -> None:
+    inst = Instance(sim, "lost")
+    lost = tmp_path / "docker"
+    template = sim.state_dir / "native" / "zclient"
+    native.install(template, lost, ["brevsim-zygote-nobody-listens", "docker", str(sim.state_dir), inst.id])
+    code, out, err = inst.run([str(lost), "ps"])
+    assert code == 127
+    assert out == b""
+    assert b"is not reachable" in err
+
+
+def test_the_ssh_wrapper_records_argv_as_record_call_does(sim: BrevSim) -> None:
+    odd = [
+        b"-V",
+        b'q"uote\\back',
+        "h\u00e9 \u2603 \U0001f600".encode(),
+        b"\x01\x7f\ttab\nnl",
+        b"bad\xff\xfeutf8",
+    ]
+    proc = subprocess.run([b"ssh", *odd], check=False, env=sim.env(), capture_output=True, timeout=HANG_GUARD)
+    assert proc.stderr.startswith(b"OpenSSH_")  # the real program ran
+    line = [json.loads(x) for x in sim.store.calls_path.read_text().splitlines()][-1]
+    assert list(line) == ["id", "program", "argv", "where", "instance", "ts"]
+    assert line["argv"] == [os.fsdecode(a) for a in odd]
+    assert (line["program"], line["where"], line["instance"]) == ("ssh", "local", None)
+    expected = {**line, "argv": [os.fsdecode(a) for a in odd]}
+    raw = sim.store.calls_path.read_text().splitlines()[-1]
+    assert raw == json.dumps(expected, separators=(",", ":"))  # byte for byte what Python writes
+
+
+def test_concurrent_ssh_records_never_interleave(sim: BrevSim) -> None:
+    long_arg = "x" * 20000
+    procs = [
+        subprocess.Popen(["ssh", "-V", long_arg, str(i)], env=sim.env(), stderr=subprocess.DEVNULL)
+        for i in range(20)
+    ]
+    for p in procs:
+        p.wait(timeout=HANG_GUARD)
+    calls = [c for c in sim.calls() if c.program == "ssh"]
+    assert sorted(c.argv[2] for c in calls) == sorted(str(i) for i in range(20))
+    assert all(c.argv[1] == long_arg for c in calls)
+
+
+def test_the_build_is_cached_atomically_under_parallel_first_use(tmp_path: Path) -> None:
+    cache = tmp_path / "cache"
+    code = "from tests.brevsim import native; print(native.build())"
+    env = {**os.environ, "TAOBREV_CACHE": str(cache)}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code],
+            env=env,
+            cwd=Path(__file__).resolve().parents[2],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for _ in range(3)
+    ]
+    results = [p.communicate(timeout=HANG_GUARD) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0, 0], [err for _, err in results]
+    dirs = {out.decode().strip() for out, _ in results}
+    assert len(dirs) == 1  # every racer ends with the same directory
+    (built,) = dirs
+    assert Path(built).parent == cache / "brevsim-native"
+    assert sorted(p.name for p in Path(built).iterdir()) == sorted(native.PROGRAMS)
+    assert [p.name for p in Path(built).parent.iterdir()] == [Path(built).name]  # no temporary left
+    assert any(b"compiling" in err for _, err in results)  # one progress line from whoever compiled
+
+
+def test_a_missing_gcc_is_a_clear_error(tmp_path: Path) -> None:
+    code = "from tests.brevsim import native; native.build()"
+    env = {**os.environ, "PATH": str(tmp_path), "TAOBREV_CACHE": str(tmp_path / "cache")}
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        check=False,
+        env=env,
+        cwd=Path(__file__).resolve().parents[2],
+        capture_output=True,
+        timeout=HANG_GUARD,
+    )
+    assert proc.returncode == 1
+    assert b"apt-get install gcc" in proc.stderr
