@@ -156,10 +156,11 @@ class Scenario:
     op: OperatorProcess
     stack: Stack
     watch: PhaseWatch
+    scale: Scale
     applied: dict[str, float] = field(default_factory=dict)
 
     def manifests(self, names: Iterable[str], *, epochs: int, epoch_seconds: float) -> list[dict[str, Any]]:
-        timeouts = self.bench.scale.timeouts()
+        timeouts = self.scale.timeouts()
         sim = {"epochs": epochs, "epoch_seconds": epoch_seconds}
         out = []
         for name in names:
@@ -194,6 +195,16 @@ class Scenario:
     def calls(self) -> list[SimCall]:
         return self.sim.calls()
 
+    def in_phase(self, names: Iterable[str], phases: Iterable[str]) -> int:
+        """How many of `names` are in one of `phases` now."""
+        wanted = set(phases)
+        with self.watch.lock:
+            return sum(1 for n in names if self.watch.status.get(n, {}).get("phase") in wanted)
+
+    def running(self) -> int:
+        with self.watch.lock:
+            return sum(1 for st in self.watch.status.values() if st.get("phase") == "Running")
+
     def close(self) -> None:
         self.watch.close()
         with contextlib.suppress(Exception):
@@ -221,14 +232,24 @@ class Bench:
         s3.create_bucket(BUCKET)
         return cls(scale, work, cp, s3)
 
-    def scenario(self, name: str, operator_env: Mapping[str, str] | None = None) -> Scenario:
-        """A fresh simulator, namespace `name` and operator (scaled settings + `operator_env`)."""
-        sim = BrevSim(self.work / name / "sim", speed=self.scale.factor, s3_endpoint=self.s3.endpoint_url)
+    def scenario(
+        self,
+        name: str,
+        operator_env: Mapping[str, str] | None = None,
+        *,
+        scale: Scale | None = None,
+        durations: Mapping[str, object] | None = None,
+    ) -> Scenario:
+        """A fresh simulator, namespace `name` and operator (settings scaled by `scale`, default
+        the bench's, + `operator_env`); the simulator runs at that factor with `durations`
+        (default: the realistic nominal ones)."""
+        scale = scale or self.scale
+        sim = BrevSim(self.work / name / "sim", speed=scale.factor, s3_endpoint=self.s3.endpoint_url)
         try:
-            sim.set_faults(**self.scale.brev_durations())
+            sim.set_faults(**(durations if durations is not None else scale.brev_durations()))
             self.cp.create_namespace(name)
             install_operator_identity(self.cp, sim, job_namespaces=[name])
-            env = {"TAOBREV_NAMESPACES": name, **self.scale.operator_env(), **(operator_env or {})}
+            env = {"TAOBREV_NAMESPACES": name, **scale.operator_env(), **(operator_env or {})}
             op = OperatorProcess(self.cp, sim, self.work / name / "operator", extra_env=env).start()
             stack = Stack(self.cp, sim, self.s3, op, name, BUCKET)
             stack.create_job_secrets()
@@ -238,7 +259,7 @@ class Bench:
         except BaseException:
             sim.close()
             raise
-        return Scenario(self, name, sim, op, stack, watch)
+        return Scenario(self, name, sim, op, stack, watch, scale)
 
     def close(self) -> None:
         self.s3.stop()
