@@ -43,6 +43,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--rss-jobs", type=int, help="Running jobs of the RSS scenario (1000)")
     ap.add_argument("--rss-wave", type=int, help="jobs per wave of the RSS scenario (100)")
     ap.add_argument("--budget", type=float, help="whole-run budget in seconds (900; --quick 180)")
+    ap.add_argument(
+        "--with-recovery",
+        action="store_true",
+        help="also run the recovery figure (its own stack, ~2.5 min; `make bench-recovery` alone)",
+    )
     args = ap.parse_args(argv)
     quick = args.quick
     for name, small, full in (
@@ -66,8 +71,8 @@ def _exit_on_sigterm(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)  # run the finally blocks: stop the operator, simulator, stack
 
 
-def _section(figures: list[Figure], title: str) -> None:
-    print(f"-- {title}", flush=True)
+def _section(figures: list[Figure], title: str, began: float) -> None:
+    print(f"-- {title}: done at {(time.monotonic() - began) / 60:.1f} min", flush=True)
     print(table(figures), flush=True)  # now: a later scenario may not finish in time
 
 
@@ -86,7 +91,7 @@ def main(argv: list[str]) -> int:
         for problem in iso.problems:
             print(f"   problem: {problem}", flush=True)
         figures += isolation_figures(iso)
-        _section(figures[-2:], "isolation (F = 1)")
+        _section(figures[-2:], "isolation (F = 1)", began)
 
         print(f"\n-- scale at F = {scale.factor:g}: waves {args.waves}", flush=True)
         res = scenario_scale.run(bench, args.waves, args.window)
@@ -94,19 +99,20 @@ def main(argv: list[str]) -> int:
             print(f"   problem: {problem}", flush=True)
         new = scale_figures(res, scale)
         figures += new
-        _section(new, f"burst and footprint (F = {scale.factor:g})")
+        _section(new, f"burst and footprint (F = {scale.factor:g})", began)
 
         print(f"\n-- billed idle at F = {scale.factor:g}: {args.idle_jobs} jobs each, ours and baseline "
               "side by side", flush=True)  # fmt: skip
         ours, base = scenario_idle.run_side_by_side(bench, args.idle_jobs)
         new = idle_figures(ours, base, scale)
         figures += new
-        _section(new, f"billed idle (F = {scale.factor:g})")
+        _section(new, f"billed idle (F = {scale.factor:g})", began)
 
-        print("\n-- recovery", flush=True)
-        new = scenario_recovery.run(scale.factor)
-        figures += new
-        _section(new, f"recovery (F = {scale.factor:g})")
+        if args.with_recovery:
+            print("\n-- recovery", flush=True)
+            new = scenario_recovery.run(scale.factor)
+            figures += new
+            _section(new, f"recovery (F = {scale.factor:g})", began)
 
         budget = args.budget - (time.monotonic() - began) - RESERVE
         print(f"\n-- operator RSS at F = 1 (operator intervals nominal): up to {args.rss_jobs} jobs in "
@@ -116,7 +122,7 @@ def main(argv: list[str]) -> int:
             print(f"   problem: {problem}", flush=True)
         new = rss_figures(rss)
         figures += new
-        _section(new, "footprint at up to 1,000 running (F = 1)")
+        _section(new, "footprint at up to 1,000 running (F = 1)", began)
     finally:
         bench.close()
     total = time.monotonic() - began

@@ -26,8 +26,8 @@ def scale_figures(res: scenario_scale.ScaleResult, scale: Scale) -> list[Figure]
                 1.1,
                 note=f"{res.burst_reached}/{res.burst_jobs} Running after {res.burst_wall:.1f} s wall = "
                 f"{scale.real(res.burst_wall):.0f} real s (ratio {value:.2f}); physical boot+ready+pull "
-                f"{phys:.0f} real s (deploy+first exec+build+pull, the same for every simulated "
-                f"instance); slowest create->Running "
+                f"{phys:.0f} real s (deploy + first exec, build meanwhile, + pull: the same for every "
+                f"simulated instance); slowest create->Running "
                 f"{scale.real(res.burst_create_to_running_max or 0):.0f} real s; {res.burst_failed} failed "
                 f"{res.burst_reasons or ''}",
                 incomplete=not complete,

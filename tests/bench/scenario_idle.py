@@ -12,7 +12,7 @@ import statistics
 from collections import Counter
 from dataclasses import dataclass
 
-from tests.bench.figures import idle_billed, union_seconds
+from tests.bench.figures import boot_and_ready, idle_billed, union_seconds
 from tests.bench.stack import Bench, Scenario, brev_call_times, finished
 from tests.brevsim.harness import SimCall
 
@@ -104,10 +104,7 @@ def collect(bench: Bench, wl: Workload) -> IdleResult:
                 continue
             inst = str(st.get("instanceName"))
             remote = [c for c in calls if c.where == "remote" and c.instance == inst and c.ts < deleted]
-            boot_and_run = bench.scale.wall(
-                nominal["deploy_s"] + nominal["ssh_delay_s"] + nominal["build_s"]
-                + EPOCHS * nominal["epoch_seconds"]
-            )  # fmt: skip
+            boot_and_run = bench.scale.wall(boot_and_ready(nominal) + EPOCHS * nominal["epoch_seconds"])
             idle.append(idle_billed(created, deleted, boot_and_run + transfer_seconds(remote)))
         local = sum(1 for c in calls if c.where == "local" and c.program in ("brev", "ssh"))
         return IdleResult(

@@ -9,6 +9,7 @@ from tests.bench.__main__ import parse
 from tests.bench.figures import (
     MIB,
     Figure,
+    boot_and_ready,
     cores,
     idle_billed,
     per_job_per_minute,
@@ -169,3 +170,9 @@ def test_isolation_durations_keep_the_others_busy_for_600_real_seconds() -> None
         "pull_seconds": 600.0
     }
     assert durations_for(knobs["instance_durations"], "tbj-0a1b2c3d-isolation-exiter-1", "i3") == {}
+
+
+def test_the_build_runs_during_the_first_exec_wait_not_after_it() -> None:
+    nominal = {"deploy_s": 300.0, "ssh_delay_s": 600.0, "build_s": 15.0}
+    assert boot_and_ready(nominal) == 900.0
+    assert boot_and_ready({**nominal, "ssh_delay_s": 5.0}) == 315.0
