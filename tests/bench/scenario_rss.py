@@ -10,6 +10,7 @@ ends first, the figures are those at the count reached (and say so)."""
 
 from __future__ import annotations
 
+import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from tests.bench import sampling
 from tests.bench.figures import cores, per_job_per_minute
 from tests.bench.scale import Scale
 from tests.bench.stack import Bench, running_or_beyond
+from tests.devenv.controlplane import ControlPlaneError
 
 REAL = Scale(1.0)
 FAST: dict[str, float] = {
@@ -72,7 +74,11 @@ def run(bench: Bench, target: int, wave: int, budget: float, window: float) -> R
                 break
             if len(names) < target and starting < wave / 2:
                 batch = [f"r-{i:04d}" for i in range(len(names), min(target, len(names) + wave))]
-                sc.apply_all(batch, epochs=ENDLESS_EPOCHS, epoch_seconds=FAST["epoch_seconds"])
+                try:
+                    sc.apply_all(batch, epochs=ENDLESS_EPOCHS, epoch_seconds=FAST["epoch_seconds"])
+                except (subprocess.SubprocessError, ControlPlaneError) as e:
+                    res.problems.append(f"creating jobs {batch[0]}..{batch[-1]} failed: {e}"[:300])
+                    break  # figures at what runs now
                 names += batch
                 continue
             with sc.watch.changed:
