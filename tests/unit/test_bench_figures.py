@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 
 from tests.bench.__main__ import parse
@@ -18,9 +20,10 @@ from tests.bench.figures import (
     slope,
     union_seconds,
 )
-from tests.bench.report import isolation_figures, rss_figures
+from tests.bench.report import idle_figures, isolation_figures, rss_figures
 from tests.bench.sampling import Memory
 from tests.bench.scale import SCALED_SETTINGS, Scale
+from tests.bench.scenario_idle import IdleResult
 from tests.bench.scenario_isolation import IsolationResult, durations
 from tests.bench.scenario_rss import RssResult
 from tests.brevsim.faults import check, durations_for
@@ -176,3 +179,22 @@ def test_the_build_runs_during_the_first_exec_wait_not_after_it() -> None:
     nominal = {"deploy_s": 300.0, "ssh_delay_s": 600.0, "build_s": 15.0}
     assert boot_and_ready(nominal) == 900.0
     assert boot_and_ready({**nominal, "ssh_delay_s": 5.0}) == 315.0
+
+
+def _idle(label: str, idle_wall: list[float], outcomes: dict[str, int]) -> IdleResult:
+    return IdleResult(label, sum(outcomes.values()), idle_wall, Counter(outcomes), 100.0, 18.0, 50.0)
+
+
+def test_billed_idle_ratio_is_baseline_over_ours_and_a_miss_when_jobs_failed() -> None:
+    scale = Scale(0.05)
+    ours = _idle("ours", [1.0, 3.0], {"Succeeded": 2})
+    base = _idle("base", [30.0, 50.0], {"Succeeded": 2})
+    figs = {f.name: f for f in idle_figures(ours, base, scale)}
+    assert figs["billed idle per job: ours"].value == pytest.approx(40.0)  # 2 s wall / 0.05
+    ratio_fig = figs["billed idle: baseline / ours"]
+    assert ratio_fig.value == pytest.approx(20.0)
+    assert ratio_fig.verdict == "pass"
+    failed = _idle("base", [30.0], {"Succeeded": 1, "Failed": 1})
+    assert {f.name: f for f in idle_figures(ours, failed, scale)}[
+        "billed idle: baseline / ours"
+    ].verdict == "MISS"
