@@ -86,7 +86,11 @@ def main(argv: list[str]) -> int:
     print(f"bench workdir: {bench.work}", flush=True)
     figures: list[Figure] = []
     try:
-        print(f"\n-- isolation at F = 1: {args.busy} others busy", flush=True)
+        print(
+            f"\n-- isolation at F = 1 (operator settings at their defaults): {args.busy} others busy; "
+            f"simulator (real s): {scenario_isolation.durations()}",
+            flush=True,
+        )
         iso = scenario_isolation.run(bench, args.busy)
         for problem in iso.problems:
             print(f"   problem: {problem}", flush=True)
@@ -116,7 +120,8 @@ def main(argv: list[str]) -> int:
 
         budget = args.budget - (time.monotonic() - began) - RESERVE
         print(f"\n-- operator RSS at F = 1 (operator intervals nominal): up to {args.rss_jobs} jobs in "
-              f"waves of {args.rss_wave}, {budget:.0f} s budget", flush=True)  # fmt: skip
+              f"waves of {args.rss_wave}, {budget:.0f} s budget; simulator (real s): {scenario_rss.FAST}",
+              flush=True)  # fmt: skip
         rss = scenario_rss.run(bench, args.rss_jobs, args.rss_wave, max(60.0, budget), args.window)
         for problem in rss.problems:
             print(f"   problem: {problem}", flush=True)
