@@ -22,7 +22,7 @@ from tests.bench.scale import Scale
 from tests.bench.stack import Bench
 
 BUDGET = 15 * 60.0  # s: the whole `make bench`
-RESERVE = 150.0  # s: what the RSS scenario leaves for its window, its shutdown and the table
+RESERVE = 100.0  # s: what the RSS scenario leaves for its window, its shutdown and the table
 
 
 def _waves(text: str) -> tuple[int, int, int]:
