@@ -41,19 +41,42 @@ class PhaseWatch(threading.Thread):
         self.lock = threading.Lock()
         self.changed = threading.Condition(self.lock)
         self.ready = threading.Event()
-        self._proc = subprocess.Popen(
-            [kubectl_path(), "--kubeconfig", str(cp.kubeconfig), "get", "tbj", "-n", namespace, "-w",
-             "--output-watch-events", "-o", "json"],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True,
-        )  # fmt: skip
+        self.restarts = 0
+        self._cp, self._namespace = cp, namespace
+        self._closed = False
+        self._stderr = cp.workdir.parent / f"watch-{namespace}.stderr"
+        self._proc = self._spawn()
+
+    def _spawn(self) -> subprocess.Popen[str]:
+        with self._stderr.open("a") as err:
+            return subprocess.Popen(
+                [kubectl_path(), "--kubeconfig", str(self._cp.kubeconfig), "get", "tbj",
+                 "-n", self._namespace, "-w", "--output-watch-events", "-o", "json"],
+                stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL, text=True,
+            )  # fmt: skip
 
     def run(self) -> None:
-        assert self._proc.stdout is not None
-        decoder = json.JSONDecoder()
-        buf = ""
+        """Read events; when kubectl's watch ends (the API server closes watches, a loaded machine
+        times them out), start it again: it lists every object first, so no status is lost."""
         seen: dict[str, set[str]] = defaultdict(set)
         self.ready.set()
-        for chunk in iter(self._proc.stdout.readline, ""):
+        while True:
+            self._read(self._proc, seen)
+            self._proc.wait()
+            if self._closed:
+                return
+            self.restarts += 1
+            self._proc = self._spawn()
+            if self._closed:  # close() ran meanwhile and may have killed the previous one only
+                self._proc.kill()
+                self._proc.wait()
+                return
+
+    def _read(self, proc: subprocess.Popen[str], seen: dict[str, set[str]]) -> None:
+        assert proc.stdout is not None
+        decoder = json.JSONDecoder()
+        buf = ""
+        for chunk in iter(proc.stdout.readline, ""):
             buf += chunk
             while buf.strip():
                 try:
@@ -61,7 +84,8 @@ class PhaseWatch(threading.Thread):
                 except ValueError:
                     break
                 buf = buf.lstrip()[end:]
-                self._on(event, seen)
+                with contextlib.suppress(KeyError, TypeError):  # e.g. an ERROR event: no object name
+                    self._on(event, seen)
 
     def _on(self, event: dict[str, Any], seen: dict[str, set[str]]) -> None:
         now = time.time()
@@ -95,6 +119,7 @@ class PhaseWatch(threading.Thread):
                 self.changed.wait(min(left, 1.0))
 
     def close(self) -> None:
+        self._closed = True
         with contextlib.suppress(OSError):
             self._proc.kill()
         self._proc.wait()
