@@ -79,7 +79,7 @@ crds: $(STAMP) ## Regenerate crds/ from controller/models.py
 	$(PY) -m tests.devenv.crdgen --write
 
 .PHONY: bench
-bench: $(STAMP) ## Benchmark of issue 11 in real-time ratios (< 15 min; ARGS=--quick: a small version)
+bench: $(STAMP) ## Benchmark of issue 11 (F = 0.05, isolation and RSS at F = 1; < 15 min; ARGS=--quick | --with-recovery)
 	$(PY) -m tests.bench $(ARGS)
 
 .PHONY: bench-recovery

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -67,6 +67,12 @@ def cores(cpu_seconds: float, wall_seconds: float) -> float:
     if wall_seconds <= 0:
         raise ValueError("need a window > 0 s")
     return cpu_seconds / wall_seconds
+
+
+def boot_and_ready(durations: Mapping[str, float]) -> float:
+    """One fresh instance's own boot + ready (nominal s): DEPLOYING, then the first exec can
+    succeed after `ssh_delay_s`; the build (`build_s`) runs during that wait, not after it."""
+    return durations["deploy_s"] + max(durations["ssh_delay_s"], durations["build_s"])
 
 
 def idle_billed(create_sent: float, delete_sent: float, work: float) -> float:

@@ -12,7 +12,7 @@ import statistics
 from collections import Counter
 from dataclasses import dataclass
 
-from tests.bench.figures import idle_billed, union_seconds
+from tests.bench.figures import boot_and_ready, idle_billed, union_seconds
 from tests.bench.stack import Bench, Scenario, brev_call_times, finished
 from tests.brevsim.harness import SimCall
 
@@ -60,14 +60,34 @@ def _first(calls: list[SimCall], verb: str, refs: set[str]) -> float | None:
     return min(brev_call_times(calls, verb, refs), default=None)
 
 
-def run_workload(
-    bench: Bench, label: str, jobs: int, operator_env: dict[str, str] | None = None
-) -> IdleResult:
+@dataclass
+class Workload:
+    """A workload applied on its own simulator + namespace + operator, not yet collected."""
+
+    sc: Scenario
+    names: list[str]
+    began: float
+
+
+def start(bench: Bench, label: str, jobs: int, operator_env: dict[str, str] | None = None) -> Workload:
+    """Apply the workload (every job in one kubectl call) and return at once, so two workloads
+    run side by side on the same clock and machine load."""
     sc: Scenario = bench.scenario(label, operator_env)
     try:
         names = [f"{label}-{i:03d}" for i in range(jobs)]
         nominal = bench.scale.brev_durations()
         began = sc.apply_all(names, epochs=EPOCHS, epoch_seconds=nominal["epoch_seconds"])
+    except BaseException:
+        sc.close()
+        raise
+    return Workload(sc, names, began)
+
+
+def collect(bench: Bench, wl: Workload) -> IdleResult:
+    """Wait until every job of `wl` finished, then read the figures; closes its scenario."""
+    sc, names, began = wl.sc, wl.names, wl.began
+    try:
+        nominal = bench.scale.brev_durations()
         # Generous: 20x the physical lifecycle, so a slow baseline still finishes.
         lifecycle = bench.scale.wall(sum(nominal[k] for k in ("deploy_s", "ssh_delay_s", "pull_seconds")))
         left = sc.watch.wait(names, finished, timeout=max(300.0, 20 * lifecycle))
@@ -84,20 +104,33 @@ def run_workload(
                 continue
             inst = str(st.get("instanceName"))
             remote = [c for c in calls if c.where == "remote" and c.instance == inst and c.ts < deleted]
-            boot_and_run = bench.scale.wall(
-                nominal["deploy_s"] + nominal["ssh_delay_s"] + nominal["build_s"]
-                + EPOCHS * nominal["epoch_seconds"]
-            )  # fmt: skip
+            boot_and_run = bench.scale.wall(boot_and_ready(nominal) + EPOCHS * nominal["epoch_seconds"])
             idle.append(idle_billed(created, deleted, boot_and_run + transfer_seconds(remote)))
         local = sum(1 for c in calls if c.where == "local" and c.program in ("brev", "ssh"))
         return IdleResult(
-            label=label,
-            jobs=jobs,
+            label=sc.name,
+            jobs=len(names),
             idle_wall=idle,
             outcomes=outcomes,
             wall=wall,
             writes_per_job=statistics.fmean(sc.watch.writes[n] for n in names),
-            brev_ssh_calls_per_job=local / jobs,
+            brev_ssh_calls_per_job=local / len(names),
         )
     finally:
         sc.close()
+
+
+def run_side_by_side(bench: Bench, jobs: int) -> tuple[IdleResult, IdleResult]:
+    """Ours and the baseline on the same workload at the same time (two namespaces, two
+    simulators, two operators): half the wall time, and both see the same machine load."""
+    ours = start(bench, "idle-ours", jobs)
+    try:
+        base = start(bench, "idle-base", jobs, baseline_env(bench))
+    except BaseException:
+        ours.sc.close()
+        raise
+    try:
+        ours_result = collect(bench, ours)
+    finally:
+        base_result = collect(bench, base)
+    return ours_result, base_result

@@ -26,6 +26,7 @@ from tests.fixtures.operator import Stack
 
 REPO = Path(__file__).resolve().parents[2]
 BUCKET = "bench-results"
+APPLY_TIMEOUT = 300.0  # s: 100 creates on a loaded 2-core machine; guards against a hang only
 
 
 class PhaseWatch(threading.Thread):
@@ -40,19 +41,42 @@ class PhaseWatch(threading.Thread):
         self.lock = threading.Lock()
         self.changed = threading.Condition(self.lock)
         self.ready = threading.Event()
-        self._proc = subprocess.Popen(
-            [kubectl_path(), "--kubeconfig", str(cp.kubeconfig), "get", "tbj", "-n", namespace, "-w",
-             "--output-watch-events", "-o", "json"],
-            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True,
-        )  # fmt: skip
+        self.restarts = 0
+        self._cp, self._namespace = cp, namespace
+        self._closed = False
+        self._stderr = cp.workdir.parent / f"watch-{namespace}.stderr"
+        self._proc = self._spawn()
+
+    def _spawn(self) -> subprocess.Popen[str]:
+        with self._stderr.open("a") as err:
+            return subprocess.Popen(
+                [kubectl_path(), "--kubeconfig", str(self._cp.kubeconfig), "get", "tbj",
+                 "-n", self._namespace, "-w", "--output-watch-events", "-o", "json"],
+                stdout=subprocess.PIPE, stderr=err, stdin=subprocess.DEVNULL, text=True,
+            )  # fmt: skip
 
     def run(self) -> None:
-        assert self._proc.stdout is not None
-        decoder = json.JSONDecoder()
-        buf = ""
+        """Read events; when kubectl's watch ends (the API server closes watches, a loaded machine
+        times them out), start it again: it lists every object first, so no status is lost."""
         seen: dict[str, set[str]] = defaultdict(set)
         self.ready.set()
-        for chunk in iter(self._proc.stdout.readline, ""):
+        while True:
+            self._read(self._proc, seen)
+            self._proc.wait()
+            if self._closed:
+                return
+            self.restarts += 1
+            self._proc = self._spawn()
+            if self._closed:  # close() ran meanwhile and may have killed the previous one only
+                self._proc.kill()
+                self._proc.wait()
+                return
+
+    def _read(self, proc: subprocess.Popen[str], seen: dict[str, set[str]]) -> None:
+        assert proc.stdout is not None
+        decoder = json.JSONDecoder()
+        buf = ""
+        for chunk in iter(proc.stdout.readline, ""):
             buf += chunk
             while buf.strip():
                 try:
@@ -60,7 +84,8 @@ class PhaseWatch(threading.Thread):
                 except ValueError:
                     break
                 buf = buf.lstrip()[end:]
-                self._on(event, seen)
+                with contextlib.suppress(KeyError, TypeError):  # e.g. an ERROR event: no object name
+                    self._on(event, seen)
 
     def _on(self, event: dict[str, Any], seen: dict[str, set[str]]) -> None:
         now = time.time()
@@ -94,6 +119,7 @@ class PhaseWatch(threading.Thread):
                 self.changed.wait(min(left, 1.0))
 
     def close(self) -> None:
+        self._closed = True
         with contextlib.suppress(OSError):
             self._proc.kill()
         self._proc.wait()
@@ -156,10 +182,11 @@ class Scenario:
     op: OperatorProcess
     stack: Stack
     watch: PhaseWatch
+    scale: Scale
     applied: dict[str, float] = field(default_factory=dict)
 
     def manifests(self, names: Iterable[str], *, epochs: int, epoch_seconds: float) -> list[dict[str, Any]]:
-        timeouts = self.bench.scale.timeouts()
+        timeouts = self.scale.timeouts()
         sim = {"epochs": epochs, "epoch_seconds": epoch_seconds}
         out = []
         for name in names:
@@ -169,12 +196,16 @@ class Scenario:
         return out
 
     def apply_all(self, names: list[str], *, epochs: int, epoch_seconds: float) -> float:
-        """Apply every job in ONE kubectl call (jobs "applied at once"); returns the wall time just
-        before the call."""
+        """Create every job in ONE kubectl call (jobs "applied at once": one POST each, no
+        client-side-apply GET first); returns the wall time just before the call."""
         items = self.manifests(names, epochs=epochs, epoch_seconds=epoch_seconds)
         began = time.time()
-        self.stack.kubectl(
-            "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items})
+        self.stack.cp.kubectl(
+            "create",
+            "-f",
+            "-",
+            input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}),
+            timeout=APPLY_TIMEOUT,
         )
         for n in names:
             self.applied[n] = began
@@ -193,6 +224,16 @@ class Scenario:
 
     def calls(self) -> list[SimCall]:
         return self.sim.calls()
+
+    def in_phase(self, names: Iterable[str], phases: Iterable[str]) -> int:
+        """How many of `names` are in one of `phases` now."""
+        wanted = set(phases)
+        with self.watch.lock:
+            return sum(1 for n in names if self.watch.status.get(n, {}).get("phase") in wanted)
+
+    def running(self) -> int:
+        with self.watch.lock:
+            return sum(1 for st in self.watch.status.values() if st.get("phase") == "Running")
 
     def close(self) -> None:
         self.watch.close()
@@ -221,14 +262,24 @@ class Bench:
         s3.create_bucket(BUCKET)
         return cls(scale, work, cp, s3)
 
-    def scenario(self, name: str, operator_env: Mapping[str, str] | None = None) -> Scenario:
-        """A fresh simulator, namespace `name` and operator (scaled settings + `operator_env`)."""
-        sim = BrevSim(self.work / name / "sim", speed=self.scale.factor, s3_endpoint=self.s3.endpoint_url)
+    def scenario(
+        self,
+        name: str,
+        operator_env: Mapping[str, str] | None = None,
+        *,
+        scale: Scale | None = None,
+        durations: Mapping[str, object] | None = None,
+    ) -> Scenario:
+        """A fresh simulator, namespace `name` and operator (settings scaled by `scale`, default
+        the bench's, + `operator_env`); the simulator runs at that factor with `durations`
+        (default: the realistic nominal ones)."""
+        scale = scale or self.scale
+        sim = BrevSim(self.work / name / "sim", speed=scale.factor, s3_endpoint=self.s3.endpoint_url)
         try:
-            sim.set_faults(**self.scale.brev_durations())
+            sim.set_faults(**(durations if durations is not None else scale.brev_durations()))
             self.cp.create_namespace(name)
             install_operator_identity(self.cp, sim, job_namespaces=[name])
-            env = {"TAOBREV_NAMESPACES": name, **self.scale.operator_env(), **(operator_env or {})}
+            env = {"TAOBREV_NAMESPACES": name, **scale.operator_env(), **(operator_env or {})}
             op = OperatorProcess(self.cp, sim, self.work / name / "operator", extra_env=env).start()
             stack = Stack(self.cp, sim, self.s3, op, name, BUCKET)
             stack.create_job_secrets()
@@ -238,7 +289,7 @@ class Bench:
         except BaseException:
             sim.close()
             raise
-        return Scenario(self, name, sim, op, stack, watch)
+        return Scenario(self, name, sim, op, stack, watch, scale)
 
     def close(self) -> None:
         self.s3.stop()

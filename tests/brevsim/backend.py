@@ -23,7 +23,7 @@ from tests.brevsim import catalog, container, launch
 from tests.brevsim import faults as knobs
 from tests.brevsim.auth import Session
 from tests.brevsim.goerr import CLIError
-from tests.brevsim.model import NOMINAL, Observation, can, observe
+from tests.brevsim.model import NOMINAL, Observation, can, instance_delays, observe
 from tests.brevsim.store import Store
 
 Row = tuple[dict[str, Any], Observation]
@@ -166,11 +166,13 @@ class Backend:
             )
             if failure and failure is not True:
                 inst["status_message"] = str(failure)
+            own = knobs.durations_for(store.fault("instance_durations"), name, str(inst["id"]))
+            if own:  # real seconds, like every delay the model reads
+                inst["delays"] = {k: v * store.speed for k, v in own.items()}
             vanish = store.fault("disappear_after_s")
             if vanish is not None:
-                inst["disappear_at"] = (
-                    now + store.delay("deploy_s", NOMINAL["deploy_s"]) + float(vanish) * store.speed
-                )
+                deploy = instance_delays(inst, {"deploy_s": store.delay("deploy_s", NOMINAL["deploy_s"])})
+                inst["disappear_at"] = now + deploy["deploy_s"] + float(vanish) * store.speed
             db["created_count"][name] = int(db["created_count"].get(name, 0)) + 1
         launch.make_sandbox(store, inst)
         return inst

@@ -20,7 +20,7 @@ from tests.brevsim import container as ct
 from tests.brevsim import control
 from tests.brevsim import faults as knobs
 from tests.brevsim.gotemplate import TemplateError, render, strip_table
-from tests.brevsim.model import NOMINAL
+from tests.brevsim.model import NOMINAL, instance_delays
 from tests.brevsim.record import record_call, record_stdin
 from tests.brevsim.store import Store, read_json, write_json
 
@@ -205,7 +205,12 @@ def do_pull(store: Store, docker: ct.Docker, image: str, *, stream: Any) -> None
     layers = [hashlib.sha256(f"{image}{i}".encode()).hexdigest()[:12] for i in range(4)]
     for layer in layers:
         stream(f"{layer}: Pulling fs layer\n")
-    total = store.delay("pull_seconds", NOMINAL["pull_seconds"]) if ct.image_kind(image) == "tao" else 0.0
+    total = 0.0
+    if ct.image_kind(image) == "tao":
+        inst = store.read()["instances"].get(docker.instance_id) or {}
+        total = instance_delays(inst, {"pull_seconds": store.delay("pull_seconds", NOMINAL["pull_seconds"])})[
+            "pull_seconds"
+        ]
     fails = store.fault("pull_fails")
     for n, layer in enumerate(layers):
         time.sleep(total / len(layers))

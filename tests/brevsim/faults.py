@@ -82,6 +82,12 @@ _FAULTS: tuple[Knob, ...] = (
         "the next N `aws s3 sync` calls TO a `.../checkpoints/` destination fail with an S3 error",
     ),
     Knob("restore_finds_nothing", False, "targeted: `aws s3 sync` FROM `.../checkpoints/` copies nothing"),
+    Knob(
+        "instance_durations",
+        {},
+        "{instance id, name or name substring: {duration knob: nominal s}}: at `brev create` the first "
+        "matching entry's durations replace the global ones for that instance (kept in its record)",
+    ),
 )
 
 # The epoch-triggered faults (the TAO stand-in fires them) and the world change each makes.
@@ -114,10 +120,57 @@ class UnknownFault(KeyError):
 
 
 def check(faults: Mapping[str, object]) -> None:
-    """Raise UnknownFault for the first undeclared name."""
+    """Raise UnknownFault for the first undeclared name (ValueError for a malformed value of a
+    structured knob)."""
     for name in faults:
         if name not in KNOBS:
             raise UnknownFault(name)
+    if faults.get("instance_durations") is not None:
+        check_instance_durations(faults["instance_durations"])
+
+
+# The durations an instance may carry in its own record: what model.observe and its own `docker
+# pull` read. Epochs come from the job's spec (`simulation.epoch_seconds`), not from here.
+INSTANCE_DURATION_KEYS: frozenset[str] = frozenset(
+    {"deploy_s", "ssh_delay_s", "build_s", "delete_s", "delete_lag_s", "stop_s", "start_s", "pull_seconds"}
+)
+
+
+def check_instance_durations(value: object) -> dict[str, dict[str, float]]:
+    """The `instance_durations` knob, validated: {match: {duration knob: nominal s >= 0}}."""
+    where = "instance_durations"
+    if not isinstance(value, Mapping):
+        raise ValueError(
+            f"{where} must be a mapping {{match: {{knob: seconds}}}}, got {type(value).__name__}"
+        )
+    out: dict[str, dict[str, float]] = {}
+    for match, durations in value.items():
+        if not isinstance(match, str) or not match:
+            raise ValueError(
+                f"{where}: every key must be a non-empty instance id, name or substring, got {match!r}"
+            )
+        if not isinstance(durations, Mapping) or not durations:
+            raise ValueError(f"{where}[{match!r}] must be a non-empty mapping {{knob: seconds}}")
+        out[match] = {}
+        for key, seconds in durations.items():
+            if key not in INSTANCE_DURATION_KEYS:
+                raise ValueError(
+                    f"{where}[{match!r}]: {key!r} is not a per-instance duration; use one of "
+                    f"{', '.join(sorted(INSTANCE_DURATION_KEYS))}"
+                )
+            if isinstance(seconds, bool) or not isinstance(seconds, int | float) or seconds < 0:
+                raise ValueError(f"{where}[{match!r}][{key!r}] must be nominal seconds >= 0, got {seconds!r}")
+            out[match][key] = float(seconds)
+    return out
+
+
+def durations_for(value: object, name: str, instance_id: str) -> dict[str, float]:
+    """The nominal durations `instance_durations` gives a new instance: the first entry (in
+    order) whose key is its id, or its name or a substring of it; {} when none matches."""
+    for match, durations in check_instance_durations(value).items():
+        if match == instance_id or match in name:
+            return durations
+    return {}
 
 
 def default(name: str) -> Any:

@@ -91,8 +91,17 @@ class Observation:
         return "READY" if self.status == "RUNNING" and self.build_status == "COMPLETED" else "NOT READY"
 
 
+def instance_delays(inst: dict[str, Any], delays: dict[str, float]) -> dict[str, float]:
+    """The delays of this instance: the global ones, overridden by the real seconds its record
+    carries (`delays`, set at create from the `instance_durations` knob)."""
+    own = inst.get("delays")
+    return {**delays, **own} if own else delays
+
+
 def observe(inst: dict[str, Any], now: float, delays: dict[str, float]) -> Observation:
-    """Where `inst` is at time `now`. `delays` maps NOMINAL keys to REAL seconds."""
+    """Where `inst` is at time `now`. `delays` maps NOMINAL keys to REAL seconds (the instance's
+    own `delays`, if any, win)."""
+    delays = instance_delays(inst, delays)
     disappear_at = inst.get("disappear_at")
     if inst.get("lifecycle") != "delete" and disappear_at is not None and now >= float(disappear_at):
         return Observation(GONE, "", "", False, True, None)

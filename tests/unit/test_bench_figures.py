@@ -3,10 +3,15 @@
 
 from __future__ import annotations
 
+from collections import Counter
+
 import pytest
 
+from tests.bench.__main__ import parse
 from tests.bench.figures import (
+    MIB,
     Figure,
+    boot_and_ready,
     cores,
     idle_billed,
     per_job_per_minute,
@@ -15,7 +20,13 @@ from tests.bench.figures import (
     slope,
     union_seconds,
 )
+from tests.bench.report import idle_figures, isolation_figures, rss_figures
+from tests.bench.sampling import Memory
 from tests.bench.scale import SCALED_SETTINGS, Scale
+from tests.bench.scenario_idle import IdleResult
+from tests.bench.scenario_isolation import IsolationResult, durations
+from tests.bench.scenario_rss import RssResult
+from tests.brevsim.faults import check, durations_for
 
 
 def test_slope_is_the_least_squares_fit() -> None:
@@ -108,3 +119,82 @@ def test_scale_factor_out_of_range_is_refused() -> None:
         Scale(0.0)
     assert Scale(0.5).real(1.0) == 2.0
     assert Scale(0.5).wall(4.0) == 2.0
+
+
+def _memory(operator_mib: float, children_mib: float = 0.0, n_children: int = 0) -> Memory:
+    return Memory(int(operator_mib * MIB), int(children_mib * MIB), n_children, int(operator_mib * MIB))
+
+
+def test_isolation_is_real_seconds_and_a_miss_when_the_others_were_not_busy() -> None:
+    res = IsolationResult(busy_jobs=50, busy_reached=50, exit_to_delete=1.2, exiter_upload=3.0)
+    res.busy_at_exit, res.delete_to_stop, res.busy_at_delete = 50, 0.8, 50
+    exit_fig, delete_fig = isolation_figures(res)
+    assert exit_fig.value == 1.2
+    assert exit_fig.verdict == "pass"
+    assert delete_fig.verdict == "pass"
+    res.busy_at_exit = 49  # one of the others was done: the figure does not show what it claims
+    assert isolation_figures(res)[0].verdict == "MISS"
+
+
+def test_isolation_not_measured_is_not_a_pass() -> None:
+    fig = isolation_figures(IsolationResult(busy_jobs=50))[0]
+    assert fig.value is None
+    assert fig.verdict == "n/a"
+
+
+def test_rss_short_of_the_target_is_reported_at_the_count_reached_never_extrapolated() -> None:
+    res = RssResult(target=1000, budget=300.0, applied=700, running=640, memory=_memory(180.0, 900.0, 1300))
+    head = rss_figures(res)[0]
+    assert head.value == pytest.approx(180.0)
+    assert "at 640 running" in head.name
+    assert head.note.startswith("NOT 1,000")
+    assert head.verdict == "MISS"
+    reached = RssResult(target=1000, budget=300.0, applied=1000, running=1000, memory=_memory(180.0))
+    assert rss_figures(reached)[0].verdict == "pass"
+    assert rss_figures(reached)[3].value == 1.0  # the operator alone
+
+
+def test_default_factor_is_0_05_and_quick_is_small() -> None:
+    args = parse([])
+    assert args.scale == 0.05
+    assert args.waves == (50, 50, 100)
+    assert (args.busy, args.rss_jobs, args.budget) == (50, 1000, 900.0)
+    assert parse(["--quick"]).budget == 180.0
+    with pytest.raises(SystemExit):
+        parse(["--busy", "0"])
+
+
+def test_isolation_durations_keep_the_others_busy_for_600_real_seconds() -> None:
+    knobs = durations()
+    check(knobs)
+    inst = "tbj-0a1b2c3d-isolation-busy-e-007-12345678"
+    assert durations_for(knobs["instance_durations"], inst, "i1") == {"ssh_delay_s": 600.0}
+    assert durations_for(knobs["instance_durations"], inst.replace("busy-e", "busy-p"), "i2") == {
+        "pull_seconds": 600.0
+    }
+    assert durations_for(knobs["instance_durations"], "tbj-0a1b2c3d-isolation-exiter-1", "i3") == {}
+
+
+def test_the_build_runs_during_the_first_exec_wait_not_after_it() -> None:
+    nominal = {"deploy_s": 300.0, "ssh_delay_s": 600.0, "build_s": 15.0}
+    assert boot_and_ready(nominal) == 900.0
+    assert boot_and_ready({**nominal, "ssh_delay_s": 5.0}) == 315.0
+
+
+def _idle(label: str, idle_wall: list[float], outcomes: dict[str, int]) -> IdleResult:
+    return IdleResult(label, sum(outcomes.values()), idle_wall, Counter(outcomes), 100.0, 18.0, 50.0)
+
+
+def test_billed_idle_ratio_is_baseline_over_ours_and_a_miss_when_jobs_failed() -> None:
+    scale = Scale(0.05)
+    ours = _idle("ours", [1.0, 3.0], {"Succeeded": 2})
+    base = _idle("base", [30.0, 50.0], {"Succeeded": 2})
+    figs = {f.name: f for f in idle_figures(ours, base, scale)}
+    assert figs["billed idle per job: ours"].value == pytest.approx(40.0)  # 2 s wall / 0.05
+    ratio_fig = figs["billed idle: baseline / ours"]
+    assert ratio_fig.value == pytest.approx(20.0)
+    assert ratio_fig.verdict == "pass"
+    failed = _idle("base", [30.0], {"Succeeded": 1, "Failed": 1})
+    assert {f.name: f for f in idle_figures(ours, failed, scale)}[
+        "billed idle: baseline / ours"
+    ].verdict == "MISS"

@@ -1,0 +1,174 @@
+"""Every figure of the final table, built from the scenarios' results (pure: unit-tested in
+tests/unit/test_bench_figures.py)."""
+
+from __future__ import annotations
+
+from tests.bench import scenario_idle, scenario_isolation, scenario_rss, scenario_scale
+from tests.bench.figures import MIB, Figure, mean, ratio, slope
+from tests.bench.scale import Scale
+
+GOAL_RSS_AT_1000 = 300.0  # MiB
+GOAL_ISOLATION = 2.0  # real s
+
+
+def scale_figures(res: scenario_scale.ScaleResult, scale: Scale) -> list[Figure]:
+    phys = scenario_scale.physical_to_running(scale.brev_durations())
+    figs: list[Figure] = []
+    complete = res.burst_reached == res.burst_jobs
+    label = f"burst: {res.burst_jobs} jobs -> all Running / one job's boot+ready+pull"
+    if res.burst_wall is not None:
+        value = ratio(res.burst_wall, scale.wall(phys))
+        figs.append(
+            Figure(
+                label if complete else f"{label} (of the {res.burst_reached} that got there)",
+                value,
+                "x",
+                1.1,
+                note=f"{res.burst_reached}/{res.burst_jobs} Running after {res.burst_wall:.1f} s wall = "
+                f"{scale.real(res.burst_wall):.0f} real s (ratio {value:.2f}); physical boot+ready+pull "
+                f"{phys:.0f} real s (deploy + first exec, build meanwhile, + pull: the same for every "
+                f"simulated instance); slowest create->Running "
+                f"{scale.real(res.burst_create_to_running_max or 0):.0f} real s; {res.burst_failed} failed "
+                f"{res.burst_reasons or ''}",
+                incomplete=not complete,
+            )
+        )
+    else:
+        figs.append(Figure(label, None, "x", 1.1, note=f"none Running; failed: {res.burst_reasons}"))
+    points = [(float(n), float(m.pod)) for n, m in res.memory]
+    mem_note = "; ".join(f"{n} running: {m.text()}" for n, m in res.memory)
+    try:
+        per_job = slope(points) / MIB
+    except ValueError:
+        per_job = None
+    figs.append(Figure("footprint: pod memory slope (RSS sum)", per_job, "MiB/job", 12.0, note=mem_note))
+    try:
+        pss_per_job = slope([(float(n), float(m.pod_pss)) for n, m in res.memory]) / MIB
+    except ValueError:
+        pss_per_job = None
+    figs.append(Figure("footprint: pod memory slope (PSS sum)", pss_per_job, "MiB/job", 12.0))
+    if res.memory:
+        n_max, m_max = res.memory[-1]
+        figs.append(Figure(f"footprint: operator RSS at {n_max} running (F)", m_max.operator / MIB, "MiB"))
+    figs.append(
+        Figure(
+            f"footprint: operator CPU at {res.window_jobs} running, at real speed (wall cores x F)",
+            None if res.operator_cores is None else res.operator_cores * scale.factor,
+            "cores",
+            0.1,
+            note=f"{res.window_jobs} running, {res.window_wall:.0f} s window at F = {scale.factor:g}: "
+            f"operator process {res.operator_cores or 0:.3f} cores wall; pod incl. simulated "
+            f"brev/ssh processes {res.pod_cores or 0:.3f} cores wall "
+            f"(x F = {(res.pod_cores or 0) * scale.factor:.4f})",
+        )
+    )
+    figs.append(
+        Figure(
+            f"footprint: brev+ssh calls per running job per minute ({res.window_jobs} running, F)",
+            res.calls_per_job_min,
+            "calls",
+            2.0,
+            note="local brev and ssh processes in the window, per real minute (window / F)",
+        )
+    )
+    return figs
+
+
+def isolation_figures(res: scenario_isolation.IsolationResult) -> list[Figure]:
+    """Measured at F = 1: real seconds, no bounds."""
+    busy = f"{res.busy_reached}/{res.busy_jobs} others in WaitingExec/Pulling before"
+    return [
+        Figure(
+            "isolation: exit -> brev delete - own upload (F = 1)",
+            res.exit_to_delete,
+            "real s",
+            GOAL_ISOLATION,
+            note=f"{busy}, {res.busy_at_exit} at the exit; own upload {res.exiter_upload:.2f} s subtracted",
+            incomplete=bool(res.busy_at_exit is not None and res.busy_at_exit < res.busy_jobs),
+        ),
+        Figure(
+            "isolation: kubectl delete -> container stopped (F = 1)",
+            res.delete_to_stop,
+            "real s",
+            GOAL_ISOLATION,
+            note=f"{res.busy_at_delete} others busy at the delete, {res.busy_at_end} at the end",
+            incomplete=bool(res.busy_at_delete is not None and res.busy_at_delete < res.busy_jobs),
+        ),
+    ]
+
+
+def rss_figures(res: scenario_rss.RssResult) -> list[Figure]:
+    """The operator at its nominal intervals with `res.running` jobs Running: measured at the
+    count reached, never extrapolated to the target."""
+    reached = res.running >= res.target
+    at = f"at {res.running:,} running"
+    how = (
+        f"{res.applied:,} applied, {res.running:,} Running, {res.failed} failed after {res.fill_wall:.0f} s "
+        f"(budget {res.budget:.0f} s)"
+    )
+    if not reached:
+        how = f"NOT {res.target:,}: {how}; figures are those at {res.running:,}"
+    m = res.memory
+    return [
+        Figure(
+            f"footprint: operator RSS {at} (goal at {res.target:,})",
+            None if m is None else m.operator / MIB,
+            "MiB",
+            GOAL_RSS_AT_1000,
+            note=how + ("" if m is None else f"; {m.text()}"),
+            incomplete=not reached,
+        ),
+        Figure(f"footprint: pod RSS sum {at}", None if m is None else m.pod / MIB, "MiB"),
+        Figure(f"footprint: pod PSS sum {at}", None if m is None else m.pod_pss / MIB, "MiB"),
+        Figure(f"footprint: pod processes {at}", None if m is None else float(m.n_children + 1), ""),
+        Figure(
+            f"footprint: operator CPU {at} (F = 1)",
+            res.operator_cores,
+            "cores",
+            0.1,
+            note=f"{res.window_wall:.0f} s window, {res.window_jobs:,} running; pod incl. brev/ssh "
+            f"processes {res.pod_cores or 0:.3f} cores",
+        ),
+        Figure(
+            f"footprint: brev+ssh calls per running job per minute {at} (F = 1)",
+            res.calls_per_job_min,
+            "calls",
+            2.0,
+        ),
+    ]
+
+
+def idle_figures(
+    ours: scenario_idle.IdleResult, base: scenario_idle.IdleResult, scale: Scale
+) -> list[Figure]:
+    o, b = mean(ours.idle_wall), mean(base.idle_wall)
+    o_real = None if o is None else scale.real(o)
+    b_real = None if b is None else scale.real(b)
+    both = (
+        f"ours {dict(ours.outcomes)}, {ours.wall:.0f} s wall; baseline {dict(base.outcomes)}, "
+        f"{base.wall:.0f} s wall; side by side at F = {scale.factor:g}. Idle per job in wall s: ours "
+        f"{o or 0:.1f}, baseline {b or 0:.1f}. Wall / F counts every remote command's fixed process "
+        "cost (simulated docker/aws/ssh, not scaled by F) as F-scaled waiting: an upper bound"
+    )
+    every = ours.outcomes["Succeeded"] == ours.jobs and base.outcomes["Succeeded"] == base.jobs
+    return [
+        Figure("billed idle per job: ours", o_real, "real s", note=both),
+        Figure("billed idle per job: baseline (1 pool of 8, poll 30 s)", b_real, "real s"),
+        Figure(
+            "billed idle: baseline / ours",
+            None if not o or b is None else b / o,
+            "x",
+            10.0,
+            ">=",
+            note="" if every else "not every job Succeeded: the idle means cover the Succeeded ones only",
+            incomplete=not every,
+        ),
+        Figure(
+            "Kubernetes API writes per job (whole lifecycle)",
+            ours.writes_per_job,
+            "writes",
+            20.0,
+            note=f"baseline {base.writes_per_job:.1f}; brev+ssh processes per job: ours "
+            f"{ours.brev_ssh_calls_per_job:.1f}, baseline {base.brev_ssh_calls_per_job:.1f}",
+        ),
+    ]
