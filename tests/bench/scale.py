@@ -44,6 +44,8 @@ SCALED_SETTINGS: tuple[str, ...] = (
     "backoff_max",
     "exec_timeout",
     "pull_timeout",
+    "probe_interval_max",
+    "stop_grace",
 )
 
 # Timing settings deliberately NOT scaled, and why (printed with the results).
