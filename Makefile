@@ -10,7 +10,7 @@ export GOTOOLCHAIN ?= local
 
 ##@ Newcomer path
 .PHONY: demo
-demo: $(STAMP) ## Run a sample TaoBrevJob end to end on the local stack (control plane + Brev simulator + S3)
+demo: $(STAMP) native-deps ## Run a sample TaoBrevJob end to end on the local stack (control plane + Brev simulator + S3)
 	$(PY) -m tests.devenv demo
 
 .PHONY: test
@@ -31,8 +31,16 @@ $(STAMP): pyproject.toml requirements/constraints.txt
 # The image's init (deploy/image/Dockerfile pins the same Debian version).
 TINI_VERSION := 0.19.0-1+b3
 
+.PHONY: native-deps
+native-deps: ## Install Debian's gcc when missing (the simulator's native ssh wrapper and docker client are built with it)
+	@command -v gcc >/dev/null || { \
+	  echo "installing Debian's gcc (the simulator's native ssh wrapper and docker client are built with it)"; \
+	  command -v apt-get >/dev/null || { echo "apt-get not found: install gcc by hand"; exit 1; }; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends gcc libc6-dev >/dev/null) \
+	    || { echo "failed to install gcc"; exit 1; }; }
+
 .PHONY: system-deps
-system-deps: ## Install Debian packages the tests use (Prometheus server, tini) when missing; no daemon is started
+system-deps: native-deps ## Install Debian packages the tests use (Prometheus server, tini; gcc via native-deps) when missing; no daemon is started
 	@command -v prometheus >/dev/null || { \
 	  echo "installing Debian's prometheus package (needed by the metrics e2e test)"; \
 	  command -v apt-get >/dev/null || { echo "apt-get not found: install prometheus by hand"; exit 1; }; \
@@ -79,11 +87,11 @@ crds: $(STAMP) ## Regenerate crds/ from controller/models.py
 	$(PY) -m tests.devenv.crdgen --write
 
 .PHONY: bench
-bench: $(STAMP) ## Benchmark of issue 11 (F = 0.05, isolation and RSS at F = 1; < 15 min; ARGS=--quick | --with-recovery)
+bench: $(STAMP) native-deps ## Benchmark of issue 11 (F = 0.05, isolation and RSS at F = 1; < 15 min; ARGS=--quick | --with-recovery)
 	$(PY) -m tests.bench $(ARGS)
 
 .PHONY: bench-recovery
-bench-recovery: $(STAMP) ## Benchmark: lost instance -> resumed on a new one (all durations x one factor)
+bench-recovery: $(STAMP) native-deps ## Benchmark: lost instance -> resumed on a new one (all durations x one factor)
 	$(PY) -m tests.bench_recovery
 
 .PHONY: kube-build
