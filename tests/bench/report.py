@@ -12,7 +12,8 @@ GOAL_ISOLATION = 2.0  # real s
 
 
 def scale_figures(res: scenario_scale.ScaleResult, scale: Scale) -> list[Figure]:
-    phys = scenario_scale.physical_to_running(scale.brev_durations())
+    phys = res.burst_physical or scenario_scale.physical_to_running(scale.brev_durations())
+    lo, hi = scenario_scale.BOOT_SPREAD
     figs: list[Figure] = []
     complete = res.burst_reached == res.burst_jobs
     label = f"burst: {res.burst_jobs} jobs -> all Running / one job's boot+ready+pull"
@@ -26,8 +27,8 @@ def scale_figures(res: scenario_scale.ScaleResult, scale: Scale) -> list[Figure]
                 1.1,
                 note=f"{res.burst_reached}/{res.burst_jobs} Running after {res.burst_wall:.1f} s wall = "
                 f"{scale.real(res.burst_wall):.0f} real s (ratio {value:.2f}); physical boot+ready+pull "
-                f"{phys:.0f} real s (deploy + first exec, build meanwhile, + pull: the same for every "
-                f"simulated instance); slowest create->Running "
+                f"{phys:.0f} real s for the slowest job (deploy {lo:.0f}-{hi:.0f} s spread over the "
+                "jobs, + first exec, build meanwhile, + pull); slowest create->Running "
                 f"{scale.real(res.burst_create_to_running_max or 0):.0f} real s; {res.burst_failed} failed "
                 f"{res.burst_reasons or ''}",
                 incomplete=not complete,

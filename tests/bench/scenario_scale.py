@@ -38,12 +38,31 @@ class ScaleResult:
     burst_reasons: dict[str, int] = field(default_factory=dict)
     burst_create_to_running_max: float | None = None
     burst_pod_cpu_per_job: float | None = None
+    burst_physical: float | None = None  # nominal s: the slowest burst job's own boot+ready+pull
     problems: list[str] = field(default_factory=list)
 
 
 def _running(sc: Scenario) -> int:
     with sc.watch.lock:
         return sum(1 for st in sc.watch.status.values() if st.get("phase") == "Running")
+
+
+# Brev boots take 3-10 minutes, one instance to the next; the burst's instances get deploy times
+# spread evenly over that range (nominal s), so the burst is judged against its slowest job's own
+# boot+ready+pull. Identical boots would make every instance answer at the same instant, a
+# thundering herd no real burst produces (and one the simulator's single sshd process and two
+# cores serialise).
+BOOT_SPREAD = (180.0, 600.0)
+
+
+def spread_boots(
+    names: list[str], lo: float = BOOT_SPREAD[0], hi: float = BOOT_SPREAD[1]
+) -> dict[str, dict[str, float]]:
+    """`instance_durations` entries giving job i of `names` a deploy time evenly spaced in
+    [lo, hi]; matched by `-<job name>-` inside the instance name (tbj-<mark>-<ns>-<job>-<uid>)."""
+    n = len(names)
+    step = (hi - lo) / (n - 1) if n > 1 else 0.0
+    return {f"-{name}-": {"deploy_s": round(lo + i * step, 3)} for i, name in enumerate(names)}
 
 
 def physical_to_running(durations: dict[str, float]) -> float:
@@ -93,6 +112,10 @@ class _Steps:
     def burst(self, size: int) -> None:
         sc, res = self.sc, self.res
         res.burst_jobs = size
+        names = [f"w3-{i:03d}" for i in range(size)]
+        spread = spread_boots(names)
+        sc.sim.set_faults(instance_durations=spread)
+        res.burst_physical = max(physical_to_running({**self.nominal, **d}) for d in spread.values())
         cpu0 = sampling.cpu(self.pid, self.home)
         began = time.time()
         w3 = self.wave("w3", size)

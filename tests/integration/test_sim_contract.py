@@ -11,7 +11,6 @@ import json
 import os
 import signal
 import subprocess
-import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -23,6 +22,7 @@ from tests.brevsim.faults import KNOBS, UnknownFault
 from tests.brevsim.harness import BrevSim
 from tests.brevsim.tao import BAR_STEPS
 from tests.devenv.s3 import S3Server
+from tests.fixtures.polling import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -612,14 +612,6 @@ def test_remote_commands_run_in_the_sandbox_home(brev_sim: BrevSim) -> None:
     res = remote(brev_sim, inst, 'echo "$HOME"; pwd; command -v docker nvidia-smi | wc -l')
     home = str(brev_sim.instance_files(inst))
     assert res.stdout == f"{home}\n{home}\n2\n"
-
-
-def wait_until(predicate: Any, what: str) -> None:
-    """Poll an observable condition (20 ms); the deadline only guards against hangs."""
-    deadline = time.monotonic() + HANG_GUARD
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
 
 
 def test_deleting_an_instance_kills_its_containers(brev_sim: BrevSim) -> None:

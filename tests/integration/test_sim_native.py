@@ -15,7 +15,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -25,6 +24,7 @@ import pytest
 from tests.brevsim import container, native
 from tests.brevsim.control import MARKER
 from tests.brevsim.harness import BrevSim
+from tests.fixtures.polling import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -75,13 +75,6 @@ class Instance:
 
     def popen(self, argv: list[str], **kw: Any) -> subprocess.Popen[bytes]:
         return subprocess.Popen(argv, env=self.env, cwd=self.sandbox / "home", **kw)
-
-
-def wait_until(predicate: Any, what: str) -> None:
-    deadline = time.monotonic() + HANG_GUARD
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)
 
 
 def ppid(pid: int) -> int:

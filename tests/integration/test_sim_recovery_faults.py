@@ -17,6 +17,7 @@ import pytest
 from tests.brevsim import catalog, tao
 from tests.brevsim.harness import BrevSim
 from tests.devenv.s3 import S3Server
+from tests.fixtures.polling import wait_until
 from tests.integration.test_sim_contract import (
     AWS,
     brev,
@@ -25,7 +26,6 @@ from tests.integration.test_sim_contract import (
     ready_instance,
     remote,
     run_tao,
-    wait_until,
     write_spec,
 )
 

@@ -10,7 +10,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ import pytest
 
 from tests.brevsim import reaper
 from tests.brevsim.harness import BrevSim
+from tests.fixtures.polling import wait_until
 
 pytestmark = pytest.mark.integration
 
@@ -65,13 +65,6 @@ def entry(sim: BrevSim, alias: str) -> dict[str, str]:
     text = (sim.home / ".brev" / "ssh_config").read_text()
     block = text.split(f"Host {alias}\n", 1)[1].split("\n\n", 1)[0]
     return dict(line.strip().split(" ", 1) for line in block.splitlines())
-
-
-def wait_until(predicate: Any, what: str) -> None:
-    deadline = time.monotonic() + HANG_GUARD
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def test_refresh_writes_the_real_config_shape_with_a_generated_key(sim: BrevSim) -> None:

@@ -198,3 +198,18 @@ def test_billed_idle_ratio_is_baseline_over_ours_and_a_miss_when_jobs_failed() -
     assert {f.name: f for f in idle_figures(ours, failed, scale)}[
         "billed idle: baseline / ours"
     ].verdict == "MISS"
+
+
+def test_burst_boots_are_spread_evenly_and_match_one_instance_each() -> None:
+    from tests.bench.scenario_scale import spread_boots
+    from tests.brevsim.faults import durations_for
+
+    names = [f"w3-{i:03d}" for i in range(11)]
+    spread = spread_boots(names, 180.0, 600.0)
+    deploys = [d["deploy_s"] for d in spread.values()]
+    assert deploys[0] == 180.0
+    assert deploys[-1] == 600.0
+    assert deploys == sorted(deploys)
+    # w3-001 must not also match w3-010 (and every instance gets its own entry)
+    assert durations_for(spread, "tbj-abcd1234-scale-w3-010-0badc0de", "i-1") == {"deploy_s": 600.0}
+    assert durations_for(spread, "tbj-abcd1234-scale-w3-001-0badc0de", "i-2") == {"deploy_s": 222.0}
