@@ -630,7 +630,8 @@ def test_deleting_an_instance_kills_its_containers(brev_sim: BrevSim) -> None:
             return True  # the delete already finished: the instance and its containers are purged
 
     wait_until(dead, "the container to die")
-    assert not Path(f"/proc/{pid}").exists()
+    # The kill is asynchronous to the listing: wait for the process itself to be gone too.
+    wait_until(lambda: not Path(f"/proc/{pid}").exists(), f"container process {pid} to exit")
     assert remote(brev_sim, inst, "true").returncode == 255
 
 
