@@ -15,7 +15,6 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,12 +32,8 @@ LOGIN = ["login", "nvcr.io", "--username", "$oauthtoken", "--password-stdin"]
 
 
 @pytest.fixture
-def sim(tmp_path: Path) -> Iterator[BrevSim]:
-    s = BrevSim(tmp_path / "brevsim", speed=0.01)
-    try:
-        yield s
-    finally:
-        s.close()
+def sim(bare_sim: BrevSim) -> BrevSim:
+    return bare_sim
 
 
 class Instance:

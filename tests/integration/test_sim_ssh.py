@@ -10,7 +10,7 @@ import signal
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +28,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture
-def sim(tmp_path: Path) -> Iterator[BrevSim]:
-    s = BrevSim(tmp_path / "brevsim", speed=0.01)
-    try:
-        yield s
-    finally:
-        s.close()
+def sim(bare_sim: BrevSim) -> BrevSim:
+    return bare_sim
 
 
 def run(sim: BrevSim, argv: Sequence[str], *, input: bytes | None = None) -> subprocess.CompletedProcess[str]:
