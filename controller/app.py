@@ -133,6 +133,7 @@ def build(settings: Settings, events: EventSink) -> App:
             events=events,
             tunables=settings.tunables(),
             listing_max_age=settings.listing_max_age,
+            secret_max_age=settings.secret_max_age,
             default_image=load_versions().images.tao_toolkit.pyt,
             retained=retained,
             prices=prices,

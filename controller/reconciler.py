@@ -31,6 +31,7 @@ from controller.metrics import Recorder
 from controller.models import Phase, TaoBrevJobSpec, TaoBrevJobStatus, merge_patch
 from controller.pricing import PriceBook
 from controller.retained import RetainedStore, record_for
+from controller.secret_cache import SecretCache
 from controller.steps import (
     Action,
     ActionFailure,
@@ -98,6 +99,7 @@ class Reconciler:
         events: EventSink,
         tunables: machine.Tunables,
         listing_max_age: float,
+        secret_max_age: float = 0.0,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         default_image: str | None = None,
         retained: RetainedStore | None = None,
@@ -106,6 +108,7 @@ class Reconciler:
         wake_queued: bool = False,
     ) -> None:
         self._kube = kube
+        self._secrets = SecretCache(kube.read_secret, secret_max_age)
         # Admission under the quotas (None: none wired, every job is admitted at once).
         self._fleet = fleet
         # A queued job's pass waits (unlocked) for a released slot instead of the whole poll
@@ -377,7 +380,7 @@ class Reconciler:
 
         async def value(secret: str, key: str, field: str) -> bytes:
             if secret not in cache:
-                cache[secret] = await self._kube.read_secret(namespace, secret)
+                cache[secret] = await self._secrets.get(namespace, secret)
             data = cache[secret]
             if data is None:
                 raise MissingSecretError(

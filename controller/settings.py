@@ -93,6 +93,13 @@ class Settings(BaseModel):
         description="how long a stopped container may take to exit before the upload starts anyway",
     )
     listing_max_age: float = Field(10.0, ge=0, le=300, description="how stale the shared `brev ls` may be")
+    secret_max_age: float = Field(
+        10.0,
+        ge=0,
+        le=300,
+        description="how long a Secret read is shared by the jobs' passes (a rotated or deleted "
+        "Secret is seen within this; 0: read on every pass)",
+    )
     create_settle: float = Field(120.0, ge=0, le=3600, description="grace for an ambiguous create to appear")
     backoff_max: float = Field(60.0, ge=1, le=3600, description="cap of the transient-error backoff")
     exec_timeout: float = Field(

@@ -37,7 +37,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument("--scale", type=float, default=0.05, help="the factor F on every duration (0.05)")
     ap.add_argument("--quick", action="store_true", help="small waves and workloads (development)")
     ap.add_argument("--waves", type=_waves, help="jobs per wave of the scale scenario (default 50,50,100)")
-    ap.add_argument("--idle-jobs", type=int, help="jobs of the billed-idle workload, per operator (20)")
+    ap.add_argument("--idle-jobs", type=int, help="jobs of the billed-idle workload, per operator (16)")
     ap.add_argument("--window", type=float, help="seconds of the steady-state CPU/calls window (20)")
     ap.add_argument("--busy", type=int, help="others kept busy in the isolation scenario (50)")
     ap.add_argument("--rss-jobs", type=int, help="Running jobs of the RSS scenario (1000)")
@@ -52,7 +52,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     quick = args.quick
     for name, small, full in (
         ("waves", (3, 3, 6), (50, 50, 100)),
-        ("idle_jobs", 3, 20),
+        ("idle_jobs", 3, 16),
         ("window", 5.0, 20.0),
         ("busy", 6, 50),
         ("rss_jobs", 20, 1000),
@@ -105,10 +105,9 @@ def main(argv: list[str]) -> int:
         figures += new
         _section(new, f"burst and footprint (F = {scale.factor:g})", began)
 
-        print(f"\n-- billed idle at F = {scale.factor:g}: {args.idle_jobs} jobs each, ours and baseline "
-              "side by side", flush=True)  # fmt: skip
-        ours, base = scenario_idle.run_side_by_side(bench, args.idle_jobs)
-        new = idle_figures(ours, base, scale)
+        print(f"\n-- billed idle at F = {scale.factor:g} and {2 * scale.factor:g}: {args.idle_jobs} jobs "
+              "each, ours and baseline, all four side by side", flush=True)  # fmt: skip
+        new = idle_figures(scenario_idle.run_side_by_side(bench, args.idle_jobs))
         figures += new
         _section(new, f"billed idle (F = {scale.factor:g})", began)
 

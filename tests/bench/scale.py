@@ -40,6 +40,7 @@ SCALED_SETTINGS: tuple[str, ...] = (
     "poll_interval",
     "wait_timeout",
     "listing_max_age",
+    "secret_max_age",
     "create_settle",
     "backoff_max",
     "exec_timeout",

@@ -3,7 +3,14 @@ once, each through its whole lifecycle. Per job, from the simulator's argv recor
 sent -> `brev delete` sent (the billed span) minus its work: boot + first exec (the simulated
 durations), every transfer (registry login/pull, aws-cli containers and aws calls: from their start
 to the next command on that instance, so their unscaled process costs count as work) and the run
-(epochs x epoch seconds). What is left is the operator's own waiting: polls, queues, lanes."""
+(epochs x epoch seconds). What is left is the operator's own waiting: polls, queues, lanes.
+
+That remainder mixes two kinds of seconds: waits the operator's intervals and the simulated
+durations make (F times as long in wall time) and fixed costs that do not shrink with F (process
+start-up of every ssh/docker/aws call, API round trips). Dividing the whole by F, as a single run
+must, inflates the fixed part 1/F-fold: at F = 0.05 a 0.2 s ssh call counts as 4 real seconds. So
+each workload runs at two factors, F and 2F, all four side by side, and the idle per job is split
+into fixed + scaled (figures.two_factor); at real speed it is fixed + scaled."""
 
 from __future__ import annotations
 
@@ -13,18 +20,19 @@ from collections import Counter
 from dataclasses import dataclass
 
 from tests.bench.figures import boot_and_ready, idle_billed, union_seconds
+from tests.bench.scale import Scale
 from tests.bench.stack import Bench, Scenario, brev_call_times, finished
 from tests.brevsim.harness import SimCall
 
-EPOCHS = 2  # x 300 s nominal: a 10-minute run
+EPOCHS = 1  # x 300 s nominal: the run is work, its length does not change the idle
 
 
-def baseline_env(bench: Bench) -> dict[str, str]:
+def baseline_env(scale: Scale) -> dict[str, str]:
     """The naive setting: one pool of 8 slots for every brev call but waits (the pre-lane
     default), and a re-observe every 30 s (scaled)."""
     return {
         "TAOBREV_MAX_CONCURRENT_BREV_CALLS": "8",
-        "TAOBREV_POLL_INTERVAL": f"{bench.scale.wall(30.0):.6g}",
+        "TAOBREV_POLL_INTERVAL": f"{scale.wall(30.0):.6g}",
     }
 
 
@@ -69,13 +77,15 @@ class Workload:
     began: float
 
 
-def start(bench: Bench, label: str, jobs: int, operator_env: dict[str, str] | None = None) -> Workload:
-    """Apply the workload (every job in one kubectl call) and return at once, so two workloads
-    run side by side on the same clock and machine load."""
-    sc: Scenario = bench.scenario(label, operator_env)
+def start(
+    bench: Bench, label: str, jobs: int, scale: Scale, operator_env: dict[str, str] | None = None
+) -> Workload:
+    """Apply the workload at `scale` (every job in one kubectl call) and return at once, so the
+    workloads run side by side on the same clock and machine load."""
+    sc: Scenario = bench.scenario(label, operator_env, scale=scale)
     try:
         names = [f"{label}-{i:03d}" for i in range(jobs)]
-        nominal = bench.scale.brev_durations()
+        nominal = scale.brev_durations()
         began = sc.apply_all(names, epochs=EPOCHS, epoch_seconds=nominal["epoch_seconds"])
     except BaseException:
         sc.close()
@@ -87,9 +97,9 @@ def collect(bench: Bench, wl: Workload) -> IdleResult:
     """Wait until every job of `wl` finished, then read the figures; closes its scenario."""
     sc, names, began = wl.sc, wl.names, wl.began
     try:
-        nominal = bench.scale.brev_durations()
+        nominal = sc.scale.brev_durations()
         # Generous: 20x the physical lifecycle, so a slow baseline still finishes.
-        lifecycle = bench.scale.wall(sum(nominal[k] for k in ("deploy_s", "ssh_delay_s", "pull_seconds")))
+        lifecycle = sc.scale.wall(sum(nominal[k] for k in ("deploy_s", "ssh_delay_s", "pull_seconds")))
         left = sc.watch.wait(names, finished, timeout=max(300.0, 20 * lifecycle))
         wall = max((sc.watch.first_seen[n].get("Deleted", 0.0) for n in names), default=0.0) - began
         calls = sc.calls()
@@ -104,7 +114,7 @@ def collect(bench: Bench, wl: Workload) -> IdleResult:
                 continue
             inst = str(st.get("instanceName"))
             remote = [c for c in calls if c.where == "remote" and c.instance == inst and c.ts < deleted]
-            boot_and_run = bench.scale.wall(boot_and_ready(nominal) + EPOCHS * nominal["epoch_seconds"])
+            boot_and_run = sc.scale.wall(boot_and_ready(nominal) + EPOCHS * nominal["epoch_seconds"])
             idle.append(idle_billed(created, deleted, boot_and_run + transfer_seconds(remote)))
         local = sum(1 for c in calls if c.where == "local" and c.program in ("brev", "ssh"))
         return IdleResult(
@@ -120,17 +130,35 @@ def collect(bench: Bench, wl: Workload) -> IdleResult:
         sc.close()
 
 
-def run_side_by_side(bench: Bench, jobs: int) -> tuple[IdleResult, IdleResult]:
-    """Ours and the baseline on the same workload at the same time (two namespaces, two
-    simulators, two operators): half the wall time, and both see the same machine load."""
-    ours = start(bench, "idle-ours", jobs)
+@dataclass(frozen=True)
+class IdleRuns:
+    """The same workload, ours and the baseline, each at F and at 2F (`factors`)."""
+
+    factors: tuple[float, float]
+    ours: tuple[IdleResult, IdleResult]
+    base: tuple[IdleResult, IdleResult]
+
+
+def run_side_by_side(bench: Bench, jobs: int) -> IdleRuns:
+    """Ours and the baseline at F and 2F, four workloads at the same time (four namespaces,
+    simulators and operators): the wall time of the slowest, and every workload sees the same
+    machine load while the four overlap."""
+    scales = (bench.scale, Scale(min(1.0, 2 * bench.scale.factor)))
+    started: list[Workload] = []
     try:
-        base = start(bench, "idle-base", jobs, baseline_env(bench))
+        for i, sc in enumerate(scales):
+            tag = "" if i == 0 else "-2f"
+            started.append(start(bench, f"idle-ours{tag}", jobs, sc))
+            started.append(start(bench, f"idle-base{tag}", jobs, sc, baseline_env(sc)))
     except BaseException:
-        ours.sc.close()
+        for wl in started:
+            wl.sc.close()
         raise
+    results: list[IdleResult] = []
     try:
-        ours_result = collect(bench, ours)
+        for wl in started:
+            results.append(collect(bench, wl))
     finally:
-        base_result = collect(bench, base)
-    return ours_result, base_result
+        for wl in started[len(results) + 1 :]:
+            wl.sc.close()
+    return IdleRuns((scales[0].factor, scales[1].factor), (results[0], results[2]), (results[1], results[3]))

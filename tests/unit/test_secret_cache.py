@@ -1,0 +1,85 @@
+"""The shared Secret cache: found Secrets are kept for max_age, anything else is read again."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+
+from controller.errors import SecretNotAllowed
+from controller.secret_cache import SecretCache
+
+
+class Reads:
+    def __init__(self) -> None:
+        self.data: dict[tuple[str, str], Mapping[str, bytes] | None] = {}
+        self.fail: dict[tuple[str, str], Exception] = {}
+        self.count = 0
+
+    async def __call__(self, namespace: str, name: str) -> Mapping[str, bytes] | None:
+        self.count += 1
+        if (namespace, name) in self.fail:
+            raise self.fail[(namespace, name)]
+        return self.data.get((namespace, name))
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_found_secret_is_read_once_per_max_age_for_every_job() -> None:
+    reads, clock = Reads(), Clock()
+    reads.data[("ns", "ngc")] = {"key": b"v1"}
+    cache = SecretCache(reads, 10.0, clock)
+
+    async def many() -> list[Mapping[str, bytes] | None]:
+        return [await cache.get("ns", "ngc") for _ in range(100)]
+
+    assert asyncio.run(many()) == [{"key": b"v1"}] * 100
+    assert reads.count == 1
+    reads.data[("ns", "ngc")] = {"key": b"v2"}  # rotated
+    clock.now += 10.5
+    assert asyncio.run(cache.get("ns", "ngc")) == {"key": b"v2"}
+    assert reads.count == 2
+
+
+def test_missing_and_refused_secrets_are_read_again_on_every_pass() -> None:
+    reads, clock = Reads(), Clock()
+    cache = SecretCache(reads, 10.0, clock)
+    assert asyncio.run(cache.get("ns", "ngc")) is None
+    reads.data[("ns", "ngc")] = {"key": b"v"}  # created by the user: seen at once
+    assert asyncio.run(cache.get("ns", "ngc")) == {"key": b"v"}
+    assert reads.count == 2
+    reads.fail[("ns", "hf")] = SecretNotAllowed("not labelled")
+    for _ in range(2):
+        try:
+            asyncio.run(cache.get("ns", "hf"))
+        except SecretNotAllowed:
+            pass
+        else:
+            raise AssertionError("the refusal was not raised")
+    assert reads.count == 4
+
+
+def test_max_age_zero_reads_on_every_pass_and_keeps_nothing() -> None:
+    reads, clock = Reads(), Clock()
+    reads.data[("ns", "s3")] = {"id": b"x"}
+    cache = SecretCache(reads, 0.0, clock)
+    for _ in range(3):
+        assert asyncio.run(cache.get("ns", "s3")) == {"id": b"x"}
+    assert reads.count == 3
+
+
+def test_a_deleted_secret_is_seen_once_max_age_passed() -> None:
+    reads, clock = Reads(), Clock()
+    reads.data[("ns", "ngc")] = {"key": b"v"}
+    cache = SecretCache(reads, 10.0, clock)
+    assert asyncio.run(cache.get("ns", "ngc")) is not None
+    del reads.data[("ns", "ngc")]
+    clock.now += 5
+    assert asyncio.run(cache.get("ns", "ngc")) is not None  # within max_age: kept
+    clock.now += 6
+    assert asyncio.run(cache.get("ns", "ngc")) is None
