@@ -22,6 +22,7 @@ from tests.bench.scale import Scale
 from tests.bench.stack import Bench
 
 BUDGET = 15 * 60.0  # s: the whole `make bench`
+BURST_SCALE = 0.1  # F of the burst (scenario_scale's docstring says why not --scale)
 RESERVE = 100.0  # s: what the RSS scenario leaves for its window, its shutdown and the table
 
 
@@ -35,6 +36,9 @@ def _waves(text: str) -> tuple[int, int, int]:
 def parse(argv: list[str]) -> argparse.Namespace:
     ap = argparse.ArgumentParser(prog="python -m tests.bench", description=__doc__)
     ap.add_argument("--scale", type=float, default=0.05, help="the factor F on every duration (0.05)")
+    ap.add_argument(
+        "--burst-scale", type=float, help="the factor F of the burst scenario alone (0.1; --quick: --scale)"
+    )
     ap.add_argument("--quick", action="store_true", help="small waves and workloads (development)")
     ap.add_argument("--waves", type=_waves, help="jobs per wave of the scale scenario (default 50,50,100)")
     ap.add_argument("--idle-jobs", type=int, help="jobs of the billed-idle workload, per operator (16)")
@@ -50,6 +54,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
     )
     args = ap.parse_args(argv)
     quick = args.quick
+    if args.burst_scale is None:
+        args.burst_scale = args.scale if quick else BURST_SCALE
+    for name in ("scale", "burst_scale"):
+        if not 0 < getattr(args, name) <= 1:
+            ap.error(f"--{name.replace('_', '-')} must be in (0, 1], got {getattr(args, name)}")
     for name, small, full in (
         ("waves", (3, 3, 6), (50, 50, 100)),
         ("idle_jobs", 3, 16),
@@ -97,8 +106,9 @@ def main(argv: list[str]) -> int:
         figures += isolation_figures(iso)
         _section(figures[-2:], "isolation (F = 1)", began)
 
-        print(f"\n-- scale at F = {scale.factor:g}: waves {args.waves}", flush=True)
-        res = scenario_scale.run(bench, args.waves, args.window)
+        print(f"\n-- burst of {args.waves[2]} at F = {args.burst_scale:g}, then footprint at F = "
+              f"{scale.factor:g}: waves {args.waves}", flush=True)  # fmt: skip
+        res = scenario_scale.run(bench, args.waves, args.window, Scale(args.burst_scale))
         for problem in res.problems:
             print(f"   problem: {problem}", flush=True)
         new = scale_figures(res, scale)

@@ -12,13 +12,14 @@ GOAL_ISOLATION = 2.0  # real s
 
 
 def scale_figures(res: scenario_scale.ScaleResult, scale: Scale) -> list[Figure]:
-    phys = res.burst_physical or scenario_scale.physical_to_running(scale.brev_durations())
+    burst = Scale(res.burst_factor)
+    phys = res.burst_physical or scenario_scale.physical_to_running(burst.brev_durations())
     lo, hi = scenario_scale.BOOT_SPREAD
     figs: list[Figure] = []
     complete = res.burst_reached == res.burst_jobs
-    label = f"burst: {res.burst_jobs} jobs -> all Running / one job's boot+ready+pull"
+    label = f"burst: {res.burst_jobs} jobs -> all Running / one job's boot+ready+pull (F = {burst.factor:g})"
     if res.burst_wall is not None:
-        real = res.burst_apply_wall + scale.real(res.burst_wall)
+        real = res.burst_apply_wall + burst.real(res.burst_wall)
         value = ratio(real, phys)
         figs.append(
             Figure(
@@ -27,13 +28,13 @@ def scale_figures(res: scenario_scale.ScaleResult, scale: Scale) -> list[Figure]
                 "x",
                 1.1,
                 note=f"{res.burst_reached}/{res.burst_jobs} Running {res.burst_wall:.1f} s wall after the "
-                f"apply returned = {scale.real(res.burst_wall):.0f} real s, + the apply itself (one "
+                f"apply returned = {burst.real(res.burst_wall):.0f} real s, + the apply itself (one "
                 f"kubectl create of {res.burst_jobs} objects, real seconds, not scaled) "
                 f"{res.burst_apply_wall:.1f} s = {real:.0f} real s (ratio {value:.2f}); physical "
                 "boot+ready+pull "
                 f"{phys:.0f} real s for the slowest job (deploy {lo:.0f}-{hi:.0f} s spread over the "
                 "jobs, + first exec, build meanwhile, + pull); slowest create->Running "
-                f"{scale.real(res.burst_create_to_running_max or 0):.0f} real s; {res.burst_failed} failed "
+                f"{burst.real(res.burst_create_to_running_max or 0):.0f} real s; {res.burst_failed} failed "
                 f"{res.burst_reasons or ''}",
                 incomplete=not complete,
             )
