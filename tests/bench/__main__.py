@@ -23,6 +23,7 @@ from tests.bench.stack import Bench
 
 BUDGET = 15 * 60.0  # s: the whole `make bench`
 BURST_SCALE = 0.1  # F of the burst (scenario_scale's docstring says why not --scale)
+IDLE_SCALE = 0.1  # F of the billed-idle pair (scenario_idle's docstring says why)
 RESERVE = 100.0  # s: what the RSS scenario leaves for its window, its shutdown and the table
 
 
@@ -39,6 +40,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ap.add_argument(
         "--burst-scale", type=float, help="the factor F of the burst scenario alone (0.1; --quick: --scale)"
     )
+    ap.add_argument(
+        "--idle-scale", type=float, help="the factor F of the billed-idle pair alone (0.1; --quick: --scale)"
+    )
     ap.add_argument("--quick", action="store_true", help="small waves and workloads (development)")
     ap.add_argument("--waves", type=_waves, help="jobs per wave of the scale scenario (default 50,50,100)")
     ap.add_argument("--idle-jobs", type=int, help="jobs of the billed-idle workload, per operator (16)")
@@ -54,9 +58,10 @@ def parse(argv: list[str]) -> argparse.Namespace:
     )
     args = ap.parse_args(argv)
     quick = args.quick
-    if args.burst_scale is None:
-        args.burst_scale = args.scale if quick else BURST_SCALE
-    for name in ("scale", "burst_scale"):
+    for name, own in (("burst_scale", BURST_SCALE), ("idle_scale", IDLE_SCALE)):
+        if getattr(args, name) is None:
+            setattr(args, name, args.scale if quick else own)
+    for name in ("scale", "burst_scale", "idle_scale"):
         if not 0 < getattr(args, name) <= 1:
             ap.error(f"--{name.replace('_', '-')} must be in (0, 1], got {getattr(args, name)}")
     for name, small, full in (
@@ -115,11 +120,13 @@ def main(argv: list[str]) -> int:
         figures += new
         _section(new, f"burst and footprint (F = {scale.factor:g})", began)
 
-        print(f"\n-- billed idle at F = {scale.factor:g} and {2 * scale.factor:g}: {args.idle_jobs} jobs "
-              "each, ours and baseline, all four side by side", flush=True)  # fmt: skip
-        new = idle_figures(scenario_idle.run_side_by_side(bench, args.idle_jobs))
+        idle_scale = Scale(args.idle_scale)
+        print(f"\n-- billed idle at F = {idle_scale.factor:g}: {args.idle_jobs} jobs each, ours and "
+              "baseline side by side", flush=True)  # fmt: skip
+        ours, base = scenario_idle.run_side_by_side(bench, args.idle_jobs, idle_scale)
+        new = idle_figures(ours, base, idle_scale)
         figures += new
-        _section(new, f"billed idle (F = {scale.factor:g})", began)
+        _section(new, f"billed idle (F = {idle_scale.factor:g})", began)
 
         if args.with_recovery:
             print("\n-- recovery", flush=True)

@@ -82,17 +82,6 @@ def idle_billed(create_sent: float, delete_sent: float, work: float) -> float:
     return max(0.0, delete_sent - create_sent - work)
 
 
-def two_factor(f1: float, w1: float, f2: float, w2: float) -> tuple[float, float]:
-    """Split a quantity measured in wall seconds at two factors F1 < F2 into its fixed part (wall
-    seconds that do not shrink with F: process start-up, API round trips) and its scaled part
-    (waits that run F times as long), from w(F) = fixed + scaled x F. Returns (fixed, scaled) in
-    real seconds: at real speed (F = 1) the quantity is fixed + scaled."""
-    if not 0 < f1 < f2:
-        raise ValueError(f"need 0 < F1 < F2, got {f1}, {f2}")
-    scaled = (w2 - w1) / (f2 - f1)
-    return w1 - scaled * f1, scaled
-
-
 def union_seconds(intervals: Iterable[tuple[float, float]]) -> float:
     """Total length of the union of [start, end) intervals (overlaps counted once)."""
     total, reach = 0.0, float("-inf")

@@ -18,13 +18,12 @@ from tests.bench.figures import (
     percentile,
     ratio,
     slope,
-    two_factor,
     union_seconds,
 )
 from tests.bench.report import idle_figures, isolation_figures, rss_figures
 from tests.bench.sampling import Memory
 from tests.bench.scale import SCALED_SETTINGS, Scale
-from tests.bench.scenario_idle import IdleResult, IdleRuns
+from tests.bench.scenario_idle import IdleResult
 from tests.bench.scenario_isolation import IsolationResult, durations
 from tests.bench.scenario_rss import RssResult
 from tests.brevsim.faults import check, durations_for
@@ -186,27 +185,17 @@ def _idle(label: str, idle_wall: list[float], outcomes: dict[str, int]) -> IdleR
     return IdleResult(label, sum(outcomes.values()), idle_wall, Counter(outcomes), 100.0, 18.0, 50.0)
 
 
-def test_two_factor_splits_fixed_from_scaled_seconds() -> None:
-    # 2 s fixed + 40 real s of waits: 4 s wall at F = 0.05, 6 s at F = 0.1
-    fixed, scaled = two_factor(0.05, 4.0, 0.1, 6.0)
-    assert fixed == pytest.approx(2.0)
-    assert scaled == pytest.approx(40.0)
-    with pytest.raises(ValueError):
-        two_factor(0.1, 6.0, 0.05, 4.0)
-
-
-def test_billed_idle_is_fixed_plus_scaled_and_the_ratio_a_miss_when_jobs_failed() -> None:
-    ok = {"Succeeded": 2}
-    ours = (_idle("ours", [3.0, 5.0], ok), _idle("ours2", [5.0, 7.0], ok))  # 2 + 40 x F
-    base = (_idle("base", [30.0, 34.0], ok), _idle("base2", [60.0, 64.0], ok))  # 2 + 600 x F
-    figs = {f.name: f for f in idle_figures(IdleRuns((0.05, 0.1), ours, base))}
-    assert figs["billed idle per job: ours (fixed + scaled, real speed)"].value == pytest.approx(42.0)
-    assert figs["billed idle per job: baseline (1 pool of 8, poll 30 s)"].value == pytest.approx(602.0)
+def test_billed_idle_ratio_is_baseline_over_ours_and_a_miss_when_jobs_failed() -> None:
+    scale = Scale(0.1)
+    ours = _idle("ours", [1.0, 3.0], {"Succeeded": 2})
+    base = _idle("base", [30.0, 50.0], {"Succeeded": 2})
+    figs = {f.name: f for f in idle_figures(ours, base, scale)}
+    assert figs["billed idle per job: ours (F = 0.1)"].value == pytest.approx(20.0)  # 2 s wall / 0.1
     ratio_fig = figs["billed idle: baseline / ours"]
-    assert ratio_fig.value == pytest.approx(602.0 / 42.0)
+    assert ratio_fig.value == pytest.approx(20.0)
     assert ratio_fig.verdict == "pass"
-    failed = (_idle("base", [30.0], {"Succeeded": 1, "Failed": 1}), base[1])
-    assert {f.name: f for f in idle_figures(IdleRuns((0.05, 0.1), ours, failed))}[
+    failed = _idle("base", [30.0], {"Succeeded": 1, "Failed": 1})
+    assert {f.name: f for f in idle_figures(ours, failed, scale)}[
         "billed idle: baseline / ours"
     ].verdict == "MISS"
 
