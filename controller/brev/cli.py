@@ -172,6 +172,7 @@ class BrevCLI:
         self._login_generation = 0
         self._logged_in = False
         self._create_flags: frozenset[str] | None = None
+        self._flags_lock = asyncio.Lock()  # a burst's first creates read --help once, not once each
         self._last_credentials: BrevCredentials | None = None
         # token digest -> identity learnt from the CLI's refreshed access JWT (stays stable while
         # a re-login briefly puts the opaque token back into credentials.json)
@@ -407,6 +408,12 @@ class BrevCLI:
 
     async def create_flags(self) -> frozenset[str]:
         """Long flags of the installed `brev create` (from its --help; cached)."""
+        if self._create_flags is not None:
+            return self._create_flags
+        async with self._flags_lock:
+            return await self._read_create_flags()
+
+    async def _read_create_flags(self) -> frozenset[str]:
         if self._create_flags is None:
             result = await self._runner.run(
                 [self._settings.binary, "create", "--help"], verb="help", timeout=self._settings.timeouts.help

@@ -238,6 +238,25 @@ def test_seed_only_create_fields_are_refused_without_calling_create(
     assert [a for a in brev_argvs(brev_sim, "create") if "--help" not in a] == []
 
 
+def test_a_burst_of_first_creates_reads_create_help_once(brev_sim: BrevSim, make_client: MakeClient) -> None:
+    """The flags of the installed `brev create` are read once, also when 8 creates start together
+    (a burst used to run one `brev create --help` process per create slot)."""
+    client = make_client()
+
+    async def burst() -> None:
+        await asyncio.gather(
+            *(
+                client.create_instance(CreateRequest(name=f"tbj-b{i}", types=("g6e.xlarge",)))
+                for i in range(8)
+            )
+        )
+
+    asyncio.run(burst())
+    creates = brev_argvs(brev_sim, "create")
+    assert sum(1 for a in creates if "--help" in a) == 1
+    assert sum(1 for a in creates if "--help" not in a) == 8
+
+
 def test_capacity_and_server_failures_keep_the_cli_message(
     brev_sim: BrevSim, make_client: MakeClient
 ) -> None:
