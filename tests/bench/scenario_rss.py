@@ -158,6 +158,10 @@ def run(bench: Bench, target: int, wave: int, budget: float, window: float) -> R
         res.running = sc.running()
         res.failed = sum(1 for n in names if sc.watch.status.get(n, {}).get("outcome"))
         res.memory = sampling.memory(pid, home)
+        print(
+            f"   steady window of {window:.0f} s starts: {res.running} Running, {res.memory.text()}",
+            flush=True,
+        )
         c0, t0, g0 = sampling.cpu(pid, home), time.time(), cpu_groups(sc)
         threading.Event().wait(window)  # a measurement window, not a wait for a signal
         c1, t1, g1 = sampling.cpu(pid, home), time.time(), cpu_groups(sc)
