@@ -29,6 +29,7 @@ import kopf
 import structlog
 
 from controller import app as app_module
+from controller.brev.childwatch import use_pidfd_watcher
 from controller.errors import PermanentError, TransientError
 from controller.health import serve_health
 from controller.kube import GROUP, PLURAL, VERSION, resolve_connection
@@ -57,6 +58,8 @@ def _job_key(body: kopf.Body) -> str:
 
 @kopf.on.startup()
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    # Before any brev/ssh child: a pidfd per child on the loop, not a waiting thread per child.
+    use_pidfd_watcher(asyncio.get_running_loop())
     ours = Settings.from_env()
     settings.persistence.finalizer = FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
