@@ -90,6 +90,10 @@ crds: $(STAMP) ## Regenerate crds/ from controller/models.py
 bench: $(STAMP) native-deps ## Benchmark of issue 11 (F = 0.05, isolation and RSS at F = 1; < 15 min; ARGS=--quick | --with-recovery)
 	$(PY) -m tests.bench $(ARGS)
 
+.PHONY: bench-rss
+bench-rss: $(STAMP) native-deps ## Benchmark: only the operator's footprint at 1,000 Running jobs (F = 1; ARGS=--rss-jobs N --budget S)
+	$(PY) -m tests.bench --rss-only $(ARGS)
+
 .PHONY: bench-recovery
 bench-recovery: $(STAMP) native-deps ## Benchmark: lost instance -> resumed on a new one (all durations x one factor)
 	$(PY) -m tests.bench_recovery

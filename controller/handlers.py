@@ -29,6 +29,8 @@ import kopf
 import structlog
 
 from controller import app as app_module
+from controller.bodies import shed_unused
+from controller.brev.childwatch import use_pidfd_watcher
 from controller.errors import PermanentError, TransientError
 from controller.health import serve_health
 from controller.kube import GROUP, PLURAL, VERSION, resolve_connection
@@ -57,6 +59,8 @@ def _job_key(body: kopf.Body) -> str:
 
 @kopf.on.startup()
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    # Before any brev/ssh child: a pidfd per child on the loop, not a waiting thread per child.
+    use_pidfd_watcher(asyncio.get_running_loop())
     ours = Settings.from_env()
     settings.persistence.finalizer = FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
@@ -151,6 +155,15 @@ async def leader_probe(memo: kopf.Memo, **_: Any) -> bool:
     # only Ready endpoints, so taobrev_leader=0 of the standby stays visible).
     app = memo.get("app")
     return bool(app is not None and app.leadership.is_leading())
+
+
+# kopf runs indexers on every watch event, before any other handler and with a terse logger (no
+# line per event), on the body it then keeps for the object's daemon: the one place to drop what
+# nobody reads from what kopf retains per running job (controller/bodies.py). Returns None: indexes
+# nothing. Async, so it runs on the loop (a sync handler would hop to a thread per event).
+@kopf.index(*RESOURCE, id="shed-unused-metadata")
+async def shed_unused_metadata(body: kopf.Body, **_: Any) -> None:
+    shed_unused(body)
 
 
 # backoff: an unexpected exception restarts the loop after 5 s (kopf default: 60 s).

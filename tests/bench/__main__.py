@@ -56,6 +56,11 @@ def parse(argv: list[str]) -> argparse.Namespace:
         action="store_true",
         help="also run the recovery figure (its own stack, ~2.5 min; `make bench-recovery` alone)",
     )
+    ap.add_argument(
+        "--rss-only",
+        action="store_true",
+        help="only the RSS scenario, with the whole budget to reach --rss-jobs (`make bench-rss`)",
+    )
     args = ap.parse_args(argv)
     quick = args.quick
     for name, own in (("burst_scale", BURST_SCALE), ("idle_scale", IDLE_SCALE)):
@@ -90,9 +95,30 @@ def _section(figures: list[Figure], title: str, began: float) -> None:
     print(table(figures), flush=True)  # now: a later scenario may not finish in time
 
 
+def rss_only(args: argparse.Namespace) -> int:
+    """`--rss-only`: the RSS scenario alone on its own stack, the whole budget for the fill."""
+    began = time.monotonic()
+    bench = Bench.start(Scale(1.0))
+    print(f"bench workdir: {bench.work}", flush=True)
+    try:
+        budget = args.budget - RESERVE
+        print(f"-- operator RSS at F = 1 (operator intervals nominal): up to {args.rss_jobs} jobs in "
+              f"waves of {args.rss_wave}, {budget:.0f} s budget; simulator (real s): {scenario_rss.FAST}",
+              flush=True)  # fmt: skip
+        rss = scenario_rss.run(bench, args.rss_jobs, args.rss_wave, max(60.0, budget), args.window)
+        for problem in rss.problems:
+            print(f"   problem: {problem}", flush=True)
+        _section(rss_figures(rss), "footprint at up to 1,000 running (F = 1)", began)
+    finally:
+        bench.close()
+    return 0
+
+
 def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     args = parse(argv)
+    if args.rss_only:
+        return rss_only(args)
     scale = Scale(args.scale)
     began = time.monotonic()
     print(scale_header(scale), flush=True)

@@ -105,9 +105,11 @@ def isolation_figures(res: scenario_isolation.IsolationResult) -> list[Figure]:
 
 def rss_figures(res: scenario_rss.RssResult) -> list[Figure]:
     """The operator at its nominal intervals with `res.running` jobs Running: measured at the
-    count reached, never extrapolated to the target."""
+    count reached, never extrapolated to the target. CPU and calls are a steady-state window (no
+    job starting) unless its note says otherwise."""
     reached = res.running >= res.target
     at = f"at {res.running:,} running"
+    rate = res.fill_rate
     how = (
         f"{res.applied:,} applied, {res.running:,} Running, {res.failed} failed after {res.fill_wall:.0f} s "
         f"(budget {res.budget:.0f} s)"
@@ -115,6 +117,11 @@ def rss_figures(res: scenario_rss.RssResult) -> list[Figure]:
     if not reached:
         how = f"NOT {res.target:,}: {how}; figures are those at {res.running:,}"
     m = res.memory
+    steady = "steady: no job starting" if res.window_steady else "NOT steady: jobs were still starting"
+
+    def groups(cpu: dict[str, float]) -> str:
+        return ", ".join(f"{k} {v:.2f}" for k, v in sorted(cpu.items(), key=lambda kv: -kv[1]))
+
     return [
         Figure(
             f"footprint: operator RSS {at} (goal at {res.target:,})",
@@ -128,18 +135,27 @@ def rss_figures(res: scenario_rss.RssResult) -> list[Figure]:
         Figure(f"footprint: pod PSS sum {at}", None if m is None else m.pod_pss / MIB, "MiB"),
         Figure(f"footprint: pod processes {at}", None if m is None else float(m.n_children + 1), ""),
         Figure(
+            f"footprint: fill rate to {res.running:,} running (F = 1)",
+            rate,
+            "jobs/min",
+            note=f"{res.fill_wall:.0f} s from the first apply; cores by process group over the fill: "
+            f"{groups(res.fill_cpu)}",
+        ),
+        Figure(
             f"footprint: operator CPU {at} (F = 1)",
             res.operator_cores,
             "cores",
             0.1,
-            note=f"{res.window_wall:.0f} s window, {res.window_jobs:,} running; pod incl. brev/ssh "
-            f"processes {res.pod_cores or 0:.3f} cores",
+            note=f"{res.window_wall:.0f} s window, {res.window_jobs:,} running, {steady}; pod incl. brev/ssh "
+            f"processes {res.pod_cores or 0:.3f} cores; by group: {groups(res.window_cpu)}",
+            incomplete=not res.window_steady,
         ),
         Figure(
             f"footprint: brev+ssh calls per running job per minute {at} (F = 1)",
             res.calls_per_job_min,
             "calls",
             2.0,
+            incomplete=not res.window_steady,
         ),
     ]
 

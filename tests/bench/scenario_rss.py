@@ -4,22 +4,29 @@ they would), the simulator with very short boot/ready/pull so jobs reach Running
 endless epochs so they stay there.
 
 Jobs are applied in waves (one kubectl call each), the next as soon as fewer than half a wave are
-still starting, until `target` are Running or the time budget ends. Then: the operator's RSS, the
-pod's RSS/PSS sum and process count, and CPU + brev/ssh calls over a steady window. If the budget
-ends first, the figures are those at the count reached (and say so)."""
+still starting, until `target` are Running or the time budget ends. Then, once no job is still
+starting (steady state: a starting job's probes, pulls and status writes are not what 1,000
+running jobs cost), the operator's RSS, the pod's RSS/PSS sum and process count, and CPU + brev/ssh
+calls over a window. If the budget ends first, the figures are those at the count reached (and say
+so). The fill's CPU is split by process group (operator, its brev/ssh children, simulator,
+kube-apiserver, etcd, the bench itself) so a slow fill says what it waits for."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import threading
 import time
+from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from tests.bench import sampling
 from tests.bench.figures import cores, per_job_per_minute
 from tests.bench.scale import Scale
-from tests.bench.stack import Bench, running_or_beyond
+from tests.bench.stack import Bench, Scenario, running_or_beyond
 from tests.devenv.controlplane import ControlPlaneError
+from tests.footprint import descendants, masters_of, processes
 
 REAL = Scale(1.0)
 FAST: dict[str, float] = {
@@ -36,6 +43,7 @@ FAST: dict[str, float] = {
     "ssh_wait_interval_s": 1.0,
 }
 ENDLESS_EPOCHS = 1000
+SETTLE = 300.0  # s: after the fill, how long the last starters may take before the window anyway
 
 
 @dataclass
@@ -49,51 +57,117 @@ class RssResult:
     memory: sampling.Memory | None = None
     window_wall: float = 0.0
     window_jobs: int = 0
+    window_steady: bool = False  # no job was starting when the window began, none started in it
     operator_cores: float | None = None
     pod_cores: float | None = None
     calls_per_job_min: float | None = None
+    fill_cpu: dict[str, float] = field(default_factory=dict)  # group -> cores over the fill
+    window_cpu: dict[str, float] = field(default_factory=dict)  # group -> cores over the window
     problems: list[str] = field(default_factory=list)
+
+    @property
+    def fill_rate(self) -> float | None:
+        """Jobs that reached Running per minute of fill (what reaching the target costs)."""
+        return self.running / self.fill_wall * 60.0 if self.fill_wall > 0 and self.running else None
+
+
+def _ticks(pid: int, *, reaped: bool) -> int:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    except OSError:
+        return 0
+    return int(fields[11]) + int(fields[12]) + (int(fields[13]) + int(fields[14]) if reaped else 0)
+
+
+def cpu_groups(sc: Scenario) -> tuple[float, Counter[str]]:
+    """CPU seconds so far per process group (children an alive parent reaped count for it)."""
+    assert sc.op.proc is not None
+    op = sc.op.proc.pid
+    test = masters_of(sc.sim.home)  # the ssh masters left the operator's tree but not its pod
+    pod = descendants(op) | {p.pid for p in processes() if test(p.pid)}
+    sim = set(sc.sim.processes())
+    out: Counter[str] = Counter()
+    out["operator"] = _ticks(op, reaped=False)
+    out["operator's brev/ssh"] = (
+        _ticks(op, reaped=True) - out["operator"] + sum(_ticks(p, reaped=True) for p in pod - sim)
+    )
+    out["simulator"] = sum(_ticks(p, reaped=True) for p in sim)
+    out["bench + kubectl watch"] = _ticks(os.getpid(), reaped=True)
+    for p in processes():
+        if p.comm in ("kube-apiserver", "etcd") and p.pid not in sim:
+            out[p.comm] += _ticks(p.pid, reaped=True)
+    return time.monotonic(), Counter({k: v / sampling.TICK for k, v in out.items()})
+
+
+def _cores_between(a: tuple[float, Counter[str]], b: tuple[float, Counter[str]]) -> dict[str, float]:
+    wall = b[0] - a[0]
+    return {k: round(cores(max(0.0, b[1][k] - a[1][k]), wall), 3) for k in b[1]} if wall > 0 else {}
+
+
+def _starting(sc: Scenario, names: list[str]) -> int:
+    with sc.watch.lock:
+        return sum(1 for n in names if not running_or_beyond(sc.watch.status.get(n, {})))
+
+
+def _fill(sc: Scenario, res: RssResult, wave: int) -> list[str]:
+    """Apply waves until `res.target` are Running or `res.budget` ends; returns the names applied."""
+    began = time.monotonic()
+    deadline = began + res.budget
+    names: list[str] = []
+    # Keep about one wave starting at a time: the next wave goes when fewer than half a wave of
+    # the applied jobs are still on their way to Running (a pipeline, not lock-step waves).
+    while time.monotonic() < deadline:
+        starting = _starting(sc, names)
+        if len(names) >= res.target and not starting:
+            break
+        if len(names) < res.target and starting < wave / 2:
+            batch = [f"r-{i:04d}" for i in range(len(names), min(res.target, len(names) + wave))]
+            try:
+                sc.apply_all(batch, epochs=ENDLESS_EPOCHS, epoch_seconds=FAST["epoch_seconds"])
+            except (subprocess.SubprocessError, ControlPlaneError) as e:
+                res.problems.append(f"creating jobs {batch[0]}..{batch[-1]} failed: {e}"[:300])
+                break  # figures at what runs now
+            names += batch
+            print(f"   {time.monotonic() - began:6.0f} s: {len(names)} applied, {sc.running()} Running",
+                  flush=True)  # fmt: skip
+            continue
+        with sc.watch.changed:
+            sc.watch.changed.wait(1.0)
+    else:
+        res.problems.append(f"time budget ({res.budget:.0f} s) ended before {res.target} jobs were Running")
+    res.fill_wall = time.monotonic() - began
+    return names
 
 
 def run(bench: Bench, target: int, wave: int, budget: float, window: float) -> RssResult:
-    """`budget`: wall seconds for applying and reaching Running (the window comes after)."""
+    """`budget`: wall seconds for applying and reaching Running (the settle and window come after)."""
     res = RssResult(target=target, budget=budget)
     sc = bench.scenario("rss", scale=REAL, durations=FAST)
     try:
         assert sc.op.proc is not None
         pid, home = sc.op.proc.pid, sc.sim.home
-        began = time.monotonic()
-        deadline = began + budget
-        names: list[str] = []
-        # Keep about one wave starting at a time: the next wave goes when fewer than half a wave
-        # of the applied jobs are still on their way to Running (a pipeline, not lock-step waves).
-        while time.monotonic() < deadline:
-            with sc.watch.lock:
-                starting = sum(1 for n in names if not running_or_beyond(sc.watch.status.get(n, {})))
-            if len(names) >= target and not starting:
-                break
-            if len(names) < target and starting < wave / 2:
-                batch = [f"r-{i:04d}" for i in range(len(names), min(target, len(names) + wave))]
-                try:
-                    sc.apply_all(batch, epochs=ENDLESS_EPOCHS, epoch_seconds=FAST["epoch_seconds"])
-                except (subprocess.SubprocessError, ControlPlaneError) as e:
-                    res.problems.append(f"creating jobs {batch[0]}..{batch[-1]} failed: {e}"[:300])
-                    break  # figures at what runs now
-                names += batch
-                continue
-            with sc.watch.changed:
-                sc.watch.changed.wait(1.0)
-        else:
-            res.problems.append(f"time budget ({budget:.0f} s) ended before {target} jobs were Running")
-        res.fill_wall = time.monotonic() - began
+        cpu0 = cpu_groups(sc)
+        names = _fill(sc, res, wave)
+        res.fill_cpu = _cores_between(cpu0, cpu_groups(sc))
         res.applied = len(names)
+        res.running = sc.running()
+        # Steady state: the window starts only when no applied job is still on its way to Running.
+        left = sc.watch.wait(names, running_or_beyond, SETTLE)
+        if left:
+            res.problems.append(f"{len(left)} jobs still starting {SETTLE:.0f} s after the fill: not steady")
         res.running = sc.running()
         res.failed = sum(1 for n in names if sc.watch.status.get(n, {}).get("outcome"))
         res.memory = sampling.memory(pid, home)
-        c0, t0 = sampling.cpu(pid, home), time.time()
+        print(
+            f"   steady window of {window:.0f} s starts: {res.running} Running, {res.memory.text()}",
+            flush=True,
+        )
+        c0, t0, g0 = sampling.cpu(pid, home), time.time(), cpu_groups(sc)
         threading.Event().wait(window)  # a measurement window, not a wait for a signal
-        c1, t1 = sampling.cpu(pid, home), time.time()
+        c1, t1, g1 = sampling.cpu(pid, home), time.time(), cpu_groups(sc)
         res.window_wall, res.window_jobs = t1 - t0, sc.running()
+        res.window_steady = not left and res.window_jobs == res.running
+        res.window_cpu = _cores_between(g0, g1)
         res.operator_cores = cores(c1.operator - c0.operator, c1.at - c0.at)
         res.pod_cores = cores(c1.pod - c0.pod, c1.at - c0.at)
         if res.window_jobs:

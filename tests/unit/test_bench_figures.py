@@ -213,3 +213,14 @@ def test_burst_boots_are_spread_evenly_and_match_one_instance_each() -> None:
     # w3-001 must not also match w3-010 (and every instance gets its own entry)
     assert durations_for(spread, "tbj-abcd1234-scale-w3-010-0badc0de", "i-1") == {"deploy_s": 600.0}
     assert durations_for(spread, "tbj-abcd1234-scale-w3-001-0badc0de", "i-2") == {"deploy_s": 222.0}
+
+
+def test_rss_fill_rate_and_a_window_taken_while_jobs_started_is_a_miss() -> None:
+    res = RssResult(target=100, budget=300.0, applied=100, running=100, fill_wall=120.0, operator_cores=0.01)
+    figs = {f.name.split(" at ")[0].split(" to ")[0]: f for f in rss_figures(res)}
+    assert figs["footprint: fill rate"].value == pytest.approx(50.0)
+    assert figs["footprint: operator CPU"].verdict == "MISS"  # window_steady False
+    res.window_steady = True
+    assert {f.name: f for f in rss_figures(res)}[
+        "footprint: operator CPU at 100 running (F = 1)"
+    ].verdict == "pass"

@@ -1,0 +1,57 @@
+"""asyncio learns of brev/ssh exits through pidfds on the loop, not one waiting thread per child:
+1,000 running jobs keep one long call in flight each (the blocking `docker wait`), and Python
+3.11's default watcher kept a thread for every one of them."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+import warnings
+from collections.abc import Iterator
+
+import pytest
+
+from controller.brev.childwatch import pidfd_supported, use_pidfd_watcher
+from controller.brev.runner import Runner
+
+pytestmark = pytest.mark.integration
+
+CALLS = 20
+
+
+@pytest.fixture
+def restore_watcher() -> Iterator[None]:
+    """The policy's watcher is process-wide: give later tests the one they had."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        before = asyncio.get_event_loop_policy().get_child_watcher()
+    yield
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        asyncio.get_event_loop_policy().set_child_watcher(before)
+
+
+async def _concurrent_calls(runner: Runner) -> tuple[list[int], int]:
+    """CALLS children in flight at once; returns their exit codes and the most threads seen."""
+    base = threading.active_count()
+    most = base
+    calls = asyncio.gather(
+        *(runner.run(["bash", "-c", "sleep 1; exit 3"], verb="t", timeout=30) for _ in range(CALLS))
+    )
+    while not calls.done():
+        most = max(most, threading.active_count())
+        await asyncio.sleep(0.01)
+    return [r.returncode for r in calls.result()], most - base
+
+
+def test_children_in_flight_cost_no_thread_each_and_exit_codes_still_arrive(restore_watcher: None) -> None:
+    assert pidfd_supported()  # Linux >= 5.3: the operator's image and this machine
+
+    async def main() -> tuple[list[int], int]:
+        assert use_pidfd_watcher(asyncio.get_running_loop())
+        return await _concurrent_calls(Runner(dict(os.environ)))
+
+    codes, extra_threads = asyncio.run(main())
+    assert codes == [3] * CALLS
+    assert extra_threads == 0
