@@ -30,7 +30,7 @@ import structlog
 
 from controller import app as app_module
 from controller.bodies import shed_unused
-from controller.brev.childwatch import use_pidfd_watcher
+from controller.brev.childwatch import raise_open_files_limit, use_pidfd_watcher
 from controller.errors import PermanentError, TransientError
 from controller.health import serve_health
 from controller.kube import GROUP, PLURAL, VERSION, resolve_connection
@@ -61,6 +61,7 @@ def _job_key(body: kopf.Body) -> str:
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     # Before any brev/ssh child: a pidfd per child on the loop, not a waiting thread per child.
     use_pidfd_watcher(asyncio.get_running_loop())
+    raise_open_files_limit()  # ~3 fds per running job's call in flight
     ours = Settings.from_env()
     settings.persistence.finalizer = FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)

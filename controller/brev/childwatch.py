@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import resource
 import sys
 import warnings
 
@@ -46,3 +47,21 @@ def use_pidfd_watcher(loop: asyncio.AbstractEventLoop) -> bool:
         asyncio.get_event_loop_policy().set_child_watcher(watcher)
     log.debug("child_watcher", kind="pidfd")
     return True
+
+
+def raise_open_files_limit() -> tuple[int, int]:
+    """Raise the soft open-files limit to the hard one and return (soft, hard) as in force.
+
+    Each call in flight holds ~3 fds (two pipes and its pidfd) besides the kube connections: a
+    1,024 soft limit (a common container default) fails the ~340th running job's wait with
+    EMFILE, while the hard limit is usually 1,048,576."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY or soft < hard:
+        target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        except (ValueError, OSError) as exc:
+            log.warning("open_files_limit_not_raised", soft=soft, hard=hard, error=str(exc))
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    log.debug("open_files_limit", soft=soft, hard=hard)
+    return soft, hard

@@ -6,14 +6,19 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
+import sys
 import threading
 import warnings
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from controller.brev.childwatch import pidfd_supported, use_pidfd_watcher
 from controller.brev.runner import Runner
+
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.integration
 
@@ -55,3 +60,23 @@ def test_children_in_flight_cost_no_thread_each_and_exit_codes_still_arrive(rest
     codes, extra_threads = asyncio.run(main())
     assert codes == [3] * CALLS
     assert extra_threads == 0
+
+
+def test_the_open_files_limit_is_raised_to_the_hard_limit() -> None:
+    """In a child (limits are per process): soft 256 before, the hard limit after."""
+    code = (
+        "import resource\n"
+        "from controller.brev.childwatch import raise_open_files_limit\n"
+        "_, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n"
+        "resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))\n"
+        "soft, after_hard = raise_open_files_limit()\n"
+        "assert after_hard == hard, (after_hard, hard)\n"
+        "assert soft == hard or hard == resource.RLIM_INFINITY, (soft, hard)\n"
+        "assert resource.getrlimit(resource.RLIMIT_NOFILE)[0] == soft\n"
+        "print('raised', soft)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines()[-1].startswith("raised "), done.stdout
