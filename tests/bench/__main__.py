@@ -95,20 +95,26 @@ def _section(figures: list[Figure], title: str, began: float) -> None:
     print(table(figures), flush=True)  # now: a later scenario may not finish in time
 
 
+def _rss_section(bench: Bench, args: argparse.Namespace, budget: float, began: float) -> list[Figure]:
+    """The RSS scenario with `budget` wall seconds for its fill; prints and returns its figures."""
+    print(f"\n-- operator RSS at F = 1 (operator intervals nominal): up to {args.rss_jobs} jobs in "
+          f"waves of {args.rss_wave}, {budget:.0f} s budget; simulator (real s): {scenario_rss.FAST}",
+          flush=True)  # fmt: skip
+    rss = scenario_rss.run(bench, args.rss_jobs, args.rss_wave, max(60.0, budget), args.window)
+    for problem in rss.problems:
+        print(f"   problem: {problem}", flush=True)
+    new = rss_figures(rss)
+    _section(new, "footprint at up to 1,000 running (F = 1)", began)
+    return new
+
+
 def rss_only(args: argparse.Namespace) -> int:
     """`--rss-only`: the RSS scenario alone on its own stack, the whole budget for the fill."""
     began = time.monotonic()
     bench = Bench.start(Scale(1.0))
     print(f"bench workdir: {bench.work}", flush=True)
     try:
-        budget = args.budget - RESERVE
-        print(f"-- operator RSS at F = 1 (operator intervals nominal): up to {args.rss_jobs} jobs in "
-              f"waves of {args.rss_wave}, {budget:.0f} s budget; simulator (real s): {scenario_rss.FAST}",
-              flush=True)  # fmt: skip
-        rss = scenario_rss.run(bench, args.rss_jobs, args.rss_wave, max(60.0, budget), args.window)
-        for problem in rss.problems:
-            print(f"   problem: {problem}", flush=True)
-        _section(rss_figures(rss), "footprint at up to 1,000 running (F = 1)", began)
+        _rss_section(bench, args, args.budget - RESERVE, began)
     finally:
         bench.close()
     return 0
@@ -160,16 +166,7 @@ def main(argv: list[str]) -> int:
             figures += new
             _section(new, f"recovery (F = {scale.factor:g})", began)
 
-        budget = args.budget - (time.monotonic() - began) - RESERVE
-        print(f"\n-- operator RSS at F = 1 (operator intervals nominal): up to {args.rss_jobs} jobs in "
-              f"waves of {args.rss_wave}, {budget:.0f} s budget; simulator (real s): {scenario_rss.FAST}",
-              flush=True)  # fmt: skip
-        rss = scenario_rss.run(bench, args.rss_jobs, args.rss_wave, max(60.0, budget), args.window)
-        for problem in rss.problems:
-            print(f"   problem: {problem}", flush=True)
-        new = rss_figures(rss)
-        figures += new
-        _section(new, "footprint at up to 1,000 running (F = 1)", began)
+        figures += _rss_section(bench, args, args.budget - (time.monotonic() - began) - RESERVE, began)
     finally:
         bench.close()
     total = time.monotonic() - began
