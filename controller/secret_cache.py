@@ -12,6 +12,7 @@ it is seen at once; a rotated or deleted one is seen within `max_age`.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable, Mapping
 
@@ -29,22 +30,35 @@ class SecretCache:
         self._max_age = max_age
         self._clock = clock
         self._kept: dict[tuple[str, str], tuple[float, SecretData]] = {}
+        # One read in flight per Secret: a burst's jobs (or all of them when an entry expires)
+        # wait for it instead of each sending its own GET.
+        self._reading: dict[tuple[str, str], asyncio.Future[SecretData | None]] = {}
 
     async def get(self, namespace: str, name: str) -> SecretData | None:
         key = (namespace, name)
-        now = self._clock()
+        self._expire(self._clock())
         kept = self._kept.get(key)
-        if kept is not None and now - kept[0] <= self._max_age:
+        if kept is not None:
             return kept[1]
-        data = await self._read(namespace, name)
-        if data is None or self._max_age <= 0:
-            self._kept.pop(key, None)
-        else:
-            self._kept[key] = (now, data)
-        self._expire(now)
+        reading = self._reading.get(key)
+        if reading is not None:
+            return await asyncio.shield(reading)  # its failure is raised to every waiter
+        reading = asyncio.get_running_loop().create_future()
+        self._reading[key] = reading
+        try:
+            data = await self._read(namespace, name)
+        except BaseException as exc:
+            reading.set_exception(exc)
+            reading.exception()  # retrieved: a read nobody else waited for is not "never retrieved"
+            raise
+        finally:
+            del self._reading[key]
+        if data is not None and self._max_age > 0:
+            self._kept[key] = (self._clock(), data)
+        reading.set_result(data)
         return data
 
     def _expire(self, now: float) -> None:
-        # Bounded by the Secrets jobs name; dropping stale entries keeps no value longer than needed.
+        # On every get, so no value outlives max_age by more than the next pass of any job.
         for key in [k for k, (at, _) in self._kept.items() if now - at > self._max_age]:
             del self._kept[key]

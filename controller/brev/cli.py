@@ -408,24 +408,21 @@ class BrevCLI:
 
     async def create_flags(self) -> frozenset[str]:
         """Long flags of the installed `brev create` (from its --help; cached)."""
-        if self._create_flags is not None:
-            return self._create_flags
         async with self._flags_lock:
-            return await self._read_create_flags()
-
-    async def _read_create_flags(self) -> frozenset[str]:
-        if self._create_flags is None:
-            result = await self._runner.run(
-                [self._settings.binary, "create", "--help"], verb="help", timeout=self._settings.timeouts.help
-            )
-            flags = help_flags(result.stdout + "\n" + result.stderr)
-            if result.returncode != 0 or "detached" not in flags:
-                raise BrevConfigError(
-                    "`brev create --help` does not list --detached: unsupported brev CLI",
-                    cli_message=cli_message(result),
+            if self._create_flags is None:
+                result = await self._runner.run(
+                    [self._settings.binary, "create", "--help"],
+                    verb="help",
+                    timeout=self._settings.timeouts.help,
                 )
-            self._create_flags = flags
-        return self._create_flags
+                flags = help_flags(result.stdout + "\n" + result.stderr)
+                if result.returncode != 0 or "detached" not in flags:
+                    raise BrevConfigError(
+                        "`brev create --help` does not list --detached: unsupported brev CLI",
+                        cli_message=cli_message(result),
+                    )
+                self._create_flags = flags
+            return self._create_flags
 
     async def create_instance(self, request: CreateRequest) -> CreateResult:
         argv = create_argv(self._settings.binary, request, await self.create_flags())

@@ -83,3 +83,49 @@ def test_a_deleted_secret_is_seen_once_max_age_passed() -> None:
     assert asyncio.run(cache.get("ns", "ngc")) is not None  # within max_age: kept
     clock.now += 6
     assert asyncio.run(cache.get("ns", "ngc")) is None
+
+
+def test_concurrent_first_reads_of_a_secret_send_one_read() -> None:
+    gate = asyncio.Event()
+    reads, clock = Reads(), Clock()
+    reads.data[("ns", "ngc")] = {"key": b"v"}
+
+    async def slow(namespace: str, name: str) -> Mapping[str, bytes] | None:
+        await gate.wait()
+        return await reads(namespace, name)
+
+    cache = SecretCache(slow, 10.0, clock)
+
+    async def burst() -> list[Mapping[str, bytes] | None]:
+        tasks = [asyncio.ensure_future(cache.get("ns", "ngc")) for _ in range(50)]
+        await asyncio.sleep(0)  # every task is waiting on the one read now
+        gate.set()
+        return list(await asyncio.gather(*tasks))
+
+    assert asyncio.run(burst()) == [{"key": b"v"}] * 50
+    assert reads.count == 1
+
+
+def test_a_failed_shared_read_fails_every_waiter_and_is_not_kept() -> None:
+    gate = asyncio.Event()
+    reads, clock = Reads(), Clock()
+    reads.fail[("ns", "hf")] = SecretNotAllowed("not labelled")
+
+    async def slow(namespace: str, name: str) -> Mapping[str, bytes] | None:
+        await gate.wait()
+        return await reads(namespace, name)
+
+    cache = SecretCache(slow, 10.0, clock)
+
+    async def burst() -> list[object]:
+        tasks = [asyncio.ensure_future(cache.get("ns", "hf")) for _ in range(3)]
+        await asyncio.sleep(0)
+        gate.set()
+        return list(await asyncio.gather(*tasks, return_exceptions=True))
+
+    results = asyncio.run(burst())
+    assert all(isinstance(r, SecretNotAllowed) for r in results)
+    assert reads.count == 1
+    del reads.fail[("ns", "hf")]
+    reads.data[("ns", "hf")] = {"k": b"v"}
+    assert asyncio.run(cache.get("ns", "hf")) == {"k": b"v"}  # the failure was not kept
