@@ -29,7 +29,13 @@ def operator_env() -> dict[str, str]:
     # Leader election off: with it on, an outage longer than the renew deadline makes the leader
     # step down and cancel its passes before any pass meets the outage (that path is covered by
     # tests/e2e/test_leader_failover.py); here the pass-level handling of API errors is under test.
-    return {"TAOBREV_KUBE_REQUEST_TIMEOUT": str(REQUEST_TIMEOUT_S), "TAOBREV_LEADER_ELECTION": "false"}
+    # Secrets are read on every pass, not kept for TAOBREV_SECRET_MAX_AGE: a probing job's pass
+    # then always reaches the API server, so an outage shorter than the max age is still met.
+    return {
+        "TAOBREV_KUBE_REQUEST_TIMEOUT": str(REQUEST_TIMEOUT_S),
+        "TAOBREV_LEADER_ELECTION": "false",
+        "TAOBREV_SECRET_MAX_AGE": "0",
+    }
 
 
 @pytest.fixture(autouse=True)
