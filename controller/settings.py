@@ -80,11 +80,12 @@ class Settings(BaseModel):
         "so this only sets the calls per running job (one per this) and the log-tail refresh",
     )
     probe_interval_max: float = Field(
-        30.0,
+        10.0,
         gt=0,
         le=600,
         description="exec probes of a fresh instance back off from poll_interval to this "
-        "(a first exec takes 600 s+; readiness is seen at most ~10% of the wait late)",
+        "(a first exec takes 600 s+; readiness is seen at most ~10% of the wait, and this, late: "
+        "billed idle)",
     )
     stop_grace: float = Field(
         60.0,

@@ -18,8 +18,9 @@ class Tunables:
     # Exec probes of a fresh instance back off from poll_interval to this: a first exec takes
     # 600 s and more, and probing it every poll interval cost a process per job per 5 s. The
     # interval stays below a tenth of the time already waited, so readiness is seen late by
-    # at most ~10% of the wait (and never by more than this cap).
-    probe_interval_max: float = 30.0
+    # at most ~10% of the wait and never by more than this cap: every second of that lag is
+    # billed GPU time, while a refused probe costs one short local process.
+    probe_interval_max: float = 10.0
     # How long after a create call returned an absent instance still counts as "maybe being
     # created"; keep it above the CLI's create timeout.
     create_settle: float = 120.0

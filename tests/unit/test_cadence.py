@@ -31,14 +31,19 @@ def test_a_failed_probe_looks_again_later_the_longer_it_waited() -> None:
     early = decide(at(Phase.WAITING_EXEC), instance=running(), probe_ok=False, now=T0 + timedelta(seconds=10))
     late = decide(at(Phase.WAITING_EXEC), instance=running(), probe_ok=False, now=T0 + timedelta(seconds=300))
     assert early.requeue_after == TUN.poll_interval
-    assert late.requeue_after == 30.0
+    assert late.requeue_after == TUN.probe_interval_max == 10.0  # the default cap, not 300 / 10
+
+
+def test_the_default_probe_cap_bounds_the_readiness_lag_to_ten_seconds() -> None:
+    # Every second between readiness and the probe that sees it is billed GPU time.
+    assert Tunables().probe_interval(10_000.0) == 10.0
 
 
 def test_the_last_probe_comes_before_the_waiting_exec_deadline() -> None:
-    # waitingExecSeconds 600 (tests/unit/test_machine.spec): 20 s left, a 30 s back-off would overrun.
-    d = decide(at(Phase.WAITING_EXEC), instance=running(), probe_ok=False, now=T0 + timedelta(seconds=580))
+    # waitingExecSeconds 600 (tests/unit/test_machine.spec): 7 s left, a 10 s back-off would overrun.
+    d = decide(at(Phase.WAITING_EXEC), instance=running(), probe_ok=False, now=T0 + timedelta(seconds=593))
     assert d.status.phase is Phase.WAITING_EXEC
-    assert d.requeue_after == 20.0
+    assert d.requeue_after == 7.0
 
 
 def _wait(actions: tuple[object, ...]) -> WaitForExit:
