@@ -166,14 +166,10 @@ class Reconciler:
         lock = self._locks.setdefault(ref.uid, asyncio.Lock())
         async with lock:
             started = time.monotonic()
-            status = self._status(ref)
+            phase, instance = self._where(ref)
             # Every log line of this pass (the brev client's too) carries the job's identity.
             with structlog.contextvars.bound_contextvars(
-                namespace=ref.namespace,
-                name=ref.name,
-                uid=ref.uid,
-                phase=str(status.phase or Phase.PENDING),
-                instance=status.instance_name or "-",
+                namespace=ref.namespace, name=ref.name, uid=ref.uid, phase=phase, instance=instance
             ):
                 try:
                     delay = await self._pass(ref)
@@ -202,6 +198,13 @@ class Reconciler:
             "reconcile failed; retrying", reason=exc.reason, error=str(exc), attempt=failures, retry_in=delay
         )
         return delay
+
+    def _where(self, ref: JobRef) -> tuple[str, str]:
+        """The phase and instance a pass starts from, for its log lines. Not the status itself:
+        a running job's pass lasts as long as its exit wait, and a reference held here would keep
+        the pass's starting status alive beside every newer one."""
+        status = self._status(ref)
+        return str(status.phase or Phase.PENDING), status.instance_name or "-"
 
     def _status(self, ref: JobRef) -> TaoBrevJobStatus:
         """Status parsed once where it enters: our last write if the watch lags behind it."""
@@ -431,6 +434,11 @@ class Reconciler:
                 self._written.pop(ref.uid, None)
                 log.info("object is gone; stopping this pass")
                 return False
+            self._written[ref.uid] = new
+        elif ref.uid in self._written:
+            # Nothing to send: the new status equals the written one in every field that is
+            # serialised (condition times are carried over while their status holds). Keep the
+            # pass's copy only, so a job waiting inside its pass holds one typed status, not two.
             self._written[ref.uid] = new
         if self._fleet is not None:
             self._fleet.observe(ref.uid, new)

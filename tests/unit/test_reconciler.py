@@ -4,6 +4,7 @@ does to a pass. In-process, with a scripted Brev and Kubernetes (no I/O)."""
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -18,6 +19,7 @@ from controller.directory import InstanceDirectory
 from controller.errors import InstanceNotFound, TransientError
 from controller.lanes import Lanes
 from controller.metrics import Recorder
+from controller.models import TaoBrevJobStatus
 from controller.reconciler import FINALIZER, JobRef, Reconciler, parse_status
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -256,3 +258,56 @@ def test_an_unreadable_status_field_is_dropped_instead_of_wedging_the_job() -> N
     assert status.instance_name == "tbj-ns-job-1"
     assert status.retries == 0
     assert status.create_requested_at is None
+
+
+def waiting_exec(since: datetime) -> dict[str, Any]:
+    at = since.strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {
+        **PROVISIONING,
+        "phase": "WaitingExec",
+        "phaseTimes": {"Pending": at, "Provisioning": at, "WaitingExec": at},
+        "instanceId": "i-1",
+        "createRequestedAt": at,
+    }
+
+
+def _typed_statuses() -> int:
+    gc.collect()
+    return sum(1 for o in gc.get_objects() if isinstance(o, TaoBrevJobStatus))
+
+
+def test_a_pass_that_changed_nothing_holds_one_typed_status_while_it_acts() -> None:
+    # Issue 11: a running job spends its life inside a pass (the blocking exit wait). When that
+    # pass changed nothing, the status last written and the pass's own copy are equal: keeping
+    # both cost ~15 KiB per waiting job (~15 MiB at 1,000).
+    gate = asyncio.Event()
+    blocked = asyncio.Event()
+
+    class SlowProbe(Brev):
+        async def exec(self, instance: str, command: str, *, timeout: float) -> ExecResult:  # noqa: ASYNC109
+            self.commands.append(command)
+            if len(self.commands) > 1:  # the second pass's probe hangs until released
+                blocked.set()
+                await gate.wait()
+            return ExecResult(exit_code=255, stdout="")
+
+    brev = SlowProbe(Instance(name="tbj-ns-job-1", id="i-1", status=RUNNING))
+    kube = Kube()
+    clock = Clock()
+    clock.now = datetime.now(UTC)  # the action runner's deadlines are on the real clock
+    rec = reconciler(brev, kube, clock=clock)
+    status = waiting_exec(clock.now)
+
+    async def scenario() -> int:
+        await rec.reconcile(ref(status))  # probe refused: the message changes, written
+        written = len(kube.patches)
+        assert written >= 1
+        task = asyncio.create_task(rec.reconcile(ref(status)))
+        await blocked.wait()
+        alive = _typed_statuses()
+        gate.set()
+        await task
+        assert len(kube.patches) == written, "the second pass changed nothing"
+        return alive
+
+    assert asyncio.run(scenario()) == 1
