@@ -298,16 +298,19 @@ def test_a_pass_that_changed_nothing_holds_one_typed_status_while_it_acts() -> N
     rec = reconciler(brev, kube, clock=clock)
     status = waiting_exec(clock.now)
 
-    async def scenario() -> int:
+    async def scenario() -> tuple[int, int]:
         await rec.reconcile(ref(status))  # probe refused: the message changes, written
         written = len(kube.patches)
         assert written >= 1
+        # Relative counts: other tests' module-level statuses may be alive in this process.
+        between = _typed_statuses()  # the job's written status (+ unrelated ones)
         task = asyncio.create_task(rec.reconcile(ref(status)))
         await blocked.wait()
-        alive = _typed_statuses()
+        during = _typed_statuses()
         gate.set()
         await task
         assert len(kube.patches) == written, "the second pass changed nothing"
-        return alive
+        return between, during
 
-    assert asyncio.run(scenario()) == 1
+    between, during = asyncio.run(scenario())
+    assert during == between, "one typed status for the job while its pass waits"
