@@ -18,7 +18,8 @@ What a connection meets depends on the instance at that moment (model.observe + 
 A command runs like sshd runs it: stdout and stderr are separate pipes (a pty only when the client
 asks for one, i.e. RequestTTY yes from a terminal: then stderr merges into stdout); the session
 ends only when the program exited AND every process holding its stdout/stderr closed them (a
-background job holding them hangs the client: brevdev/brev-cli issue #429); a client that goes
+background job holding them hangs the client: brevdev/brev-cli issue #429), and the client gets
+all of its output, then EOF, then the exit status; a client that goes
 away sends SIGHUP to the session's process group. Established connections of an instance that
 stops running are closed (the VM is gone); new sessions re-check the instance.
 """
@@ -405,6 +406,7 @@ class Session(asyncssh.SSHServerSession[bytes]):
         finally:
             if call_id:
                 record_stdin(store.calls_path, str(call_id), self.stdin_bytes)
+        await self._output_sent()
         if self.closed:
             return
         with contextlib.suppress(Exception):
@@ -412,6 +414,16 @@ class Session(asyncssh.SSHServerSession[bytes]):
                 self.chan.exit_with_signal(signal.Signals(-code).name.removeprefix("SIG"))
             else:
                 self.chan.exit(code)
+
+    async def _output_sent(self) -> None:
+        """As sshd: the session's output, then EOF, then its exit status. asyncssh's exit() sends
+        the status at once, ahead of output still waiting for the client's window, and an
+        OpenSSH client that has its status may end with the output cut short (seen under load:
+        1 of 3 MB of a `docker logs`, exit 0)."""
+        with contextlib.suppress(Exception):
+            self.chan.write_eof()
+        while not self.closed and self.chan.get_write_buffer_size() > 0:
+            await asyncio.sleep(0.01)  # asyncssh has no awaitable drain on a raw channel
 
     def _env(self, sandbox: Path) -> dict[str, str]:
         env = {
