@@ -334,6 +334,9 @@ class Session(asyncssh.SSHServerSession[bytes]):
     # asyncssh callbacks
     def connection_made(self, chan: Any) -> None:
         self.chan = chan
+        # Paused while any output waits for the client's window, resumed when none does: the
+        # exit status is sent only once `writable` says the output is all out.
+        chan.set_write_buffer_limits(high=0, low=0)
         self.sshd.sessions.add(self)
 
     def pty_requested(self, term_type: str, term_size: Any, term_modes: Any) -> bool:
@@ -366,6 +369,7 @@ class Session(asyncssh.SSHServerSession[bytes]):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
+        self.writable.set()  # nothing will drain any more: let the pumps and the exit go on
         self.hangup()
         self.sshd.sessions.discard(self)
 
@@ -422,8 +426,7 @@ class Session(asyncssh.SSHServerSession[bytes]):
         1 of 3 MB of a `docker logs`, exit 0)."""
         with contextlib.suppress(Exception):
             self.chan.write_eof()
-        while not self.closed and self.chan.get_write_buffer_size() > 0:
-            await asyncio.sleep(0.01)  # asyncssh has no awaitable drain on a raw channel
+        await self.writable.wait()  # set once nothing is buffered (limits 0/0), or on hang-up
 
     def _env(self, sandbox: Path) -> dict[str, str]:
         env = {
