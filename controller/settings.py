@@ -84,8 +84,8 @@ class Settings(BaseModel):
         gt=0,
         le=600,
         description="exec probes of a fresh instance back off from poll_interval to this "
-        "(a first exec takes 600 s+; readiness is seen at most ~10% of the wait, and this, late: "
-        "billed idle)",
+        "(a first exec takes 600 s+; readiness is seen late by at most ~10% of the wait and "
+        "never by more than this: that lag is billed)",
     )
     stop_grace: float = Field(
         60.0,
