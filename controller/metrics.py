@@ -20,6 +20,7 @@ from wsgiref.simple_server import WSGIServer
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.metrics_core import Metric
 
+from controller.job_metrics import JobGauges
 from controller.logs import redact_text
 from controller.models import Phase
 
@@ -79,30 +80,8 @@ class Recorder:
     ) -> None:
         self._clock = clock
 
-        self._job_phase = Gauge(
-            "taobrev_job_phase",
-            "Current phase of each TaoBrevJob: 1 for the phase the job is in, 0 for the others.",
-            ["namespace", "name", "phase"],
-            registry=registry,
-        )
-        self._job_phase_entered = Gauge(
-            "taobrev_job_phase_entered_timestamp_seconds",
-            "Unix time at which the job entered its current phase (status.phaseTimes).",
-            ["namespace", "name", "phase"],
-            registry=registry,
-        )
-        self._job_phase_timeout = Gauge(
-            "taobrev_job_phase_timeout_seconds",
-            "Timeout of the job's current phase from spec.timeouts; absent for phases without one.",
-            ["namespace", "name", "phase"],
-            registry=registry,
-        )
-        self._job_ended = Gauge(
-            "taobrev_job_ended_timestamp_seconds",
-            "Unix time at which the job's run ended (status.outcome set); absent while it runs.",
-            ["namespace", "name", "outcome"],
-            registry=registry,
-        )
+        # Per-job series (namespace, name): one small record per job (controller/job_metrics.py).
+        self._jobs = JobGauges(registry, PHASES)
         self._phase_transitions = Counter(
             "taobrev_job_phase_transitions",
             f"Phase transitions of TaoBrevJobs; from_phase={NO_PHASE!r} for a job's first phase.",
@@ -145,25 +124,6 @@ class Recorder:
             "taobrev_reconcile_duration_seconds",
             "Duration of one reconcile pass of one TaoBrevJob.",
             buckets=RECONCILE_BUCKETS,
-            registry=registry,
-        )
-        self._instance_uptime_gauge = Gauge(
-            "taobrev_instance_uptime_seconds",
-            "Billed time so far of the Brev instance a job uses; removed once the instance is released.",
-            ["namespace", "name", "instance"],
-            registry=registry,
-        )
-        self._job_billed = Gauge(
-            "taobrev_job_billed_seconds",
-            "Billed instance seconds of the job over all attempts (create request to confirmed deletion).",
-            ["namespace", "name"],
-            registry=registry,
-        )
-        self._job_cost = Gauge(
-            "taobrev_job_estimated_cost_dollars",
-            "Estimated cost of the job over all attempts (billed time x hourly price from `brev "
-            "search`); absent while a price is unknown.",
-            ["namespace", "name"],
             registry=registry,
         )
         self._exit_teardown = Histogram(
@@ -349,62 +309,40 @@ class Recorder:
         (default: now) once `outcome` is set.
         """
         _check_phase(phase)
-        for candidate in PHASES:
-            self._job_phase.labels(namespace=namespace, name=name, phase=candidate).set(
-                1 if candidate == phase else 0
-            )
-        # One series per job for the entered/timeout gauges: drop the previous phase's.
-        for candidate in PHASES:
-            if candidate != phase:
-                self._job_phase_entered.remove(namespace, name, candidate)
-                self._job_phase_timeout.remove(namespace, name, candidate)
-        if entered_at is not None:
-            self._job_phase_entered.labels(namespace=namespace, name=name, phase=phase).set(entered_at)
-        if timeout_seconds is None:
-            self._job_phase_timeout.remove(namespace, name, phase)
-        else:
-            self._job_phase_timeout.labels(namespace=namespace, name=name, phase=phase).set(timeout_seconds)
-        if outcome is not None:
-            self._job_ended.remove_by_labels({"namespace": namespace, "name": name})
-            self._job_ended.labels(namespace=namespace, name=name, outcome=outcome).set(
-                self._clock() if ended_at is None else ended_at
-            )
+        with self._jobs.update(namespace, name) as s:
+            if s.phase != phase:
+                s.phase, s.entered = phase, None  # one entered/timeout series: the current phase's
+            if entered_at is not None:
+                s.entered = entered_at
+            s.timeout = timeout_seconds
+            if outcome is not None:
+                s.outcome, s.ended = outcome, self._clock() if ended_at is None else ended_at
 
     def outcome(self, outcome: str, reason: str) -> None:
         self._outcomes.labels(outcome=outcome, reason=reason).inc()
 
     def job_forgotten(self, namespace: str, name: str) -> None:
         """Drop every series labelled with this job (the object is gone from the cluster)."""
-        job = {"namespace": namespace, "name": name}
-        for gauge in (
-            self._job_phase,
-            self._job_phase_entered,
-            self._job_phase_timeout,
-            self._job_ended,
-            self._instance_uptime_gauge,
-            self._job_billed,
-            self._job_cost,
-        ):
-            gauge.remove_by_labels(job)
+        self._jobs.forget(namespace, name)
 
     def job_billing(
         self, namespace: str, name: str, billed_seconds: float, cost_dollars: float | None
     ) -> None:
         """Per-job billing gauges from status (every pass); cost None drops the cost series."""
-        self._job_billed.labels(namespace=namespace, name=name).set(billed_seconds)
-        if cost_dollars is None:
-            self._job_cost.remove_by_labels({"namespace": namespace, "name": name})
-        else:
-            self._job_cost.labels(namespace=namespace, name=name).set(cost_dollars)
+        with self._jobs.update(namespace, name) as s:
+            s.billed, s.cost = billed_seconds, cost_dollars
 
     # -- instances -------------------------------------------------------------------------------
 
     def instance_uptime(self, namespace: str, name: str, instance: str, seconds: float) -> None:
-        self._instance_uptime_gauge.labels(namespace=namespace, name=name, instance=instance).set(seconds)
+        with self._jobs.update(namespace, name) as s:
+            if s.uptime is None:
+                s.uptime = {}
+            s.uptime[instance] = seconds
 
     def instance_released(self, namespace: str, name: str, instance: str) -> None:
         """The instance is confirmed deleted, or retained and no longer billed to this job."""
-        self._instance_uptime_gauge.remove(namespace, name, instance)
+        self._jobs.release_instance(namespace, name, instance)
 
     def exit_to_teardown(self, seconds: float) -> None:
         self._exit_teardown.observe(seconds)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from controller.job_metrics import JobGauges
 from controller.logs import forget_registered_secrets, register_secret
 from controller.metrics import PHASES, Recorder, RedactingRegistry
 
@@ -314,3 +317,33 @@ def test_redacting_registry_masks_secrets_in_every_label_value() -> None:
         assert generate_latest(registry).decode() == text
     finally:
         forget_registered_secrets()
+
+
+def test_a_scrape_waits_for_a_per_job_update_in_progress(registry: CollectorRegistry) -> None:
+    """The metrics server scrapes from its own thread while the event loop updates jobs: a scrape
+    never reads the table (or a record) in the middle of an update."""
+    gauges = JobGauges(registry, PHASES)
+    scraped = threading.Event()
+
+    def scraper() -> None:
+        generate_latest(registry)
+        scraped.set()
+
+    with gauges.update("ns", "a") as series:
+        series.phase = "Running"
+        thread = threading.Thread(target=scraper)
+        thread.start()
+        # Nothing to observe while the scrape (correctly) waits: a bounded wait is the check.
+        assert not scraped.wait(0.3), "a scrape read the per-job table during an update"
+        series.entered = 5.0
+    assert scraped.wait(10)
+    thread.join()
+    samples = scrape(registry)
+    assert job_series(samples, "taobrev_job_phase_entered_timestamp_seconds", "ns", "a") == {"Running": 5.0}
+
+
+def test_per_job_families_cannot_be_registered_twice(registry: CollectorRegistry, rec: Recorder) -> None:
+    """The per-job collector declares its names, so a second Recorder on the same registry fails
+    instead of exposing every job series twice."""
+    with pytest.raises(ValueError, match="Duplicated timeseries"):
+        Recorder(registry)
