@@ -9,9 +9,10 @@ start calls never queue behind probes or transfers.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 
 from controller.brev.client import BrevClient
 from controller.brev.envfile import S3Credentials
@@ -72,8 +73,16 @@ class JobContext:
     namespace: str
     name: str
     job_id: str
-    spec: TaoBrevJobSpec
+    # The parsed spec, or how to parse it: a running job's pass lives in its exit wait, which
+    # reads no spec, and 1,000 waiting jobs holding ~10 KiB of parsed spec each is 10 MiB.
+    spec_source: TaoBrevJobSpec | Callable[[], TaoBrevJobSpec] = field(repr=False)
     secrets: JobSecrets | None = field(repr=False)
+
+    @cached_property
+    def spec(self) -> TaoBrevJobSpec:
+        """Parsed when an action first reads it, then kept for the rest of the pass's actions."""
+        source = self.spec_source
+        return source if isinstance(source, TaoBrevJobSpec) else source()
 
 
 def _secrets(job: JobContext, action: str) -> JobSecrets:

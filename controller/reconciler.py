@@ -3,11 +3,16 @@
 Both the per-object daemon and the delete handler call `Reconciler.reconcile`; a per-object lock
 serialises them, and the status we last wrote is remembered so a pass never acts on a stale copy
 that the watch has not caught up with yet (the operator is the only writer of status).
+
+Memory per waiting job (issue 11): a running job spends its life inside a pass, in the blocking
+exit wait. Across an action the pass holds no typed status or spec (~16 KiB and ~10 KiB of pydantic
+objects): the status last written is kept pickled (~2 KiB, exact), and both are rebuilt after.
 """
 
 from __future__ import annotations
 
 import asyncio
+import pickle
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -131,8 +136,8 @@ class Reconciler:
         # Hourly prices by instance type (`brev search`, cached): billed cost in status.
         self._prices = prices
         self._locks: dict[str, asyncio.Lock] = {}
-        # The status last written per uid, typed and as sent (the watch may lag behind it).
-        self._written: dict[str, TaoBrevJobStatus] = {}
+        # The status last written per uid, as sent (the watch may lag behind it): pickled.
+        self._written: dict[str, _Written] = {}
         # uid -> (consecutive failed passes, reason of the last one)
         self._api_failures: dict[str, tuple[int, str | None]] = {}
         # Shielded creates still running after their pass was cancelled (kept referenced).
@@ -160,7 +165,7 @@ class Reconciler:
 
     def _queued(self, uid: str) -> bool:
         written = self._written.get(uid)
-        return written is not None and written.queue_reason is not None and written.admitted_at is None
+        return written is not None and written.queued
 
     async def _reconcile_locked(self, ref: JobRef) -> float | None:
         lock = self._locks.setdefault(ref.uid, asyncio.Lock())
@@ -200,27 +205,29 @@ class Reconciler:
         return delay
 
     def _where(self, ref: JobRef) -> tuple[str, str]:
-        """The phase and instance a pass starts from, for its log lines. Not the status itself:
-        a running job's pass lasts as long as its exit wait, and a reference held here would keep
-        the pass's starting status alive beside every newer one."""
-        status = self._status(ref)
-        return str(status.phase or Phase.PENDING), status.instance_name or "-"
+        """The phase and instance a pass starts from, for its log lines."""
+        written = self._written.get(ref.uid)
+        if written is not None:
+            return written.phase, written.instance
+        return str(ref.status.get("phase") or Phase.PENDING), str(ref.status.get("instanceName") or "-")
 
     def _status(self, ref: JobRef) -> TaoBrevJobStatus:
-        """Status parsed once where it enters: our last write if the watch lags behind it."""
+        """Status parsed where it enters: our last write if the watch lags behind it."""
         written = self._written.get(ref.uid)
-        return written if written is not None else parse_status(ref.status)
+        return written.status() if written is not None else parse_status(ref.status)
 
-    async def _pass(self, ref: JobRef) -> float | None:
-        status = self._status(ref)
-        spec: TaoBrevJobSpec | None = None
-        spec_error: str | None = None
+    def _spec(self, ref: JobRef) -> tuple[TaoBrevJobSpec | None, str | None]:
+        """The parsed spec, or why it does not parse."""
         try:
-            spec = TaoBrevJobSpec.parse(dict(ref.spec), default_image=self._default_image)
+            return TaoBrevJobSpec.parse(dict(ref.spec), default_image=self._default_image), None
         except SpecError as exc:
             # The API server validated it already: a CRD newer than this operator, or a rule
             # pydantic checks more strictly than CEL. Never a reason to abandon an instance.
-            spec_error = f"{exc}; fix the spec or run an operator version that understands it"
+            return None, f"{exc}; fix the spec or run an operator version that understands it"
+
+    async def _pass(self, ref: JobRef) -> float | None:
+        status = self._status(ref)
+        spec, spec_error = self._spec(ref)
 
         admission = await self._admission(ref, spec, status)
         # A queued job reads no Secrets on each pass (its first pass checked them already).
@@ -243,7 +250,7 @@ class Reconciler:
                 trouble = ActionFailure("ReadSecrets", exc.reason, _secret_trouble(ref.namespace, exc), False)
 
         obs = (await self._observe(status, ref, blocker)).with_(failure=trouble, admission=admission)
-        decision: Decision | None = None
+        requeue: float | None = None
         for step in range(MAX_STEPS_PER_PASS):
             # A transient action failure comes back as obs.failure: decide() records it, asks for
             # a backoff and returns no actions, which ends the pass.
@@ -260,28 +267,26 @@ class Reconciler:
             )
             if not await self._write(ref, status, decision, spec):
                 return None  # the object is gone: nothing of this pass may act any more
-            status = decision.status
+            status, requeue, actions = decision.status, decision.requeue_after, decision.actions
             structlog.contextvars.bind_contextvars(
                 phase=str(status.phase), instance=status.instance_name or "-"
             )
-            if not decision.actions or step == MAX_STEPS_PER_PASS - 1:
+            if not actions or step == MAX_STEPS_PER_PASS - 1:
                 # Out of steps: act next pass rather than lose the last action's result unseen.
                 break
-            if secrets is None and spec is not None and any(_needs_secrets(a) for a in decision.actions):
+            if secrets is None and spec is not None and any(_needs_secrets(a) for a in actions):
                 # Each step delivers its own secret: a container (re)start needs the NGC key and the
                 # extra env, the upload the S3 keys — also after a cancel, a timeout or a failure.
                 secrets = await self._secrets_for_step(ref.namespace, spec)
-            # Teardown actions read only the job id; without a parsed spec they get a blank one.
-            job = JobContext(
-                ref.namespace, ref.name, str(status.job_id), spec or _teardown_only_spec(), secrets
-            )
-            log.debug("acting", actions=[type(a).__name__ for a in decision.actions])
-            after = await self._act(
-                decision.actions,
-                job,
-                obs.with_(failure=None, completed=()),
-                _deadline(spec, status, self._clock()),
-            )
+            job = JobContext(ref.namespace, ref.name, str(status.job_id), self._spec_loader(ref), secrets)
+            deadline = _deadline(spec, status, self._clock())
+            log.debug("acting", actions=[type(a).__name__ for a in actions])
+            # The act may be the exit wait, for hours: hold no typed status or spec across it.
+            del decision, status
+            spec = None
+            after = await self._act(actions, job, obs.with_(failure=None, completed=()), deadline)
+            status = self._status(ref)
+            spec, spec_error = self._spec(ref)
             if after.failure is not None:
                 self._recorder.reconcile_error(after.failure.reason)
                 log.warning(
@@ -292,8 +297,16 @@ class Reconciler:
                     permanent=after.failure.permanent,
                 )
             obs = await self._observe(status, ref, blocker, base=after)
-        assert decision is not None
-        return decision.requeue_after
+        return requeue
+
+    def _spec_loader(self, ref: JobRef) -> Callable[[], TaoBrevJobSpec]:
+        """Parses the spec when an action reads it; teardown actions read only the job id and
+        instance name, so a spec that does not parse gives them a blank one."""
+
+        def load() -> TaoBrevJobSpec:
+            return self._spec(ref)[0] or _teardown_only_spec()
+
+        return load
 
     async def _admission(
         self, ref: JobRef, spec: TaoBrevJobSpec | None, status: TaoBrevJobStatus
@@ -434,12 +447,12 @@ class Reconciler:
                 self._written.pop(ref.uid, None)
                 log.info("object is gone; stopping this pass")
                 return False
-            self._written[ref.uid] = new
+            self._written[ref.uid] = _Written.of(new)
         elif ref.uid in self._written:
             # Nothing to send: the new status equals the written one in every field that is
-            # serialised (condition times are carried over while their status holds). Keep the
-            # pass's copy only, so a job waiting inside its pass holds one typed status, not two.
-            self._written[ref.uid] = new
+            # serialised; condition times are carried over while their status holds, and the
+            # next pass starts from this one exactly.
+            self._written[ref.uid] = _Written.of(new)
         if self._fleet is not None:
             self._fleet.observe(ref.uid, new)
         self._account(ref, old, new)
@@ -495,6 +508,30 @@ class Reconciler:
             self._recorder.instance_uptime(
                 ref.namespace, ref.name, new.instance_name, (now - created).total_seconds()
             )
+
+
+class _Written:
+    """A status this process wrote, pickled (exact, ~2 KiB instead of ~16 KiB of pydantic
+    objects), with what is read of it between passes."""
+
+    __slots__ = ("instance", "phase", "queued", "raw")
+
+    def __init__(self, raw: bytes, phase: str, instance: str, queued: bool) -> None:
+        self.raw, self.phase, self.instance, self.queued = raw, phase, instance, queued
+
+    @classmethod
+    def of(cls, status: TaoBrevJobStatus) -> _Written:
+        return cls(
+            pickle.dumps(status, protocol=pickle.HIGHEST_PROTOCOL),
+            str(status.phase or Phase.PENDING),
+            status.instance_name or "-",
+            status.queue_reason is not None and status.admitted_at is None,
+        )
+
+    def status(self) -> TaoBrevJobStatus:
+        # Our own bytes, written by this process: never input from outside.
+        loaded: TaoBrevJobStatus = pickle.loads(self.raw)  # noqa: S301
+        return loaded
 
 
 def _comparable(status: Mapping[str, Any]) -> dict[str, Any]:
