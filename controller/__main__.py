@@ -6,10 +6,12 @@ import kopf
 
 from controller import handlers  # noqa: F401 - registers the handlers
 from controller.logs import configure_logging
+from controller.malloc_arenas import cap_malloc_arenas
 from controller.settings import Settings
 
 
 def main() -> None:
+    cap_malloc_arenas()  # before kopf starts any worker thread
     settings = Settings.from_env()
     configure_logging(json=settings.log_json, level=settings.log_level)
     kopf.run(

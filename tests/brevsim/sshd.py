@@ -98,7 +98,7 @@ def verdict_now(store: Store, inst_id: str) -> str:
 
 
 def _instance(store: Store, inst_id: str) -> dict[str, Any] | None:
-    inst = store.read()["instances"].get(inst_id)
+    inst = store.read_shared()["instances"].get(inst_id)
     return dict(inst) if inst is not None else None
 
 
@@ -195,7 +195,7 @@ class SSHD:
             return
         store = Store(self.state)
         moment = Moment.of(store)
-        instances = store.read()["instances"]
+        instances = store.read_shared()["instances"]
         for inst_id, lst in list(self.listeners.items()):
             if not full and lst.last != "refused":
                 continue
