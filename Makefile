@@ -87,11 +87,11 @@ crds: $(STAMP) ## Regenerate crds/ from controller/models.py
 	$(PY) -m tests.devenv.crdgen --write
 
 .PHONY: bench
-bench: $(STAMP) native-deps ## Benchmark of issue 11 (F = 0.05, isolation and RSS at F = 1; < 15 min; ARGS=--quick | --with-recovery)
+bench: $(STAMP) native-deps ## Benchmark of issue 11 (isolation and footprint to 1,000 running at F = 1, burst and billed idle at F = 0.1; < 15 min; ARGS=--quick | --with-recovery)
 	$(PY) -m tests.bench $(ARGS)
 
 .PHONY: bench-rss
-bench-rss: $(STAMP) native-deps ## Benchmark: only the operator's footprint at 1,000 Running jobs (F = 1; ARGS=--rss-jobs N --budget S)
+bench-rss: $(STAMP) native-deps ## Benchmark: only the footprint scenario (slope at 50/100/200, RSS at 1,000 Running; F = 1; ARGS=--rss-jobs N --budget S)
 	$(PY) -m tests.bench --rss-only $(ARGS)
 
 .PHONY: bench-recovery

@@ -17,7 +17,7 @@ from tests.bench import (
 )
 from tests.bench.figures import Figure
 from tests.bench.printer import scale_header, table
-from tests.bench.report import idle_figures, isolation_figures, rss_figures, scale_figures
+from tests.bench.report import burst_figures, idle_figures, isolation_figures, rss_figures, slope_figures
 from tests.bench.scale import Scale
 from tests.bench.stack import Bench
 
@@ -27,10 +27,12 @@ IDLE_SCALE = 0.1  # F of the billed-idle pair (scenario_idle's docstring says wh
 RESERVE = 100.0  # s: what the RSS scenario leaves for its window, its shutdown and the table
 
 
-def _waves(text: str) -> tuple[int, int, int]:
+def _stops(text: str) -> tuple[int, int, int]:
     parts = [int(p) for p in text.split(",")]
-    if len(parts) != 3 or min(parts) < 1:
-        raise argparse.ArgumentTypeError(f"--waves takes three job counts like 50,50,100, got {text!r}")
+    if len(parts) != 3 or min(parts) < 1 or sorted(set(parts)) != parts:
+        raise argparse.ArgumentTypeError(
+            f"--stops takes three rising Running counts like 50,100,200, got {text!r}"
+        )
     return parts[0], parts[1], parts[2]
 
 
@@ -44,7 +46,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
         "--idle-scale", type=float, help="the factor F of the billed-idle pair alone (0.1; --quick: --scale)"
     )
     ap.add_argument("--quick", action="store_true", help="small waves and workloads (development)")
-    ap.add_argument("--waves", type=_waves, help="jobs per wave of the scale scenario (default 50,50,100)")
+    ap.add_argument(
+        "--stops",
+        type=_stops,
+        help="Running counts of the memory slope; CPU window at the middle (50,100,200)",
+    )
+    ap.add_argument("--burst", type=int, help="jobs of the burst (100)")
     ap.add_argument("--idle-jobs", type=int, help="jobs of the billed-idle workload, per operator (16)")
     ap.add_argument("--window", type=float, help="seconds of the steady-state CPU/calls window (20)")
     ap.add_argument("--busy", type=int, help="others kept busy in the isolation scenario (50)")
@@ -70,7 +77,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
         if not 0 < getattr(args, name) <= 1:
             ap.error(f"--{name.replace('_', '-')} must be in (0, 1], got {getattr(args, name)}")
     for name, small, full in (
-        ("waves", (3, 3, 6), (50, 50, 100)),
+        ("stops", (3, 6, 12), (50, 100, 200)),
+        ("burst", 6, 100),
         ("idle_jobs", 3, 16),
         ("window", 5.0, 20.0),
         ("busy", 6, 50),
@@ -80,7 +88,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     ):
         if getattr(args, name) is None:  # 0 given is refused below, never replaced
             setattr(args, name, small if quick else full)
-    for name in ("busy", "rss_jobs", "rss_wave", "idle_jobs", "window", "budget"):
+    for name in ("busy", "burst", "rss_jobs", "rss_wave", "idle_jobs", "window", "budget"):
         if getattr(args, name) <= 0:
             ap.error(f"--{name.replace('_', '-')} must be > 0, got {getattr(args, name)}")
     return args
@@ -96,15 +104,24 @@ def _section(figures: list[Figure], title: str, began: float) -> None:
 
 
 def _rss_section(bench: Bench, args: argparse.Namespace, budget: float, began: float) -> list[Figure]:
-    """The RSS scenario with `budget` wall seconds for its fill; prints and returns its figures."""
-    print(f"\n-- operator RSS at F = 1 (operator intervals nominal): up to {args.rss_jobs} jobs in "
-          f"waves of {args.rss_wave}, {budget:.0f} s budget; simulator (real s): {scenario_rss.FAST}",
-          flush=True)  # fmt: skip
-    rss = scenario_rss.run(bench, args.rss_jobs, args.rss_wave, max(60.0, budget), args.window)
+    """The footprint scenario with `budget` wall seconds for its fill; prints and returns its
+    figures."""
+    print(f"\n-- footprint at F = 1 (operator intervals nominal): stops at {args.stops} Running, then up "
+          f"to {args.rss_jobs} jobs in waves of {args.rss_wave}, {budget:.0f} s budget; simulator "
+          f"(real s): {scenario_rss.FAST}", flush=True)  # fmt: skip
+    rss = scenario_rss.run(
+        bench,
+        args.rss_jobs,
+        args.rss_wave,
+        max(60.0, budget),
+        args.window,
+        stops=args.stops,
+        window_stop=args.stops[1],
+    )
     for problem in rss.problems:
         print(f"   problem: {problem}", flush=True)
-    new = rss_figures(rss)
-    _section(new, "footprint at up to 1,000 running (F = 1)", began)
+    new = slope_figures(rss) + rss_figures(rss)
+    _section(new, f"footprint from {args.stops[0]} to {args.rss_jobs:,} running (F = 1)", began)
     return new
 
 
@@ -143,14 +160,13 @@ def main(argv: list[str]) -> int:
         figures += isolation_figures(iso)
         _section(figures[-2:], "isolation (F = 1)", began)
 
-        print(f"\n-- burst of {args.waves[2]} at F = {args.burst_scale:g}, then footprint at F = "
-              f"{scale.factor:g}: waves {args.waves}", flush=True)  # fmt: skip
-        res = scenario_scale.run(bench, args.waves, args.window, Scale(args.burst_scale))
+        print(f"\n-- burst of {args.burst} at F = {args.burst_scale:g}", flush=True)
+        res = scenario_scale.run(bench, args.burst, Scale(args.burst_scale))
         for problem in res.problems:
             print(f"   problem: {problem}", flush=True)
-        new = scale_figures(res, scale)
+        new = burst_figures(res)
         figures += new
-        _section(new, f"burst and footprint (F = {scale.factor:g})", began)
+        _section(new, f"burst (F = {args.burst_scale:g})", began)
 
         idle_scale = Scale(args.idle_scale)
         print(f"\n-- billed idle at F = {idle_scale.factor:g}: {args.idle_jobs} jobs each, ours and "
@@ -170,9 +186,7 @@ def main(argv: list[str]) -> int:
     finally:
         bench.close()
     total = time.monotonic() - began
-    print(
-        f"\n== results (F = {scale.factor:g} unless a figure says F = 1; total {total / 60:.1f} min wall)\n"
-    )
+    print(f"\n== results (each figure names its F; total {total / 60:.1f} min wall)\n")
     print(table(figures))
     return 0
 

@@ -11,7 +11,7 @@ GOAL_RSS_AT_1000 = 300.0  # MiB
 GOAL_ISOLATION = 2.0  # real s
 
 
-def scale_figures(res: scenario_scale.ScaleResult, scale: Scale) -> list[Figure]:
+def burst_figures(res: scenario_scale.ScaleResult) -> list[Figure]:
     burst = Scale(res.burst_factor)
     phys = res.burst_physical or scenario_scale.physical_to_running(burst.brev_durations())
     lo, hi = scenario_scale.BOOT_SPREAD
@@ -41,42 +41,6 @@ def scale_figures(res: scenario_scale.ScaleResult, scale: Scale) -> list[Figure]
         )
     else:
         figs.append(Figure(label, None, "x", 1.1, note=f"none Running; failed: {res.burst_reasons}"))
-    points = [(float(n), float(m.pod)) for n, m in res.memory]
-    mem_note = "; ".join(f"{n} running: {m.text()}" for n, m in res.memory)
-    try:
-        per_job = slope(points) / MIB
-    except ValueError:
-        per_job = None
-    figs.append(Figure("footprint: pod memory slope (RSS sum)", per_job, "MiB/job", 12.0, note=mem_note))
-    try:
-        pss_per_job = slope([(float(n), float(m.pod_pss)) for n, m in res.memory]) / MIB
-    except ValueError:
-        pss_per_job = None
-    figs.append(Figure("footprint: pod memory slope (PSS sum)", pss_per_job, "MiB/job", 12.0))
-    if res.memory:
-        n_max, m_max = res.memory[-1]
-        figs.append(Figure(f"footprint: operator RSS at {n_max} running (F)", m_max.operator / MIB, "MiB"))
-    figs.append(
-        Figure(
-            f"footprint: operator CPU at {res.window_jobs} running, at real speed (wall cores x F)",
-            None if res.operator_cores is None else res.operator_cores * scale.factor,
-            "cores",
-            0.1,
-            note=f"{res.window_jobs} running, {res.window_wall:.0f} s window at F = {scale.factor:g}: "
-            f"operator process {res.operator_cores or 0:.3f} cores wall; pod incl. simulated "
-            f"brev/ssh processes {res.pod_cores or 0:.3f} cores wall "
-            f"(x F = {(res.pod_cores or 0) * scale.factor:.4f})",
-        )
-    )
-    figs.append(
-        Figure(
-            f"footprint: brev+ssh calls per running job per minute ({res.window_jobs} running, F)",
-            res.calls_per_job_min,
-            "calls",
-            2.0,
-            note="local brev and ssh processes in the window, per real minute (window / F)",
-        )
-    )
     return figs
 
 
@@ -101,6 +65,55 @@ def isolation_figures(res: scenario_isolation.IsolationResult) -> list[Figure]:
             incomplete=bool(res.busy_at_delete is not None and res.busy_at_delete < res.busy_jobs),
         ),
     ]
+
+
+def slope_figures(res: scenario_rss.RssResult) -> list[Figure]:
+    """The per-job slope of the pod's memory over the fill's stops (50/100/200 Running), and CPU
+    and calls over the window at the middle stop: all at F = 1."""
+    points = res.points
+    mem_note = "; ".join(f"{n} running: {m.text()}" for n, m in points)
+    figs: list[Figure] = []
+    for what in ("RSS", "PSS"):
+        try:
+            per_job: float | None = (
+                slope([(float(n), float(m.pod if what == "RSS" else m.pod_pss)) for n, m in points]) / MIB
+            )
+        except ValueError:
+            per_job = None
+        figs.append(
+            Figure(
+                f"footprint: pod memory slope ({what} sum, {'/'.join(str(n) for n, _ in points)} running)",
+                per_job,
+                "MiB/job",
+                12.0,
+                note=mem_note if what == "RSS" else "",
+            )
+        )
+    w = res.small
+    at = f"at {w.jobs} running" if w else "(no window)"
+    figs.append(
+        Figure(
+            f"footprint: operator CPU {at} (F = 1)",
+            w.operator_cores if w else None,
+            "cores",
+            0.1,
+            note=""
+            if w is None
+            else f"{w.wall:.0f} s window; pod incl. brev/ssh processes {w.pod_cores:.3f} cores",
+            incomplete=w is None or not w.steady,
+        )
+    )
+    figs.append(
+        Figure(
+            f"footprint: brev+ssh calls per running job per minute {at} (F = 1)",
+            w.calls_per_job_min if w else None,
+            "calls",
+            2.0,
+            note="local brev and ssh processes in the window, per minute",
+            incomplete=w is None or not w.steady,
+        )
+    )
+    return figs
 
 
 def rss_figures(res: scenario_rss.RssResult) -> list[Figure]:

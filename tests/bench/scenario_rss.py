@@ -1,15 +1,19 @@
-"""The operator's footprint at up to 1,000 Running jobs: the operator at its NOMINAL intervals
-(F = 1: poll, docker-wait bound, probe backoff as in production, so 1,000 running jobs cost what
-they would), the simulator with very short boot/ready/pull so jobs reach Running quickly, and
-endless epochs so they stay there.
+"""The operator's footprint from 50 to 1,000 Running jobs: the operator at its NOMINAL intervals
+(F = 1: poll, docker-wait bound, probe backoff as in production, so N running jobs cost what they
+would), the simulator with very short boot/ready/pull so jobs reach Running quickly, and endless
+epochs so they stay there. What a running job holds does not depend on how long its instance took
+to boot, so only the way there is shortened.
 
-Jobs are applied in waves (one kubectl call each), the next as soon as fewer than half a wave are
-still starting, until `target` are Running or the time budget ends. Then, once no job is still
-starting (steady state: a starting job's probes, pulls and status writes are not what 1,000
-running jobs cost), the operator's RSS, the pod's RSS/PSS sum and process count, and CPU + brev/ssh
-calls over a window. If the budget ends first, the figures are those at the count reached (and say
-so). The fill's CPU is split by process group (operator, its brev/ssh children, simulator,
-kube-apiserver, etcd, the bench itself) so a slow fill says what it waits for."""
+Jobs are applied in waves (one kubectl call each). At each of `stops` (50, 100, 200) the fill
+pauses until every applied job is Running and samples the pod's memory (the per-job slope); at
+`window_stop` (100) it also measures CPU and brev+ssh calls over a window. Past the last stop the
+waves pipeline: the next goes as soon as fewer than half a wave are still starting, until `target`
+are Running or the time budget ends. Then, once no job is still starting (steady state: a starting
+job's probes, pulls and status writes are not what 1,000 running jobs cost), the operator's RSS,
+the pod's RSS/PSS sum and process count, and CPU + calls over a window again. If the budget ends
+first, the figures are those at the count reached (and say so). The fill's CPU is split by process
+group (operator, its brev/ssh children, simulator, kube-apiserver, etcd, the bench itself) so a
+slow fill says what it waits for."""
 
 from __future__ import annotations
 
@@ -18,6 +22,7 @@ import subprocess
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -46,10 +51,25 @@ ENDLESS_EPOCHS = 1000
 SETTLE = 300.0  # s: after the fill, how long the last starters may take before the window anyway
 
 
+@dataclass(frozen=True)
+class Window:
+    """CPU and brev+ssh calls of the operator pod over a window at `jobs` Running."""
+
+    jobs: int
+    wall: float
+    operator_cores: float
+    pod_cores: float
+    calls_per_job_min: float | None
+    cpu: dict[str, float]  # group -> cores
+    steady: bool
+
+
 @dataclass
 class RssResult:
     target: int
     budget: float
+    points: list[tuple[int, sampling.Memory]] = field(default_factory=list)  # at each stop
+    small: Window | None = None  # the window at `window_stop`
     applied: int = 0
     running: int = 0
     failed: int = 0
@@ -109,19 +129,31 @@ def _starting(sc: Scenario, names: list[str]) -> int:
         return sum(1 for n in names if not running_or_beyond(sc.watch.status.get(n, {})))
 
 
-def _fill(sc: Scenario, res: RssResult, wave: int) -> list[str]:
-    """Apply waves until `res.target` are Running or `res.budget` ends; returns the names applied."""
+def _fill(
+    sc: Scenario, res: RssResult, wave: int, stops: Sequence[int], at_stop: Callable[[int], None]
+) -> list[str]:
+    """Apply waves until `res.target` are Running or `res.budget` ends; returns the names applied.
+    At each of `stops` the fill waits until every applied job is Running, then calls `at_stop`."""
     began = time.monotonic()
     deadline = began + res.budget
     names: list[str] = []
+    pending = sorted(n for n in stops if n < res.target)
     # Keep about one wave starting at a time: the next wave goes when fewer than half a wave of
     # the applied jobs are still on their way to Running (a pipeline, not lock-step waves).
     while time.monotonic() < deadline:
         starting = _starting(sc, names)
         if len(names) >= res.target and not starting:
             break
-        if len(names) < res.target and starting < wave / 2:
-            batch = [f"r-{i:04d}" for i in range(len(names), min(res.target, len(names) + wave))]
+        if pending and len(names) >= pending[0]:
+            if starting:
+                with sc.watch.changed:
+                    sc.watch.changed.wait(1.0)
+                continue
+            at_stop(pending.pop(0))
+            continue
+        limit = min(res.target, pending[0] if pending else res.target)
+        if len(names) < limit and starting < wave / 2:
+            batch = [f"r-{i:04d}" for i in range(len(names), min(limit, len(names) + wave))]
             try:
                 sc.apply_all(batch, epochs=ENDLESS_EPOCHS, epoch_seconds=FAST["epoch_seconds"])
             except (subprocess.SubprocessError, ControlPlaneError) as e:
@@ -139,15 +171,52 @@ def _fill(sc: Scenario, res: RssResult, wave: int) -> list[str]:
     return names
 
 
-def run(bench: Bench, target: int, wave: int, budget: float, window: float) -> RssResult:
-    """`budget`: wall seconds for applying and reaching Running (the settle and window come after)."""
+def _window(sc: Scenario, seconds: float) -> Window:
+    """CPU and calls over `seconds` (a measurement window, not a wait for a signal)."""
+    assert sc.op.proc is not None
+    pid, home = sc.op.proc.pid, sc.sim.home
+    jobs = sc.running()
+    c0, t0, g0 = sampling.cpu(pid, home), time.time(), cpu_groups(sc)
+    threading.Event().wait(seconds)
+    c1, t1, g1 = sampling.cpu(pid, home), time.time(), cpu_groups(sc)
+    n_calls = sampling.calls_between(sc.calls(), t0, t1)
+    return Window(
+        jobs=jobs,
+        wall=t1 - t0,
+        operator_cores=cores(c1.operator - c0.operator, c1.at - c0.at),
+        pod_cores=cores(c1.pod - c0.pod, c1.at - c0.at),
+        calls_per_job_min=per_job_per_minute(n_calls, jobs, t1 - t0, REAL.factor) if jobs else None,
+        cpu=_cores_between(g0, g1),
+        steady=sc.running() == jobs,
+    )
+
+
+def run(
+    bench: Bench,
+    target: int,
+    wave: int,
+    budget: float,
+    window: float,
+    stops: Sequence[int] = (),
+    window_stop: int | None = None,
+) -> RssResult:
+    """`budget`: wall seconds for applying and reaching Running, stops included (the settle and
+    the last window come after)."""
     res = RssResult(target=target, budget=budget)
     sc = bench.scenario("rss", scale=REAL, durations=FAST)
     try:
         assert sc.op.proc is not None
         pid, home = sc.op.proc.pid, sc.sim.home
+
+        def at_stop(n: int) -> None:
+            res.points.append((sc.running(), sampling.memory(pid, home)))
+            print(f"   stop at {n} applied: {res.points[-1][0]} Running, {res.points[-1][1].text()}",
+                  flush=True)  # fmt: skip
+            if n == window_stop:
+                res.small = _window(sc, window)
+
         cpu0 = cpu_groups(sc)
-        names = _fill(sc, res, wave)
+        names = _fill(sc, res, wave, stops, at_stop)
         res.fill_cpu = _cores_between(cpu0, cpu_groups(sc))
         res.applied = len(names)
         res.running = sc.running()
@@ -162,17 +231,11 @@ def run(bench: Bench, target: int, wave: int, budget: float, window: float) -> R
             f"   steady window of {window:.0f} s starts: {res.running} Running, {res.memory.text()}",
             flush=True,
         )
-        c0, t0, g0 = sampling.cpu(pid, home), time.time(), cpu_groups(sc)
-        threading.Event().wait(window)  # a measurement window, not a wait for a signal
-        c1, t1, g1 = sampling.cpu(pid, home), time.time(), cpu_groups(sc)
-        res.window_wall, res.window_jobs = t1 - t0, sc.running()
-        res.window_steady = not left and res.window_jobs == res.running
-        res.window_cpu = _cores_between(g0, g1)
-        res.operator_cores = cores(c1.operator - c0.operator, c1.at - c0.at)
-        res.pod_cores = cores(c1.pod - c0.pod, c1.at - c0.at)
-        if res.window_jobs:
-            n_calls = sampling.calls_between(sc.calls(), t0, t1)
-            res.calls_per_job_min = per_job_per_minute(n_calls, res.window_jobs, t1 - t0, REAL.factor)
+        last = _window(sc, window)
+        res.window_wall, res.window_jobs, res.window_cpu = last.wall, last.jobs, last.cpu
+        res.window_steady = not left and last.steady and last.jobs == res.running
+        res.operator_cores, res.pod_cores = last.operator_cores, last.pod_cores
+        res.calls_per_job_min = last.calls_per_job_min
         return res
     finally:
         sc.close()

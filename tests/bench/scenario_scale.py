@@ -1,32 +1,24 @@
-"""Burst and footprint (every duration and operator interval x F), each on its own operator:
-
-- burst: 100 jobs applied at once on an idle operator, with Brev's boot times (3-10 min spread
-  over the jobs), first exec and pull: all Running / the slowest job's own boot+ready+pull;
-- footprint, in waves of long-running jobs: wave 1 (e.g. 50) -> all Running: memory at 50;
-  wave 2 (50) -> memory at 100, then CPU plus brev+ssh calls over a steady window; wave 3 (100)
-  -> memory at 200. What a running job holds does not depend on how long its instance took to
-  boot, so these instances boot, answer and pull in FOOTPRINT_BOOT (nominal s): the waves fill in
-  seconds instead of minutes.
+"""The burst (every duration and operator interval x F), on its own operator: 100 jobs applied at
+once on an idle operator, with Brev's boot times (3-10 min spread over the jobs), first exec and
+pull: all Running / the slowest job's own boot+ready+pull.
 
 The burst runs alone and at its own factor (`--burst-scale`, 0.1): its measured span holds fixed
 costs that do not shrink with F — 100 jobs' first API writes, `brev create` processes, ssh and
 docker process starts, about 10 s of wall time on 2 cores — which wall / F multiplies 1/F-fold
-(at 0.05 that alone is 200 "real" s, 0.11 of the ratio). For the same reason it runs on an idle
-operator: at 0.05 the steady work of 100 running jobs (a bounded wait every 6 s each) is 20x
-what it is at real speed.
+(at 0.05 that alone is 200 "real" s, 0.11 of the ratio).
 
+The footprint (memory slope, CPU, calls, RSS at 1,000) is measured at F = 1 in scenario_rss.py.
 Isolation (exit -> delete, kubectl delete -> stopped) is measured at real speed in
 scenario_isolation.py: at F < 1 the simulator's fixed process costs would be part of it.
 """
 
 from __future__ import annotations
 
-import threading
 import time
 from dataclasses import dataclass, field
 
 from tests.bench import sampling
-from tests.bench.figures import boot_and_ready, cores, per_job_per_minute
+from tests.bench.figures import boot_and_ready
 from tests.bench.scale import Scale
 from tests.bench.stack import Bench, Scenario, brev_call_times, running_or_beyond
 
@@ -35,12 +27,6 @@ LONG_EPOCHS = 1000  # x 300 s nominal: runs far past the end of the scenario
 
 @dataclass
 class ScaleResult:
-    memory: list[tuple[int, sampling.Memory]] = field(default_factory=list)
-    window_wall: float = 0.0
-    window_jobs: int = 0
-    operator_cores: float | None = None
-    pod_cores: float | None = None
-    calls_per_job_min: float | None = None
     burst_jobs: int = 0
     burst_wall: float | None = None  # wall s: the apply call returned -> the last job Running
     burst_apply_wall: float = 0.0  # wall s the one kubectl call creating the burst took
@@ -53,11 +39,6 @@ class ScaleResult:
     burst_physical: float | None = None  # nominal s: the slowest burst job's own boot+ready+pull
     burst_factor: float = 1.0  # the F the burst ran at
     problems: list[str] = field(default_factory=list)
-
-
-def _running(sc: Scenario) -> int:
-    with sc.watch.lock:
-        return sum(1 for st in sc.watch.status.values() if st.get("phase") == "Running")
 
 
 # Brev boots take 3-10 minutes, one instance to the next; the burst's instances get deploy times
@@ -78,15 +59,6 @@ def spread_boots(
     return {f"-{name}-": {"deploy_s": round(lo + i * step, 3)} for i, name in enumerate(names)}
 
 
-# Nominal seconds: x F = 1 s wall each at F = 0.05.
-FOOTPRINT_BOOT: dict[str, float] = {
-    "deploy_s": 20.0,
-    "ssh_delay_s": 20.0,
-    "build_s": 0.0,
-    "pull_seconds": 20.0,
-}
-
-
 def physical_to_running(durations: dict[str, float]) -> float:
     """One job's own boot + ready + pull (nominal s): deploying, the first exec (the build runs
     meanwhile), the pull."""
@@ -96,9 +68,9 @@ def physical_to_running(durations: dict[str, float]) -> float:
 class _Steps:
     """The scenario's steps on one operator; each fills its part of `res`."""
 
-    def __init__(self, bench: Bench, sc: Scenario, window: float, res: ScaleResult | None = None) -> None:
-        self.bench, self.sc, self.window = bench, sc, window
-        self.res = res or ScaleResult()
+    def __init__(self, bench: Bench, sc: Scenario) -> None:
+        self.bench, self.sc = bench, sc
+        self.res = ScaleResult()
         self.nominal = sc.scale.brev_durations()
         self.timeout = max(180.0, 12 * sc.scale.wall(physical_to_running(self.nominal)))
         assert sc.op.proc is not None
@@ -108,28 +80,6 @@ class _Steps:
         names = [f"{label}-{i:03d}" for i in range(size)]
         self.sc.apply_all(names, epochs=LONG_EPOCHS, epoch_seconds=self.nominal["epoch_seconds"])
         return names
-
-    def wait_running(self, label: str, names: list[str]) -> list[str]:
-        left = self.sc.watch.wait(names, running_or_beyond, self.timeout)
-        if left:
-            self.res.problems.append(f"{label}: {len(left)} jobs not Running after {self.timeout:.0f} s")
-        return left
-
-    def sample_memory(self) -> None:
-        self.res.memory.append((_running(self.sc), sampling.memory(self.pid, self.home)))
-
-    def steady(self) -> None:
-        """CPU and calls over a window (a measurement window, not a wait for a signal)."""
-        res, jobs = self.res, _running(self.sc)
-        c0, t0 = sampling.cpu(self.pid, self.home), time.time()
-        threading.Event().wait(self.window)
-        c1, t1 = sampling.cpu(self.pid, self.home), time.time()
-        res.window_wall, res.window_jobs = t1 - t0, jobs
-        res.operator_cores = cores(c1.operator - c0.operator, c1.at - c0.at)
-        res.pod_cores = cores(c1.pod - c0.pod, c1.at - c0.at)
-        if jobs:
-            n_calls = sampling.calls_between(self.sc.calls(), t0, t1)
-            res.calls_per_job_min = per_job_per_minute(n_calls, jobs, t1 - t0, self.sc.scale.factor)
 
     def burst(self, size: int) -> None:
         sc, res = self.sc, self.res
@@ -166,24 +116,12 @@ class _Steps:
         res.burst_create_to_running_max = max(spans, default=None)
 
 
-def run(bench: Bench, waves: tuple[int, int, int], window: float, burst_scale: Scale) -> ScaleResult:
+def run(bench: Bench, size: int, burst_scale: Scale) -> ScaleResult:
+    """The burst of `size` jobs at `burst_scale`, alone on its own operator."""
     burst = bench.scenario("burst", scale=burst_scale)
     try:
-        steps = _Steps(bench, burst, window)
-        steps.burst(waves[2])
-        res = steps.res
-    finally:
-        burst.close()
-    sc = bench.scenario("scale")
-    try:
-        steps = _Steps(bench, sc, window, res)
-        sc.sim.set_faults(instance_durations={f"-{w}-": FOOTPRINT_BOOT for w in ("w1", "w2", "w3")})
-        for label, size in (("w1", waves[0]), ("w2", waves[1])):
-            steps.wait_running(f"wave {label}", steps.wave(label, size))
-            steps.sample_memory()
-        steps.steady()
-        steps.wait_running("wave w3", steps.wave("w3", waves[2]))
-        steps.sample_memory()
+        steps = _Steps(bench, burst)
+        steps.burst(size)
         return steps.res
     finally:
-        sc.close()
+        burst.close()

@@ -20,12 +20,12 @@ from tests.bench.figures import (
     slope,
     union_seconds,
 )
-from tests.bench.report import idle_figures, isolation_figures, rss_figures
+from tests.bench.report import idle_figures, isolation_figures, rss_figures, slope_figures
 from tests.bench.sampling import Memory
 from tests.bench.scale import SCALED_SETTINGS, Scale
 from tests.bench.scenario_idle import IdleResult
 from tests.bench.scenario_isolation import IsolationResult, durations
-from tests.bench.scenario_rss import RssResult
+from tests.bench.scenario_rss import RssResult, Window
 from tests.brevsim.faults import check, durations_for
 
 
@@ -157,11 +157,32 @@ def test_rss_short_of_the_target_is_reported_at_the_count_reached_never_extrapol
 def test_default_factor_is_0_05_and_quick_is_small() -> None:
     args = parse([])
     assert args.scale == 0.05
-    assert args.waves == (50, 50, 100)
+    assert (args.stops, args.burst) == ((50, 100, 200), 100)
     assert (args.busy, args.rss_jobs, args.budget) == (50, 1000, 900.0)
     assert parse(["--quick"]).budget == 180.0
     with pytest.raises(SystemExit):
         parse(["--busy", "0"])
+    with pytest.raises(SystemExit):
+        parse(["--stops", "100,50,200"])  # the stops must rise
+
+
+def test_the_memory_slope_is_per_running_job_over_the_stops_and_cpu_is_the_middle_window() -> None:
+    res = RssResult(target=1000, budget=600.0)
+    res.points = [(50, _memory(120.0, 400.0)), (100, _memory(130.0, 880.0)), (200, _memory(150.0, 1840.0))]
+    figs = slope_figures(res)
+    assert figs[0].value == pytest.approx(9.8, abs=0.05)  # (150 + 1840 - 120 - 400) / 150
+    assert figs[0].name == "footprint: pod memory slope (RSS sum, 50/100/200 running)"
+    assert figs[0].verdict == "pass"
+    cpu, calls = figs[2], figs[3]
+    assert cpu.value is None and cpu.verdict == "n/a"  # no window: never a pass
+    res.small = Window(100, 20.0, 0.02, 0.3, 0.6, {}, steady=True)
+    cpu, calls = slope_figures(res)[2:]
+    assert (cpu.name, cpu.value, cpu.verdict) == (
+        "footprint: operator CPU at 100 running (F = 1)",
+        0.02,
+        "pass",
+    )
+    assert (calls.value, calls.verdict) == (0.6, "pass")
 
 
 def test_isolation_durations_keep_the_others_busy_for_600_real_seconds() -> None:
