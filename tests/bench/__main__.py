@@ -116,7 +116,6 @@ def _rss_section(bench: Bench, args: argparse.Namespace, budget: float, began: f
         max(60.0, budget),
         args.window,
         stops=args.stops,
-        window_stop=args.stops[1],
     )
     for problem in rss.problems:
         print(f"   problem: {problem}", flush=True)

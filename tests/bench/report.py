@@ -68,8 +68,8 @@ def isolation_figures(res: scenario_isolation.IsolationResult) -> list[Figure]:
 
 
 def slope_figures(res: scenario_rss.RssResult) -> list[Figure]:
-    """The per-job slope of the pod's memory over the fill's stops (50/100/200 Running), and CPU
-    and calls over the window at the middle stop: all at F = 1."""
+    """The per-job slope of the pod's memory over the fill's stops (50/100/200 Running), at F = 1;
+    and CPU and calls over a window at one of the stops, when one was taken."""
     points = res.points
     mem_note = "; ".join(f"{n} running: {m.text()}" for n, m in points)
     figs: list[Figure] = []
@@ -90,27 +90,26 @@ def slope_figures(res: scenario_rss.RssResult) -> list[Figure]:
             )
         )
     w = res.small
-    at = f"at {w.jobs} running" if w else "(no window)"
+    if w is None:  # CPU and calls are then the steady window's at the end (rss_figures)
+        return figs
     figs.append(
         Figure(
-            f"footprint: operator CPU {at} (F = 1)",
-            w.operator_cores if w else None,
+            f"footprint: operator CPU at {w.jobs} running (F = 1)",
+            w.operator_cores,
             "cores",
             0.1,
-            note=""
-            if w is None
-            else f"{w.wall:.0f} s window; pod incl. brev/ssh processes {w.pod_cores:.3f} cores",
-            incomplete=w is None or not w.steady,
+            note=f"{w.wall:.0f} s window; pod incl. brev/ssh processes {w.pod_cores:.3f} cores",
+            incomplete=not w.steady,
         )
     )
     figs.append(
         Figure(
-            f"footprint: brev+ssh calls per running job per minute {at} (F = 1)",
-            w.calls_per_job_min if w else None,
+            f"footprint: brev+ssh calls per running job per minute at {w.jobs} running (F = 1)",
+            w.calls_per_job_min,
             "calls",
             2.0,
             note="local brev and ssh processes in the window, per minute",
-            incomplete=w is None or not w.steady,
+            incomplete=not w.steady,
         )
     )
     return figs
