@@ -7,6 +7,7 @@ import argparse
 import signal
 import sys
 import time
+from pathlib import Path
 
 from tests.bench import (
     scenario_idle,
@@ -15,6 +16,7 @@ from tests.bench import (
     scenario_rss,
     scenario_scale,
 )
+from tests.bench.background import NICE, Background, write_figures
 from tests.bench.figures import Figure
 from tests.bench.printer import scale_header, table
 from tests.bench.report import burst_figures, idle_figures, isolation_figures, rss_figures, slope_figures
@@ -25,6 +27,7 @@ BUDGET = 15 * 60.0  # s: the whole `make bench`
 BURST_SCALE = 0.1  # F of the burst (scenario_scale's docstring says why not --scale)
 IDLE_SCALE = 0.1  # F of the billed-idle pair (scenario_idle's docstring says why)
 RESERVE = 100.0  # s: what the RSS scenario leaves for its window, its shutdown and the table
+END_MARGIN = 30.0  # s: what the background footprint leaves the parent for collecting it
 
 
 def _stops(text: str) -> tuple[int, int, int]:
@@ -67,6 +70,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
         "--rss-only",
         action="store_true",
         help="only the RSS scenario, with the whole budget to reach --rss-jobs (`make bench-rss`)",
+    )
+    ap.add_argument("--figures-json", type=Path, help="--rss-only: also write the figures to this file")
+    ap.add_argument(
+        "--wait-quiet",
+        action="store_true",
+        help="--rss-only: before the final CPU window, wait for a line on stdin (the machine is quiet)",
     )
     args = ap.parse_args(argv)
     quick = args.quick
@@ -116,6 +125,7 @@ def _rss_section(bench: Bench, args: argparse.Namespace, budget: float, began: f
         max(60.0, budget),
         args.window,
         stops=args.stops,
+        before_window=_wait_quiet if args.wait_quiet else None,
     )
     for problem in rss.problems:
         print(f"   problem: {problem}", flush=True)
@@ -124,16 +134,70 @@ def _rss_section(bench: Bench, args: argparse.Namespace, budget: float, began: f
     return new
 
 
+def _wait_quiet() -> None:
+    print("   waiting for the other scenarios to end before the CPU window", flush=True)
+    sys.stdin.readline()  # a line, or EOF: the parent is done or gone
+
+
 def rss_only(args: argparse.Namespace) -> int:
     """`--rss-only`: the RSS scenario alone on its own stack, the whole budget for the fill."""
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     began = time.monotonic()
     bench = Bench.start(Scale(1.0))
     print(f"bench workdir: {bench.work}", flush=True)
     try:
-        _rss_section(bench, args, args.budget - RESERVE, began)
+        figures = _rss_section(bench, args, args.budget - RESERVE, began)
     finally:
         bench.close()
+    if args.figures_json is not None:
+        write_figures(args.figures_json, figures)
     return 0
+
+
+def _footprint_argv(args: argparse.Namespace, budget: float) -> list[str]:
+    return [
+        "--budget", f"{budget:.0f}",
+        "--window", f"{args.window:g}",
+        "--rss-jobs", str(args.rss_jobs),
+        "--rss-wave", str(args.rss_wave),
+        "--stops", ",".join(str(n) for n in args.stops),
+    ]  # fmt: skip
+
+
+def _isolation(bench: Bench, args: argparse.Namespace, began: float) -> list[Figure]:
+    print(
+        f"\n-- isolation at F = 1 (operator settings at their defaults): {args.busy} others busy; "
+        f"simulator (real s): {scenario_isolation.durations()}",
+        flush=True,
+    )
+    iso = scenario_isolation.run(bench, args.busy)
+    for problem in iso.problems:
+        print(f"   problem: {problem}", flush=True)
+    new = isolation_figures(iso)
+    _section(new, "isolation (F = 1)", began)
+    return new
+
+
+def _idle(bench: Bench, args: argparse.Namespace, began: float) -> list[Figure]:
+    idle_scale = Scale(args.idle_scale)
+    print(f"\n-- billed idle at F = {idle_scale.factor:g}: {args.idle_jobs} jobs each, ours and "
+          "baseline side by side", flush=True)  # fmt: skip
+    ours, base = scenario_idle.run_side_by_side(bench, args.idle_jobs, idle_scale)
+    new = idle_figures(ours, base, idle_scale)
+    _section(new, f"billed idle (F = {idle_scale.factor:g})", began)
+    return new
+
+
+def _burst(bench: Bench, args: argparse.Namespace, began: float) -> list[Figure]:
+    print(
+        f"\n-- burst of {args.burst} at F = {args.burst_scale:g} (the footprint fills beside it)", flush=True
+    )
+    res = scenario_scale.run(bench, args.burst, Scale(args.burst_scale))
+    for problem in res.problems:
+        print(f"   problem: {problem}", flush=True)
+    new = burst_figures(res)
+    _section(new, f"burst (F = {args.burst_scale:g})", began)
+    return new
 
 
 def main(argv: list[str]) -> int:
@@ -147,43 +211,34 @@ def main(argv: list[str]) -> int:
     bench = Bench.start(scale)
     print(f"bench workdir: {bench.work}", flush=True)
     figures: list[Figure] = []
+    footprint: Background | None = None
     try:
-        print(
-            f"\n-- isolation at F = 1 (operator settings at their defaults): {args.busy} others busy; "
-            f"simulator (real s): {scenario_isolation.durations()}",
-            flush=True,
-        )
-        iso = scenario_isolation.run(bench, args.busy)
-        for problem in iso.problems:
-            print(f"   problem: {problem}", flush=True)
-        figures += isolation_figures(iso)
-        _section(figures[-2:], "isolation (F = 1)", began)
-
-        print(f"\n-- burst of {args.burst} at F = {args.burst_scale:g}", flush=True)
-        res = scenario_scale.run(bench, args.burst, Scale(args.burst_scale))
-        for problem in res.problems:
-            print(f"   problem: {problem}", flush=True)
-        new = burst_figures(res)
-        figures += new
-        _section(new, f"burst (F = {args.burst_scale:g})", began)
-
-        idle_scale = Scale(args.idle_scale)
-        print(f"\n-- billed idle at F = {idle_scale.factor:g}: {args.idle_jobs} jobs each, ours and "
-              "baseline side by side", flush=True)  # fmt: skip
-        ours, base = scenario_idle.run_side_by_side(bench, args.idle_jobs, idle_scale)
-        new = idle_figures(ours, base, idle_scale)
-        figures += new
-        _section(new, f"billed idle (F = {idle_scale.factor:g})", began)
-
+        # The billed-idle pair and isolation measure small fixed costs (process starts, API round
+        # trips): nothing runs beside them. Then the footprint fills in the background at nice 19
+        # beside the burst (tests/bench/background.py says why and how).
+        figures += _idle(bench, args, began)
+        figures += _isolation(bench, args, began)
+        left = args.budget - (time.monotonic() - began) - END_MARGIN
+        footprint = Background.start(bench.work / "footprint", _footprint_argv(args, left))
+        print(f"\n-- footprint at F = 1, in the background at nice {NICE} on its own control plane "
+              f"(log: {footprint.log})", flush=True)  # fmt: skip
+        figures += _burst(bench, args, began)
         if args.with_recovery:
             print("\n-- recovery", flush=True)
             new = scenario_recovery.run(scale.factor)
             figures += new
             _section(new, f"recovery (F = {scale.factor:g})", began)
-
-        figures += _rss_section(bench, args, args.budget - (time.monotonic() - began) - RESERVE, began)
+    except BaseException:
+        if footprint is not None:
+            footprint.stop()  # interrupted: stop the background stack too
+        raise
     finally:
         bench.close()
+    if footprint is not None:
+        print("\n-- footprint (background): the timed scenarios are done", flush=True)
+        new, log = footprint.collect(max(60.0, args.budget - (time.monotonic() - began) + 120.0))
+        print(log, flush=True)
+        figures += new
     total = time.monotonic() - began
     print(f"\n== results (each figure names its F; total {total / 60:.1f} min wall)\n")
     print(table(figures))

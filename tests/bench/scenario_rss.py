@@ -199,9 +199,11 @@ def run(
     window: float,
     stops: Sequence[int] = (),
     window_stop: int | None = None,
+    before_window: Callable[[], None] | None = None,
 ) -> RssResult:
     """`budget`: wall seconds for applying and reaching Running, stops included (the settle and
-    the last window come after)."""
+    the last window come after). `before_window` runs once the fill is steady, before the final
+    memory sample and window (the background child waits there for a quiet machine)."""
     res = RssResult(target=target, budget=budget)
     sc = bench.scenario("rss", scale=REAL, durations=FAST)
     try:
@@ -226,6 +228,9 @@ def run(
             res.problems.append(f"{len(left)} jobs still starting {SETTLE:.0f} s after the fill: not steady")
         res.running = sc.running()
         res.failed = sum(1 for n in names if sc.watch.status.get(n, {}).get("outcome"))
+        if before_window is not None:
+            before_window()
+        res.running = sc.running()
         res.memory = sampling.memory(pid, home)
         print(
             f"   steady window of {window:.0f} s starts: {res.running} Running, {res.memory.text()}",
