@@ -68,8 +68,8 @@ def isolation_figures(res: scenario_isolation.IsolationResult) -> list[Figure]:
 
 
 def slope_figures(res: scenario_rss.RssResult) -> list[Figure]:
-    """The per-job slope of the pod's memory over the fill's stops (50/100/200 Running), at F = 1;
-    and CPU and calls over a window at one of the stops, when one was taken."""
+    """The per-job slope of the pod's memory over the fill's stops (50/100/200 Running), at F = 1
+    (CPU and calls come from the steady window at the end: rss_figures)."""
     points = res.points
     mem_note = "; ".join(f"{n} running: {m.text()}" for n, m in points)
     figs: list[Figure] = []
@@ -89,29 +89,6 @@ def slope_figures(res: scenario_rss.RssResult) -> list[Figure]:
                 note=mem_note if what == "RSS" else "",
             )
         )
-    w = res.small
-    if w is None:  # CPU and calls are then the steady window's at the end (rss_figures)
-        return figs
-    figs.append(
-        Figure(
-            f"footprint: operator CPU at {w.jobs} running (F = 1)",
-            w.operator_cores,
-            "cores",
-            0.1,
-            note=f"{w.wall:.0f} s window; pod incl. brev/ssh processes {w.pod_cores:.3f} cores",
-            incomplete=not w.steady,
-        )
-    )
-    figs.append(
-        Figure(
-            f"footprint: brev+ssh calls per running job per minute at {w.jobs} running (F = 1)",
-            w.calls_per_job_min,
-            "calls",
-            2.0,
-            note="local brev and ssh processes in the window, per minute",
-            incomplete=not w.steady,
-        )
-    )
     return figs
 
 

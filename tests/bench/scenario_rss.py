@@ -5,15 +5,14 @@ epochs so they stay there. What a running job holds does not depend on how long 
 to boot, so only the way there is shortened.
 
 Jobs are applied in waves (one kubectl call each). At each of `stops` (50, 100, 200) the fill
-pauses until every applied job is Running and samples the pod's memory (the per-job slope); at
-`window_stop` (100) it also measures CPU and brev+ssh calls over a window. Past the last stop the
-waves pipeline: the next goes as soon as fewer than half a wave are still starting, until `target`
-are Running or the time budget ends. Then, once no job is still starting (steady state: a starting
-job's probes, pulls and status writes are not what 1,000 running jobs cost), the operator's RSS,
-the pod's RSS/PSS sum and process count, and CPU + calls over a window again. If the budget ends
-first, the figures are those at the count reached (and say so). The fill's CPU is split by process
-group (operator, its brev/ssh children, simulator, kube-apiserver, etcd, the bench itself) so a
-slow fill says what it waits for."""
+pauses until every applied job is Running and samples the pod's memory (the per-job slope). Past
+the last stop the waves pipeline: the next goes as soon as fewer than half a wave are still
+starting, until `target` are Running or the time budget ends. Then, once no job is still starting
+(steady state: a starting job's probes, pulls and status writes are not what 1,000 running jobs
+cost), the operator's RSS, the pod's RSS/PSS sum and process count, and CPU + brev/ssh calls over
+a window. If the budget ends first, the figures are those at the count reached (and say so). The
+fill's CPU is split by process group (operator, its brev/ssh children, simulator, kube-apiserver,
+etcd, the bench itself) so a slow fill says what it waits for."""
 
 from __future__ import annotations
 
@@ -69,7 +68,6 @@ class RssResult:
     target: int
     budget: float
     points: list[tuple[int, sampling.Memory]] = field(default_factory=list)  # at each stop
-    small: Window | None = None  # the window at `window_stop`
     applied: int = 0
     running: int = 0
     failed: int = 0
@@ -198,7 +196,6 @@ def run(
     budget: float,
     window: float,
     stops: Sequence[int] = (),
-    window_stop: int | None = None,
     before_window: Callable[[], None] | None = None,
 ) -> RssResult:
     """`budget`: wall seconds for applying and reaching Running, stops included (the settle and
@@ -214,8 +211,6 @@ def run(
             res.points.append((sc.running(), sampling.memory(pid, home)))
             print(f"   stop at {n} applied: {res.points[-1][0]} Running, {res.points[-1][1].text()}",
                   flush=True)  # fmt: skip
-            if n == window_stop:
-                res.small = _window(sc, window)
 
         cpu0 = cpu_groups(sc)
         names = _fill(sc, res, wave, stops, at_stop)
