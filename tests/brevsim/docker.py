@@ -20,13 +20,15 @@ from typing import Any
 from tests.brevsim import container as ct
 from tests.brevsim import control
 from tests.brevsim import faults as knobs
+from tests.brevsim.dirwatch import DirWatch
 from tests.brevsim.gotemplate import TemplateError, render, strip_table
 from tests.brevsim.model import NOMINAL, instance_delays
 from tests.brevsim.record import record_call, record_stdin
 from tests.brevsim.store import Store, read_json, write_json
 
-WAIT_FULL_EVERY = 5  # `docker wait`: a full check (state, liveness) every 5th poll
+WAIT_FULL_EVERY = 5  # `docker wait` without inotify: a full check (state, liveness) every 5th poll
 WAIT_NAP_S = 0.5  # `docker wait`'s poll while its container's processes live (it wakes on their exit)
+WAIT_SAFETY_S = 10.0  # with inotify: a full check this often anyway (a missed event is not fatal)
 DAEMON_DOWN = (
     "Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?"
 )
@@ -582,23 +584,38 @@ def cmd_wait(docker: ct.Docker, argv: list[str]) -> int:
         seen: tuple[int, int, int] | None = None
         polls = 0
         fds: list[int] | None = None  # None: not opened yet; []: a process exited (or none)
+        # A waiting `docker wait` must cost next to nothing (one per running job, 1,000 in the
+        # footprint bench): it sleeps on the container processes' pidfds and on an inotify watch
+        # of the container's directory (dirwatch.py); the state file is re-read only when it
+        # changed (every write is a rename), polled every 20 ms only once a process exited.
+        watch = DirWatch.open(path.parent)
         try:
             while True:
-                # A waiting `docker wait` must cost next to nothing (one per running job, 1,000 in
-                # the footprint bench): it sleeps on the container processes' pidfds, and polls the
-                # state file (re-read only when it changed: every write is a rename, and in full
-                # every WAIT_FULL_EVERY polls) every 20 ms only once one of them exited.
                 try:
                     info = path.stat()
                     stamp: tuple[int, int, int] | None = (info.st_ino, info.st_mtime_ns, info.st_size)
                 except FileNotFoundError:
                     stamp = None
                 polls += 1
-                if stamp == seen and polls % WAIT_FULL_EVERY:
-                    if fds and select.select(fds, [], [], WAIT_NAP_S)[0]:
+                # Sleeping on pidfds + inotify needs no periodic full check (bar the safety net);
+                # without either, every WAIT_FULL_EVERY-th poll is one (liveness, state).
+                periodic = not fds or watch is None
+                if stamp == seen and not (periodic and polls % WAIT_FULL_EVERY == 0):
+                    if not fds:
+                        if watch is not None:
+                            _drain_if_ready(watch, 0.02)
+                        else:
+                            time.sleep(0.02)
+                        continue
+                    waitables = fds + ([watch.fd] if watch is not None else [])
+                    nap = WAIT_NAP_S if watch is None else WAIT_SAFETY_S
+                    ready = select.select(waitables, [], [], nap)[0]
+                    if set(ready) & set(fds):
                         fds = _close(fds)  # an exit: the state changes within milliseconds now
-                    elif not fds:
-                        time.sleep(0.02)
+                    if watch is not None and watch.fd in ready:
+                        watch.drain()
+                    if watch is not None and not ready:
+                        seen = None  # the safety net: a full check now
                     continue
                 seen = stamp
                 st = docker.state(cid)
@@ -623,7 +640,14 @@ def cmd_wait(docker: ct.Docker, argv: list[str]) -> int:
                 time.sleep(0.02)
         finally:
             _close(fds or [])
+            if watch is not None:
+                watch.close()
     return code
+
+
+def _drain_if_ready(watch: DirWatch, timeout: float) -> None:
+    if select.select([watch.fd], [], [], timeout)[0]:
+        watch.drain()
 
 
 def tail_lines(data: bytes, n: int) -> bytes:

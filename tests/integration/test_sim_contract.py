@@ -11,6 +11,7 @@ import json
 import os
 import signal
 import subprocess
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -788,6 +789,29 @@ def test_docker_stop_sends_sigterm_and_the_exit_code_is_143(brev_sim: BrevSim) -
     assert remote(brev_sim, inst, run_tao("long")).returncode == 0
     assert remote(brev_sim, inst, "docker stop long").stdout == "long\n"
     assert remote(brev_sim, inst, "docker wait long").stdout == "143\n"
+
+
+def test_a_waiting_docker_wait_wakes_when_another_session_stops_the_container(brev_sim: BrevSim) -> None:
+    """`docker wait` sleeps on the container's pidfds and an inotify watch (no polling): a stop
+    from another ssh session must still end it with the container's exit code."""
+    inst = ready_instance(brev_sim)
+    docker_login(brev_sim, inst)
+    write_spec(brev_sim, inst, "long", epochs=100000)
+    assert remote(brev_sim, inst, run_tao("long")).returncode == 0
+    ssh = ["ssh", "-T", "-o", "BatchMode=yes", "-o", "LogLevel=ERROR", inst, "docker wait long"]
+    waiting = subprocess.Popen(ssh, env=brev_sim.env(), stdout=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 30
+        while not any(c.argv == ["wait", "long"] for c in brev_sim.calls()):
+            assert waiting.poll() is None, "docker wait ended before the stop"
+            assert time.monotonic() < deadline, "docker wait never started"
+            time.sleep(0.05)  # the call record is a file: no event to wait on
+        assert remote(brev_sim, inst, "docker stop long").stdout == "long\n"
+        out, _ = waiting.communicate(timeout=30)
+        assert (waiting.returncode, out) == (0, "143\n")
+    finally:
+        waiting.kill()
+        waiting.wait()
     status = brev_sim.instance_files(inst) / "taobrev" / "long" / "results" / "train" / "status.json"
     assert json.loads(status.read_text().splitlines()[-1])["status"] == "FAILURE"
 
