@@ -255,7 +255,11 @@ def main(argv: list[str]) -> int:
         bench.close()
     if footprint is not None:
         print("\n-- footprint (background): the timed scenarios are done", flush=True)
-        new, log = footprint.collect(max(60.0, args.budget - (time.monotonic() - began) + 120.0))
+        try:
+            new, log = footprint.collect(max(60.0, args.budget - (time.monotonic() - began) + 120.0))
+        except BaseException:
+            footprint.stop()  # interrupted while waiting for it: its stack must not outlive us
+            raise
         print(log, flush=True)
         figures += new
     total = time.monotonic() - began

@@ -15,9 +15,11 @@ read as ~60 real s."""
 from __future__ import annotations
 
 import itertools
+import re
 import statistics
 from collections import Counter
 from dataclasses import dataclass
+from typing import Any
 
 from tests.bench.figures import boot_and_ready, idle_billed, union_seconds
 from tests.bench.scale import Scale
@@ -62,10 +64,34 @@ class IdleResult:
     wall: float  # apply -> all finished
     writes_per_job: float
     brev_ssh_calls_per_job: float
+    retried: int = 0  # jobs whose first instance was discarded (counted billed: all of them)
 
 
-def _first(calls: list[SimCall], verb: str, refs: set[str]) -> float | None:
-    return min(brev_call_times(calls, verb, refs), default=None)
+def _first(calls: list[SimCall], verb: str, refs: set[str], after: float = float("-inf")) -> float | None:
+    return min((t for t in brev_call_times(calls, verb, refs) if t >= after), default=None)
+
+
+def attempts_of(final_name: str, instances: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every instance a job had: a new attempt's instance is the first one's name + `-a<N>`
+    (controller/naming.py), so a retried job's earlier instances are found from its last one."""
+    base = re.sub(r"-a\d+$", "", final_name)
+    same = re.compile(re.escape(base) + r"(-a\d+)?")
+    return [i for i in instances if same.fullmatch(str(i.get("name", "")))]
+
+
+def billed_spans(calls: list[SimCall], instances: list[dict[str, Any]]) -> list[tuple[float, float]] | None:
+    """(`brev create` sent, first `brev delete` of it sent) per instance; None if one of them was
+    never created or deleted by the operator (the job is not over: nothing to measure)."""
+    spans = []
+    for inst in instances:
+        created = _first(calls, "create", {str(inst["name"])})
+        if created is None:
+            return None
+        deleted = _first(calls, "delete", {str(inst["name"]), str(inst["id"])}, after=created)
+        if deleted is None:
+            return None
+        spans.append((created, deleted))
+    return spans
 
 
 @dataclass
@@ -103,19 +129,29 @@ def collect(bench: Bench, wl: Workload) -> IdleResult:
         left = sc.watch.wait(names, finished, timeout=max(300.0, 20 * lifecycle))
         wall = max((sc.watch.first_seen[n].get("Deleted", 0.0) for n in names), default=0.0) - began
         calls = sc.calls()
+        instances = sc.sim.instances(include_deleted=True)
+        boot_and_run = sc.scale.wall(boot_and_ready(nominal) + EPOCHS * nominal["epoch_seconds"])
+        retried = 0
         idle: list[float] = []
         outcomes: Counter[str] = Counter()
         for n in names:
             st = sc.watch.status.get(n, {})
             outcomes[str(st.get("outcome") or ("unfinished" if n in left else "none"))] += 1
-            refs = {str(st.get("instanceName") or ""), str(st.get("instanceId") or "")} - {""}
-            created, deleted = _first(calls, "create", refs), _first(calls, "delete", refs)
-            if created is None or deleted is None or st.get("outcome") != "Succeeded":
+            if st.get("outcome") != "Succeeded":
                 continue
-            inst = str(st.get("instanceName"))
-            remote = [c for c in calls if c.where == "remote" and c.instance == inst and c.ts < deleted]
-            boot_and_run = sc.scale.wall(boot_and_ready(nominal) + EPOCHS * nominal["epoch_seconds"])
-            idle.append(idle_billed(created, deleted, boot_and_run + transfer_seconds(remote)))
+            # Billed: every instance the job had (a job whose probe overran its deadline had its
+            # first one deleted and retried on a new one). Work: ONE boot + ready, the transfers
+            # and the run; a discarded instance's boot did nothing the job needed.
+            mine = attempts_of(str(st.get("instanceName") or ""), instances)
+            spans = billed_spans(calls, mine)
+            if not spans:
+                continue
+            work = boot_and_run
+            for inst, (_, deleted) in zip(mine, spans, strict=True):
+                on_it = [c for c in calls if c.where == "remote" and c.instance == inst["name"]]
+                work += transfer_seconds([c for c in on_it if c.ts < deleted])
+            idle.append(idle_billed(0.0, sum(d - c for c, d in spans), work))
+            retried += len(spans) > 1
         local = sum(1 for c in calls if c.where == "local" and c.program in ("brev", "ssh"))
         return IdleResult(
             label=sc.name,
@@ -125,6 +161,7 @@ def collect(bench: Bench, wl: Workload) -> IdleResult:
             wall=wall,
             writes_per_job=statistics.fmean(sc.watch.writes[n] for n in names),
             brev_ssh_calls_per_job=local / len(names),
+            retried=retried,
         )
     finally:
         sc.close()

@@ -185,20 +185,31 @@ class Scenario:
     scale: Scale
     applied: dict[str, float] = field(default_factory=dict)
 
-    def manifests(self, names: Iterable[str], *, epochs: int, epoch_seconds: float) -> list[dict[str, Any]]:
+    def manifests(
+        self,
+        names: Iterable[str],
+        *,
+        epochs: int,
+        epoch_seconds: float,
+        recovery: dict[str, Any] | None = None,
+    ) -> list[dict[str, Any]]:
         timeouts = self.scale.timeouts()
         sim = {"epochs": epochs, "epoch_seconds": epoch_seconds}
         out = []
         for name in names:
             m = self.stack.job_manifest(name, simulation=sim, timeouts=timeouts)
             m["metadata"]["namespace"] = self.stack.namespace
+            if recovery is not None:
+                m["spec"]["recovery"] = recovery
             out.append(m)
         return out
 
-    def apply_all(self, names: list[str], *, epochs: int, epoch_seconds: float) -> float:
+    def apply_all(
+        self, names: list[str], *, epochs: int, epoch_seconds: float, recovery: dict[str, Any] | None = None
+    ) -> float:
         """Create every job in ONE kubectl call (jobs "applied at once": one POST each, no
         client-side-apply GET first); returns the wall time just before the call."""
-        items = self.manifests(names, epochs=epochs, epoch_seconds=epoch_seconds)
+        items = self.manifests(names, epochs=epochs, epoch_seconds=epoch_seconds, recovery=recovery)
         began = time.time()
         self.stack.cp.kubectl(
             "create",

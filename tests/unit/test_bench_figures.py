@@ -23,10 +23,11 @@ from tests.bench.figures import (
 from tests.bench.report import idle_figures, isolation_figures, rss_figures, slope_figures
 from tests.bench.sampling import Memory
 from tests.bench.scale import SCALED_SETTINGS, Scale
-from tests.bench.scenario_idle import IdleResult
+from tests.bench.scenario_idle import IdleResult, attempts_of, billed_spans
 from tests.bench.scenario_isolation import IsolationResult, durations
 from tests.bench.scenario_rss import RssResult
 from tests.brevsim.faults import check, durations_for
+from tests.brevsim.harness import SimCall
 
 
 def test_slope_is_the_least_squares_fit() -> None:
@@ -236,3 +237,28 @@ def test_rss_fill_rate_and_a_window_taken_while_jobs_started_is_a_miss() -> None
     assert {f.name: f for f in rss_figures(res)}[
         "footprint: operator CPU at 100 running (F = 1)"
     ].verdict == "pass"
+
+
+def _brev(verb: str, ref: str, ts: float) -> SimCall:
+    return SimCall("brev", [verb, ref], "local", None, ts, 0)
+
+
+def test_a_retried_job_is_billed_for_every_instance_it_had() -> None:
+    """The first instance of a job whose probe overran its deadline was billed too: from its
+    create to its delete (by id), then the retry's (`-a2`) from create to delete."""
+    instances = [
+        {"name": "tbj-m-ns-job-1234abcd", "id": "aaa"},
+        {"name": "tbj-m-ns-job-1234abcd-a2", "id": "bbb"},
+        {"name": "tbj-m-ns-job2-1234abcd", "id": "ccc"},  # another job: not its instance
+    ]
+    mine = attempts_of("tbj-m-ns-job-1234abcd-a2", instances)
+    assert [i["id"] for i in mine] == ["aaa", "bbb"]
+    calls = [
+        _brev("create", "tbj-m-ns-job-1234abcd", 10.0),
+        _brev("delete", "aaa", 100.0),
+        _brev("delete", "aaa", 101.0),  # the confirming delete (not-found): not a second span
+        _brev("create", "tbj-m-ns-job-1234abcd-a2", 105.0),
+        _brev("delete", "bbb", 300.0),
+    ]
+    assert billed_spans(calls, mine) == [(10.0, 100.0), (105.0, 300.0)]
+    assert billed_spans(calls[:4], mine) is None  # the retry is not deleted yet: nothing to measure
