@@ -58,6 +58,7 @@ SETTLE = 300.0  # s: after the fill, how long the last starters may take before 
 # ... and after a fill cut short by its budget: the caller's budget holds (the window is then
 # flagged not steady if jobs are still starting), so the bench ends on time.
 LATE_SETTLE = 30.0
+APPLY_CUTOFF = 90.0  # s before the fill's budget ends: no new wave (its jobs could not settle)
 
 
 @dataclass(frozen=True)
@@ -144,13 +145,21 @@ def _fill(
     At each of `stops` the fill waits until every applied job is Running, then calls `at_stop`."""
     began = time.monotonic()
     deadline = began + res.budget
+    # No new wave this close to the end: the last ones reach Running inside the budget, so the
+    # window after it is steady (no job starting) at whatever count was reached.
+    last_apply = deadline - APPLY_CUTOFF
     names: list[str] = []
     pending = sorted(n for n in stops if n < res.target)
     # Keep about one wave starting at a time: the next wave goes when fewer than half a wave of
     # the applied jobs are still on their way to Running (a pipeline, not lock-step waves).
     while time.monotonic() < deadline:
         starting = _starting(sc, names)
-        if len(names) >= res.target and not starting:
+        if (len(names) >= res.target or time.monotonic() >= last_apply) and not starting:
+            if len(names) < res.target:
+                res.problems.append(
+                    f"time budget ({res.budget:.0f} s): the last wave went {APPLY_CUTOFF:.0f} s before "
+                    f"its end, {len(names)} of {res.target} jobs applied"
+                )
             break
         if pending and len(names) >= pending[0]:
             if starting:
@@ -160,7 +169,7 @@ def _fill(
             at_stop(pending.pop(0))
             continue
         limit = min(res.target, pending[0] if pending else res.target)
-        if len(names) < limit and starting < wave / 2:
+        if len(names) < limit and starting < wave / 2 and time.monotonic() < last_apply:
             batch = [f"r-{i:04d}" for i in range(len(names), min(limit, len(names) + wave))]
             try:
                 sc.apply_all(
