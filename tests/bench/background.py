@@ -4,8 +4,8 @@ Filling 1,000 Running jobs takes 6-10 minutes of both cores, more than the 15-mi
 left after the scenarios that measure time. So it runs beside them, on its own control plane (it
 never sits in their API server's queue), in a cgroup at idle CPU priority (`idle_cgroup.py`: its
 control plane, simulator, operator and every brev/ssh child only get CPU the timed scenarios leave
-unused). Without such a cgroup it runs at `nice -n 19`, which autogroup scheduling defeats (the
-billed-idle pair measured 2.34x worse beside it), so the bench then starts it only beside the
+unused). Without such a cgroup it runs at `nice -n 19`, which autogroup scheduling defeats (ours'
+billed idle per job tripled beside it), so the bench then starts it only beside the
 burst, which shrugs it off. Its memory figures do not depend on CPU priority; its CPU and calls
 window waits until the parent says the machine is quiet (a line on the child's stdin), so that
 window is measured alone.

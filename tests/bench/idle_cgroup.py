@@ -4,7 +4,8 @@
 scheduling (`/proc/sys/kernel/sched_autogroup_enabled` = 1, the default on desktop and many cloud
 kernels), every `setsid` starts a new task group that competes at full weight whatever its nice
 value, and the operator, the simulator and ssh start a new session for nearly every process they
-spawn. Measured: the billed-idle pair's figure 2.34x worse with the fill beside it at nice 19.
+spawn. Measured: beside the fill at nice 19, ours' billed idle per job tripled (its fixed process
+costs); in this cgroup by 15-48% (33 real s alone; 38, 49, 42 in three runs).
 
 A cgroup holds: its members and every descendant stay in it across `setsid`, and a task in a
 non-root cgroup is not autogrouped. With `cpu.idle = 1` (Linux >= 5.15; else the smallest

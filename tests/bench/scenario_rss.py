@@ -57,7 +57,7 @@ NO_CHECKPOINTS = {"checkpointIntervalSeconds": 86400}
 SETTLE = 300.0  # s: after the fill, how long the last starters may take before the window anyway
 # ... and after a fill cut short by its budget: the caller's budget holds (the window is then
 # flagged not steady if jobs are still starting), so the bench ends on time.
-LATE_SETTLE = 30.0
+LATE_SETTLE = 15.0
 APPLY_CUTOFF = 90.0  # s before the fill's budget ends: no new wave (its jobs could not settle)
 
 
