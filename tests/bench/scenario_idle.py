@@ -15,7 +15,6 @@ read as ~60 real s."""
 from __future__ import annotations
 
 import itertools
-import re
 import statistics
 from collections import Counter
 from dataclasses import dataclass
@@ -71,23 +70,27 @@ def _first(calls: list[SimCall], verb: str, refs: set[str], after: float = float
     return min((t for t in brev_call_times(calls, verb, refs) if t >= after), default=None)
 
 
-def attempts_of(final_name: str, instances: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Every instance a job had: a new attempt's instance is the first one's name + `-a<N>`
-    (controller/naming.py), so a retried job's earlier instances are found from its last one."""
-    base = re.sub(r"-a\d+$", "", final_name)
-    same = re.compile(re.escape(base) + r"(-a\d+)?")
-    return [i for i in instances if same.fullmatch(str(i.get("name", "")))]
+def attempts_of(status: dict[str, Any]) -> list[tuple[str, str]]:
+    """(instance name, Brev id or "") of every instance the job had, from its own record
+    (`status.attempts`, written before each `brev create`); the current instance if it has none."""
+    recorded = [
+        (str(a.get("instanceName") or ""), str(a.get("instanceId") or ""))
+        for a in status.get("attempts") or []
+    ]
+    if not recorded and status.get("instanceName"):
+        recorded = [(str(status["instanceName"]), str(status.get("instanceId") or ""))]
+    return [(name, iid) for name, iid in recorded if name]
 
 
-def billed_spans(calls: list[SimCall], instances: list[dict[str, Any]]) -> list[tuple[float, float]] | None:
+def billed_spans(calls: list[SimCall], instances: list[tuple[str, str]]) -> list[tuple[float, float]] | None:
     """(`brev create` sent, first `brev delete` of it sent) per instance; None if one of them was
     never created or deleted by the operator (the job is not over: nothing to measure)."""
     spans = []
-    for inst in instances:
-        created = _first(calls, "create", {str(inst["name"])})
+    for name, iid in instances:
+        created = _first(calls, "create", {name})
         if created is None:
             return None
-        deleted = _first(calls, "delete", {str(inst["name"]), str(inst["id"])}, after=created)
+        deleted = _first(calls, "delete", {name, iid} - {""}, after=created)
         if deleted is None:
             return None
         spans.append((created, deleted))
@@ -129,7 +132,6 @@ def collect(bench: Bench, wl: Workload) -> IdleResult:
         left = sc.watch.wait(names, finished, timeout=max(300.0, 20 * lifecycle))
         wall = max((sc.watch.first_seen[n].get("Deleted", 0.0) for n in names), default=0.0) - began
         calls = sc.calls()
-        instances = sc.sim.instances(include_deleted=True)
         boot_and_run = sc.scale.wall(boot_and_ready(nominal) + EPOCHS * nominal["epoch_seconds"])
         retried = 0
         idle: list[float] = []
@@ -142,13 +144,13 @@ def collect(bench: Bench, wl: Workload) -> IdleResult:
             # Billed: every instance the job had (a job whose probe overran its deadline had its
             # first one deleted and retried on a new one). Work: ONE boot + ready, the transfers
             # and the run; a discarded instance's boot did nothing the job needed.
-            mine = attempts_of(str(st.get("instanceName") or ""), instances)
+            mine = attempts_of(st)
             spans = billed_spans(calls, mine)
             if not spans:
                 continue
             work = boot_and_run
-            for inst, (_, deleted) in zip(mine, spans, strict=True):
-                on_it = [c for c in calls if c.where == "remote" and c.instance == inst["name"]]
+            for (name, _), (_, deleted) in zip(mine, spans, strict=True):
+                on_it = [c for c in calls if c.where == "remote" and c.instance == name]
                 work += transfer_seconds([c for c in on_it if c.ts < deleted])
             idle.append(idle_billed(0.0, sum(d - c for c, d in spans), work))
             retried += len(spans) > 1

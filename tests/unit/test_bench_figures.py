@@ -245,14 +245,18 @@ def _brev(verb: str, ref: str, ts: float) -> SimCall:
 
 def test_a_retried_job_is_billed_for_every_instance_it_had() -> None:
     """The first instance of a job whose probe overran its deadline was billed too: from its
-    create to its delete (by id), then the retry's (`-a2`) from create to delete."""
-    instances = [
-        {"name": "tbj-m-ns-job-1234abcd", "id": "aaa"},
-        {"name": "tbj-m-ns-job-1234abcd-a2", "id": "bbb"},
-        {"name": "tbj-m-ns-job2-1234abcd", "id": "ccc"},  # another job: not its instance
-    ]
-    mine = attempts_of("tbj-m-ns-job-1234abcd-a2", instances)
-    assert [i["id"] for i in mine] == ["aaa", "bbb"]
+    create to its delete (by id), then the retry's (`-a2`) from create to delete. The instances
+    come from the job's own `status.attempts`."""
+    status = {
+        "instanceName": "tbj-m-ns-job-1234abcd-a2",
+        "instanceId": "bbb",
+        "attempts": [
+            {"attempt": 1, "instanceName": "tbj-m-ns-job-1234abcd", "instanceId": "aaa"},
+            {"attempt": 2, "instanceName": "tbj-m-ns-job-1234abcd-a2", "instanceId": "bbb"},
+        ],
+    }
+    mine = attempts_of(status)
+    assert mine == [("tbj-m-ns-job-1234abcd", "aaa"), ("tbj-m-ns-job-1234abcd-a2", "bbb")]
     calls = [
         _brev("create", "tbj-m-ns-job-1234abcd", 10.0),
         _brev("delete", "aaa", 100.0),
@@ -262,3 +266,5 @@ def test_a_retried_job_is_billed_for_every_instance_it_had() -> None:
     ]
     assert billed_spans(calls, mine) == [(10.0, 100.0), (105.0, 300.0)]
     assert billed_spans(calls[:4], mine) is None  # the retry is not deleted yet: nothing to measure
+    # A status without attempts[] (an older operator): its current instance alone.
+    assert attempts_of({"instanceName": "tbj-x", "instanceId": "ccc"}) == [("tbj-x", "ccc")]
