@@ -34,7 +34,9 @@ class IdleCgroup:
 
     @classmethod
     def create(cls, name: str) -> tuple[IdleCgroup | None, str]:
-        """(the cgroup, how its priority is set) or (None, why there is none)."""
+        """(the cgroup, how its priority is set) or (None, why there is none). Tries v1's cpu
+        hierarchy, then v2; a hierarchy that refuses goes on to the next."""
+        why: list[str] = []
         for root, low in ((V1, "cpu.shares"), (V2, "cpu.weight")):
             if root is V2 and "cpu" not in _read(V2 / "cgroup.controllers").split():
                 continue
@@ -44,7 +46,8 @@ class IdleCgroup:
             try:
                 path.mkdir(exist_ok=True)
             except OSError as e:
-                return None, f"cannot create a cgroup under {root}: {e}"
+                why.append(f"cannot create a cgroup under {root}: {e}")
+                continue
             for knob, value in (("cpu.idle", "1"), (low, "2" if low == "cpu.shares" else "1")):
                 try:
                     (path / knob).write_text(value)
@@ -52,8 +55,10 @@ class IdleCgroup:
                     continue
                 return cls(path, f"cgroup {path} with {knob} = {value}"), ""
             path.rmdir()
-            return None, f"{path}: neither cpu.idle nor {low} is writable"
-        return None, "no cgroup cpu controller is mounted (/sys/fs/cgroup/cpu or a v2 cgroup.controllers)"
+            why.append(f"{path}: neither cpu.idle nor {low} is writable")
+        return None, "; ".join(why) or (
+            "no cgroup cpu controller is mounted (/sys/fs/cgroup/cpu or a v2 cgroup.controllers)"
+        )
 
     def wrap(self, cmd: list[str]) -> list[str]:
         """`cmd` started inside the cgroup: the shell moves itself in, then execs `cmd`, so no

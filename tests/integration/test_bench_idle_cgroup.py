@@ -103,3 +103,23 @@ def test_kill_all_reports_and_stops_what_is_left(roots: tuple[Path, Path]) -> No
     finally:
         straggler.kill()
         straggler.wait()
+
+
+def test_a_v1_hierarchy_that_refuses_a_group_falls_through_to_v2(
+    roots: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    v1, v2 = roots
+    (v1 / "cgroup.procs").write_text("")
+    (v2 / "cgroup.procs").write_text("")
+    (v2 / "cgroup.controllers").write_text("cpu")
+    real_mkdir = Path.mkdir
+
+    def refuse_v1(self: Path, *a: object, **kw: object) -> None:
+        if self.parent == v1:
+            raise PermissionError(13, "Read-only file system", str(self))
+        real_mkdir(self, *a, **kw)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Path, "mkdir", refuse_v1)
+    group, why = IdleCgroup.create("fill")
+    assert group is not None, why
+    assert group.path.parent == v2
