@@ -159,7 +159,10 @@ def test_every_metric_in_the_deploy_readme_is_exposed_after_a_run(stack: Stack) 
     docs = documented_metrics()
     assert len(docs) >= 10, f"the metric table in {README} did not parse: {docs}"
 
-    stack.apply(stack.job_manifest("documented"))
+    # Running must last long enough to be seen: at the simulator's speed 0.01 the default 3 x 2 s
+    # epochs run in 0.06 s, and one fresh-clone run polled past the whole Running phase (the job
+    # was Deleted before `kubectl get` saw it Running). 2 x 1,000 nominal s = ~20 s of Running.
+    stack.apply(stack.job_manifest("documented", simulation={"epochs": 2, "epoch_seconds": 1000}))
     stack.wait_for(
         "documented",
         lambda o: ((o or {}).get("status") or {}).get("phase") == "Running",
