@@ -97,8 +97,13 @@ def test_prometheus_scrapes_jobs_by_phase_and_brev_calls_during_a_run(
     assert {"create", "ssh_exec", "delete", "ls"} <= set(by_label(calls, "verb")), calls
     (created,) = prometheus.query('sum(taobrev_brev_cli_calls_total{verb="create", result="ok"})')
     assert created.value == stack.sim.created_count() == 2
-    outcomes = by_label(prometheus.query("sum by (outcome) (taobrev_job_outcomes_total)"), "outcome")
-    assert outcomes == {"Succeeded": 1.0, "Failed": 1.0}
+    # The outcome is counted in the pass that ends the job, which a scrape can fall between: wait
+    # for the next scrapes rather than read one instant (a fresh-clone run saw only Succeeded).
+    prometheus.wait_query(
+        "sum by (outcome) (taobrev_job_outcomes_total)",
+        lambda samples: by_label(samples, "outcome") == {"Succeeded": 1.0, "Failed": 1.0},
+        "Prometheus to count one Succeeded and one Failed outcome",
+    )
 
     # deploy/monitoring's rules run against these real series without errors.
     def evaluated() -> list[dict[str, Any]] | None:
