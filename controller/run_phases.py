@@ -3,6 +3,8 @@ Pulling and Running. Once the run has ended, controller/teardown.py takes over."
 
 from __future__ import annotations
 
+import zlib
+
 from controller import admission, naming, reasons, recovery
 from controller.absence import instance_fate
 from controller.brev.client import DELETING, FAILURE, RUNNING, STOPPED, STOPPING, CreateRequest
@@ -259,9 +261,10 @@ def _phase_left(p: Pass) -> float | None:
 
 
 def wait_bound(p: Pass) -> float:
-    """The blocking wait's bound: wait_timeout, but no later than the next checkpoint sync or the
-    Running deadline, so neither is overrun by a whole wait (never under 1 s: a call's floor)."""
-    bound = p.tun.wait_timeout
+    """The blocking wait's bound: up to wait_timeout (see _wait_grid), but no later than the next
+    checkpoint sync or the Running deadline, so neither is overrun by a whole wait (never under
+    1 s: a call's floor)."""
+    bound = _wait_grid(p.tun.wait_timeout, p.s.job_id or "", p.now.timestamp())
     due = recovery.sync_due_in(p)
     if due is not None:
         bound = min(bound, due)
@@ -269,6 +272,19 @@ def wait_bound(p: Pass) -> float:
     if left is not None:
         bound = min(bound, left)
     return max(min(1.0, p.tun.wait_timeout), bound)
+
+
+def _wait_grid(period: float, job_id: str, now: float) -> float:
+    """Seconds from `now` to the job's next wait end, in [period/2, period).
+
+    Each job's waits end on its own grid (half-period steps at an offset hashed from the job id;
+    crc32, not hash(), so it survives an operator restart). Jobs applied together, or resumed
+    together after a restart, would otherwise re-arm in lockstep: a hundred ssh sessions and
+    passes in the same second every period instead of a steady trickle. Consecutive waits still
+    end one period apart (the pass between them costs far less than half a period)."""
+    half = period / 2.0
+    offset = zlib.crc32(job_id.encode()) / 2**32 * half
+    return half + (offset - now) % half
 
 
 def pulling(p: Pass) -> None:

@@ -181,8 +181,30 @@ def test_a_running_container_is_waited_for_with_a_bounded_wait() -> None:
     d = decide(at(Phase.RUNNING), instance=running())
     (wait,) = d.actions
     assert isinstance(wait, WaitForExit)
-    assert wait.timeout_seconds == TUN.wait_timeout
+    assert TUN.wait_timeout / 2 <= wait.timeout_seconds < TUN.wait_timeout
     assert wait.start_if_missing
+
+
+def test_running_jobs_started_together_do_not_re_arm_their_waits_together() -> None:
+    # A wave applied at once must not come back every period in the same second.
+    ends = set()
+    for i in range(40):
+        st = at(Phase.RUNNING).model_copy(update={"job_id": f"job-{i:02d}-abcdef"})
+        (wait,) = decide(st, instance=running()).actions
+        assert isinstance(wait, WaitForExit)
+        ends.add(round(wait.timeout_seconds))
+    assert len(ends) >= 10, ends
+
+
+def test_consecutive_waits_of_a_job_end_one_period_apart() -> None:
+    st = at(Phase.RUNNING).model_copy(update={"job_id": "job-x-123456"})
+    (first,) = decide(st, instance=running()).actions
+    assert isinstance(first, WaitForExit)
+    # The wait ran to its bound; the next pass comes 0.5 s later (the pass and the call's overhead).
+    later = T0 + timedelta(seconds=first.timeout_seconds + 0.5)
+    (second,) = decide(st, instance=running(), now=later).actions
+    assert isinstance(second, WaitForExit)
+    assert second.timeout_seconds == pytest.approx(TUN.wait_timeout - 0.5)
 
 
 def test_exit_zero_uploads_then_deletes_then_finishes_succeeded() -> None:
