@@ -3,6 +3,7 @@ Pulling and Running. Once the run has ended, controller/teardown.py takes over."
 
 from __future__ import annotations
 
+import math
 import zlib
 
 from controller import admission, naming, reasons, recovery
@@ -275,16 +276,18 @@ def wait_bound(p: Pass) -> float:
 
 
 def _wait_grid(period: float, job_id: str, now: float) -> float:
-    """Seconds from `now` to the job's next wait end, in [period/2, period).
+    """Seconds from `now` to the job's next wait end, in [period/2, period].
 
     Each job's waits end on its own grid (half-period steps at an offset hashed from the job id;
     crc32, not hash(), so it survives an operator restart). Jobs applied together, or resumed
     together after a restart, would otherwise re-arm in lockstep: a hundred ssh sessions and
     passes in the same second every period instead of a steady trickle. Consecutive waits still
-    end one period apart (the pass between them costs far less than half a period)."""
+    end one period apart (the pass between them costs far less than half a period). Whole
+    seconds, rounded up: the remote `timeout` takes whole seconds, and a wait cut short of its
+    grid point would make the next one a half period long (one call too many per period)."""
     half = period / 2.0
     offset = zlib.crc32(job_id.encode()) / 2**32 * half
-    return half + (offset - now) % half
+    return float(math.ceil(half + (offset - now) % half))
 
 
 def pulling(p: Pass) -> None:
