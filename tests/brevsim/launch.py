@@ -72,16 +72,20 @@ def native_template(store: Store, name: str) -> Path:
 
 
 def write_local_bin(store: Store, bin_dir: Path) -> None:
-    py = python_of(store)
     state = str(store.root)
     bin_dir.mkdir(parents=True, exist_ok=True)
-    write_exe(bin_dir / "brev", script(py, "tests.brevsim.cli", "main", state, str(bin_dir)))
+    # `brev` is a native client of the zygote (zygote.py) like an instance's `docker`: a fork of
+    # a warm interpreter per call, not a Python start (`script` writes the same CLI as a Python script).
+    native.install(
+        native_template(store, "zclient"),
+        bin_dir / "brev",
+        [zygote.address(state), "brev", state, str(bin_dir)],
+    )
     real_ssh, real_agent = real_program("ssh", bin_dir), real_program("ssh-agent", bin_dir)
     calls, marker = str(store.root / "calls.jsonl"), str(store.root.resolve())
     wrapper = native_template(store, "sshwrap")
     native.install(wrapper, bin_dir / "ssh", ["ssh", calls, marker, real_ssh])
     native.install(wrapper, bin_dir / "ssh-agent", ["ssh-agent", calls, marker, real_agent])
-    native_template(store, "zclient")  # built now, in the harness, not inside a `brev create`
 
 
 def make_sandbox(store: Store, inst: dict[str, Any]) -> Path:
@@ -93,7 +97,7 @@ def make_sandbox(store: Store, inst: dict[str, Any]) -> Path:
     state = str(store.root)
     iid = str(inst["id"])
     client, address = native_template(store, "zclient"), zygote.address(state)
-    for program in zygote.PROGRAMS:
+    for program in zygote.INSTANCE_PROGRAMS:
         native.install(client, d / "bin" / program, [address, program, state, iid])
     write_json(
         d / "meta.json",

@@ -4,6 +4,8 @@ call must cost about what the real program costs, not a Python start).
 - An instance's `docker`/`nvidia-smi` is a native client of the zygote (tests/brevsim/zygote.py):
   exit codes, stdout/stderr, stdin, signals (forwarded, re-raised, inherited as ignored) and
   cleanup must be those of the Python program run directly.
+- The local `brev` is a zygote client as well: the same answers as the CLI run as a script, and
+  a caller that kills its process group kills what the call started (brev exec's ssh).
 - `ssh`/`ssh-agent` are a native recorder + exec of the real OpenSSH: the call log line must be
   what record.record_call writes.
 """
@@ -20,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from tests.brevsim import container, native
+from tests.brevsim import container, launch, native
 from tests.brevsim.control import MARKER
 from tests.brevsim.harness import BrevSim
 from tests.fixtures.polling import wait_until
@@ -299,3 +301,85 @@ def test_a_missing_gcc_is_a_clear_error(tmp_path: Path) -> None:
     )
     assert proc.returncode == 1
     assert b"apt-get install gcc" in proc.stderr
+
+
+# -- the local `brev`: a zygote client too ---------------------------------------------------------
+
+
+def _brev_script(sim: BrevSim, tmp_path: Path) -> Path:
+    """The same CLI as the Python script `brev` was before it became a zygote client."""
+    path = tmp_path / "brev-script"
+    text = launch.script(sys.executable, "tests.brevsim.cli", "main", str(sim.state_dir), str(sim.bin_dir))
+    path.write_text(text)
+    path.chmod(0o755)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("args", "stdin"),
+    [
+        (["ls"], b""),  # not logged in: the CLI's error and exit code
+        (["--version", "--no-check-latest"], b""),
+        (["nosuchverb"], b""),
+        (["login", "--token"], b""),  # stdin at EOF at once: the login EOF quirk
+        (["create", "--help"], b""),
+    ],
+)
+def test_local_brev_answers_as_the_python_cli(
+    sim: BrevSim, tmp_path: Path, args: list[str], stdin: bytes
+) -> None:
+    assert (sim.bin_dir / "brev").read_bytes()[:4] == b"\x7fELF"  # the native client
+    env = sim.env()
+
+    def run(program: str) -> subprocess.CompletedProcess[bytes]:
+        return subprocess.run(
+            [program, *args], check=False, env=env, input=stdin, capture_output=True, timeout=HANG_GUARD
+        )
+
+    got, want = run("brev"), run(str(_brev_script(sim, tmp_path)))
+    assert (got.returncode, got.stdout, got.stderr) == (want.returncode, want.stdout, want.stderr)
+
+
+def _ssh_with(token: str) -> list[int]:
+    """Live local ssh clients whose command line carries `token`."""
+    out = []
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit():
+            continue
+        try:
+            cmd = (p / "cmdline").read_bytes()
+            stat = (p / "stat").read_text()
+        except OSError:
+            continue
+        comm, state = stat[stat.index("(") + 1 : stat.rindex(")")], stat.rpartition(")")[2].split()[0]
+        if comm == "ssh" and token.encode() in cmd and state != "Z":
+            out.append(int(p.name))
+    return out
+
+
+def test_killing_a_brev_calls_process_group_kills_what_the_call_started(sim: BrevSim) -> None:
+    # The operator runs brev in a session of its own and kills the whole group at a timeout; the
+    # ssh that `brev exec` started must die with it, as it did when the CLI was a local process.
+    sim.login_api_key()
+    sim.add_instance("grp")
+    env = sim.env()
+    refresh = subprocess.run(
+        ["brev", "refresh"], check=False, env=env, capture_output=True, timeout=HANG_GUARD
+    )
+    assert refresh.returncode == 0, refresh.stderr
+    token = "taobrev-killpg-probe"
+    proc = subprocess.Popen(
+        ["brev", "exec", "grp", f"sleep 300; echo {token}"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    try:
+        wait_until(lambda: _ssh_with(token), "brev exec's ssh to start")
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(HANG_GUARD)
+        wait_until(lambda: not _ssh_with(token), "the killed brev call's ssh to end")
+    finally:
+        if proc.poll() is None:
+            proc.kill()

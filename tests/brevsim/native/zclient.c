@@ -91,6 +91,13 @@ int main(int argc, char **argv) {
         if (sigismember(&orig, s) == 1) strcat(blocked, tmp);
     }
 
+    /* Which of fds 0/1/2 the caller left open, before this client opens anything: a closed
+     * stdin (`exec 0<&-`) must stay closed for the program, not become our socket. */
+    int fds[4], nfds = 0, mask = 0;
+    for (int fd = 0; fd < 3; fd++) {
+        if (fcntl(fd, F_GETFD) != -1) { fds[nfds++] = fd; mask |= 1 << fd; }
+    }
+
     sock = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (sock < 0) die("socket");
     struct sockaddr_un sun = {.sun_family = AF_UNIX};
@@ -100,10 +107,6 @@ int main(int argc, char **argv) {
     if (connect(sock, (struct sockaddr *)&sun, (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + alen)) != 0)
         die("is not reachable");
 
-    int fds[4], nfds = 0, mask = 0;
-    for (int fd = 0; fd < 3; fd++) {
-        if (fcntl(fd, F_GETFD) != -1) { fds[nfds++] = fd; mask |= 1 << fd; }
-    }
     int cwd = open(".", O_PATH | O_DIRECTORY | O_CLOEXEC);
     if (cwd >= 0) { fds[nfds++] = cwd; mask |= 1 << 3; }
 
