@@ -13,10 +13,10 @@ Layout (moto-like: the model is apart from the wire format):
 - docker.py, container.py, tao.py, awsbridge.py, gotemplate.py: what runs on an instance
 - harness.py: `BrevSim`, the test/demo harness (SIM-CONTRACT.md, next to this file)
 
-- zygote.py + native/zclient.c: the instances' `docker`/`nvidia-smi`, native clients of a fork
-  server; native.py compiles the native programs (SIM-CONTRACT.md section 11)
+- zygote.py + native/zclient.c: the local `brev` and the instances' `docker`/`nvidia-smi`, native
+  clients of a fork server; native.py compiles the native programs (SIM-CONTRACT.md section 11)
 
-The executables have the state directory baked in (launch.py): `brev` is a tiny Python script run
-with `python -IS` (standard library only: tens of ms a call); `ssh`, `ssh-agent`, `docker` and
-`nvidia-smi` are native (about a millisecond of the caller's CPU). Only the daemon imports asyncssh.
+The executables have the state directory baked in (launch.py): `brev`, `ssh`, `ssh-agent`,
+`docker` and `nvidia-smi` are native (milliseconds of CPU a call, not a Python start; the Python
+programs behind the zygote use the standard library only). Only the daemon imports asyncssh.
 """

@@ -1,8 +1,8 @@
 """Talking to the simulator daemon (daemon.py) from short-lived simulator processes and the harness.
 
 One JSON request per connection on an abstract unix socket named after the state directory (no
-path-length limit, no file to clean up). Standard library only: `brev`, `docker` and the ssh
-wrappers run as `python -IS`.
+path-length limit, no file to clean up). Standard library only: the zygote's programs (`brev`,
+`docker`) run in forks of a `python -IS` interpreter.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ gcc on first use into `$TAOBREV_CACHE/brevsim-native/<sha of sources + gcc versi
 parallel test processes may race, the first rename wins). Their arguments (state dir, instance
 id, real ssh path, ...) are baked into each installed copy by patching a marked data region
 (`native/baked.h`), so no shell script or argument file sits between the caller and the program.
-Standard library only: `brev create` (a `python -IS` process) installs an instance's programs.
+Standard library only: `brev create` (a zygote worker) installs an instance's programs.
 """
 
 from __future__ import annotations
