@@ -261,6 +261,9 @@ def _phase_left(p: Pass) -> float | None:
     return None if limit is None else limit - p.phase_age()
 
 
+_MIN_WAIT_S = 1.0  # a call's floor (see wait_bound)
+
+
 def wait_bound(p: Pass) -> float:
     """The blocking wait's bound: up to wait_timeout (see _wait_grid), but no later than the next
     checkpoint sync or the Running deadline, so neither is overrun by a whole wait (never under
@@ -276,18 +279,20 @@ def wait_bound(p: Pass) -> float:
 
 
 def _wait_grid(period: float, job_id: str, now: float) -> float:
-    """Seconds from `now` to the job's next wait end, in [period/2, period].
+    """Seconds from `now` to the job's next wait end, in (0, period]: its waits end at
+    offset + k x period, the offset hashed from the job id (crc32, not hash(): it survives an
+    operator restart) over the whole period.
 
-    Each job's waits end on its own grid (half-period steps at an offset hashed from the job id;
-    crc32, not hash(), so it survives an operator restart). Jobs applied together, or resumed
-    together after a restart, would otherwise re-arm in lockstep: a hundred ssh sessions and
-    passes in the same second every period instead of a steady trickle. Consecutive waits still
-    end one period apart (the pass between them costs far less than half a period). Whole
-    seconds, rounded up: the remote `timeout` takes whole seconds, and a wait cut short of its
-    grid point would make the next one a half period long (one call too many per period)."""
-    half = period / 2.0
-    offset = zlib.crc32(job_id.encode()) / 2**32 * half
-    return float(math.ceil(half + (offset - now) % half))
+    Jobs applied together, or resumed together after a restart, would otherwise re-arm in
+    lockstep: a hundred ssh sessions and passes in the same second every period instead of a
+    steady trickle. The first wait is shorter (one extra call per job); from then on one wait
+    per period. Whole seconds, rounded up: the remote `timeout` takes whole seconds, and a wait
+    cut short of its grid point would make the next one a few seconds long."""
+    offset = zlib.crc32(job_id.encode()) / 2**32 * period
+    left = period - (now - offset) % period
+    if left < _MIN_WAIT_S:
+        left += period
+    return float(math.ceil(left))
 
 
 def pulling(p: Pass) -> None:

@@ -112,7 +112,11 @@ def rss_figures(res: scenario_rss.RssResult) -> list[Figure]:
     if not reached:
         how = f"NOT {res.target:,}: {how}; figures are those at {res.running:,}"
     m = res.memory
-    steady = "steady: no job starting" if res.window_steady else "NOT steady: jobs were still starting"
+    steady = (
+        "steady: no job starting, every container waited on"
+        if res.window_steady
+        else "NOT steady: jobs were still starting"
+    )
 
     calls = res.calls_per_job_min
 
