@@ -21,6 +21,8 @@ REPO = str(Path(__file__).resolve().parents[2])
 
 
 def script(python: str, module: str, func: str, *baked: str) -> str:
+    """A program as a `python -IS` script: what `brev` was before the zygote (the native tests
+    compare the two)."""
     args = "".join(f"{a!r}, " for a in baked)
     return (
         f"#!{python} -IS\n"
@@ -29,17 +31,6 @@ def script(python: str, module: str, func: str, *baked: str) -> str:
         f"from {module} import {func}\n"
         f"sys.exit({func}({args}sys.argv[1:]))\n"
     )
-
-
-def write_exe(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    tmp.chmod(0o755)
-    tmp.replace(path)
-
-
-def python_of(store: Store) -> str:
-    return str(store.config().get("python") or "/usr/bin/python3")
 
 
 def real_program(name: str, bin_dir: Path) -> str:
