@@ -209,7 +209,9 @@ class KubeAccess:
             last: ApiException | None = None
             for body in attempts:
                 try:
-                    self._custom.patch_namespaced_custom_object_status(
+                    # The answer (the whole object) is not read: parsing it was a tenth of the
+                    # operator's CPU at 1,000 running jobs. Errors still raise, with their body.
+                    answer = self._custom.patch_namespaced_custom_object_status(
                         GROUP,
                         VERSION,
                         namespace,
@@ -217,7 +219,10 @@ class KubeAccess:
                         name,
                         {"status": body},
                         _request_timeout=self._timeout,
+                        _preload_content=False,
                     )
+                    answer.drain_conn()  # read to the end, so the connection goes back to the pool
+                    answer.release_conn()
                 except ApiException as exc:
                     if exc.status == 404:
                         return False

@@ -22,7 +22,7 @@ from typing import Any, Protocol
 import structlog
 from pydantic import ValidationError
 
-from controller import machine
+from controller import machine, recovery
 from controller.actions import ActionRunner, JobContext, JobSecrets
 from controller.admission import Admission, JobFacts, gpus_of
 from controller.backoff import exponential
@@ -477,9 +477,9 @@ class Reconciler:
             ended_at=finished.timestamp() if finished else None,
         )
         if status.billed_seconds is not None:
-            self._recorder.job_billing(
-                ref.namespace, ref.name, status.billed_seconds, status.estimated_cost_dollars
-            )
+            # Exact, not the stored figure (which moves in recovery.BILL_STEP_SECONDS steps).
+            billed, cost = recovery.exact_totals(status, self._clock())
+            self._recorder.job_billing(ref.namespace, ref.name, billed, cost)
 
     def _account(self, ref: JobRef, old: TaoBrevJobStatus, new: TaoBrevJobStatus) -> None:
         old_phase, new_phase = old.phase, new.phase

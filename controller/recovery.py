@@ -32,13 +32,15 @@ from controller import naming, reasons
 from controller.brev.client import STOPPED, STOPPING
 from controller.container_paths import RESULTS_DIR
 from controller.decision_pass import Pass
-from controller.models import AttemptRecord, CheckpointStatus, Outcome, Phase
+from controller.models import AttemptRecord, CheckpointStatus, Outcome, Phase, TaoBrevJobStatus
 from controller.status_text import clip
 from controller.steps import EventNote, RestoreCheckpoints, SyncCheckpoints
 
-# Stored billed seconds of a running attempt move in steps of this much, so an idle pass writes
-# no status; ended attempts and the budget check use the exact figure.
-BILL_STEP_SECONDS = 60
+# Stored billed seconds of a running attempt move in steps of this much. Every step is a status
+# write and a watch event per running job: at 60 s (every exit wait re-arm) they were half the
+# operator's CPU at 1,000 running jobs (issue 11). Status is the coarse human view; the budget
+# check, ended attempts and the billing gauges use the exact figure every pass.
+BILL_STEP_SECONDS = 600
 RESUME_KEY = "train.resume_training_checkpoint_path"
 
 
@@ -219,9 +221,14 @@ def billed_seconds(rec: AttemptRecord, now: datetime, finished_at: datetime | No
 
 def totals(p: Pass) -> tuple[float, float | None]:
     """(billed seconds, cost in dollars or None when a price is unknown) over all attempts, exact."""
+    return exact_totals(p.s, p.now)
+
+
+def exact_totals(status: TaoBrevJobStatus, now: datetime) -> tuple[float, float | None]:
+    """`totals` from a status alone (the billing gauges, between the stored steps)."""
     secs, cost, known = 0.0, 0.0, True
-    for rec in p.s.attempts or ():
-        b = billed_seconds(rec, p.now, p.s.finished_at)
+    for rec in status.attempts or ():
+        b = billed_seconds(rec, now, status.finished_at)
         secs += b
         if rec.price_per_hour is not None:
             cost += b * rec.price_per_hour / 3600

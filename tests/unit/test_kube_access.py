@@ -65,13 +65,27 @@ class FakeCustom:
         self.bodies: list[dict[str, Any]] = []
         self.timeouts: list[Any] = []
 
-    def patch_namespaced_custom_object_status(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+    def patch_namespaced_custom_object_status(self, *args: Any, **kwargs: Any) -> Unread:
         self.timeouts.append(kwargs.get("_request_timeout"))
         self.bodies.append(args[5])
         answer = self.answers.pop(0) if self.answers else None
         if answer is not None:
             raise answer
-        return {}
+        assert kwargs.get("_preload_content") is False  # the answer is never parsed
+        return Unread()
+
+
+class Unread:
+    """An answer left unread (urllib3's response): it must go back to the pool."""
+
+    def __init__(self) -> None:
+        self.released = False
+
+    def drain_conn(self) -> None:
+        pass
+
+    def release_conn(self) -> None:
+        self.released = True
 
 
 def access(core: Any = None, custom: Any = None, **kwargs: Any) -> KubeAccess:

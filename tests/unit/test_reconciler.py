@@ -338,3 +338,24 @@ def test_the_status_kept_between_passes_is_the_written_one_exactly() -> None:
     assert kept.phase_times["WaitingExec"].second == 0
     assert kept.conditions and all(c.last_transition_time is not None for c in kept.conditions)
     assert any(c.last_transition_time == clock.now for c in kept.conditions), kept.conditions
+
+
+def test_the_billing_gauge_is_exact_between_the_stored_steps() -> None:
+    """The stored billedSeconds moves in long steps (a status write each); the gauge every pass."""
+    registry = CollectorRegistry()
+    brev = Brev(Instance(name="tbj-ns-job-1", id="i-7", status="DEPLOYING"))
+    kube, clock = Kube(), Clock()
+    rec = reconciler(brev, kube, clock=clock)
+    rec._recorder = Recorder(registry)
+    status = {**PROVISIONING, "brevIdentity": "alice", "createRequestedAt": "2026-11-29T11:59:00Z"}
+
+    def gauge() -> float | None:
+        return registry.get_sample_value("taobrev_job_billed_seconds", {"namespace": "ns", "name": "job"})
+
+    asyncio.run(rec.reconcile(ref(status)))
+    assert kube.patches[-1]["billedSeconds"] == 60
+    assert gauge() == 60.0
+    clock.advance(100)
+    asyncio.run(rec.reconcile(ref(kube.patches[-1])))
+    assert len(kube.patches) == 1  # nothing changed but the clock: no write
+    assert gauge() == 160.0

@@ -7,7 +7,9 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from controller import naming, reasons
+import pytest
+
+from controller import naming, reasons, recovery
 from controller.brev.client import FAILURE, RUNNING, STOPPED, Instance
 from controller.models import AttemptRecord, Outcome, Phase, TaoBrevJobSpec, TaoBrevJobStatus, merge_patch
 from controller.steps import (
@@ -413,12 +415,23 @@ def test_a_reached_cost_budget_counts_every_attempt() -> None:
     assert "maxCostDollars" in (d.status.message or "")
 
 
-def test_an_idle_running_pass_writes_the_same_billed_figure_within_a_minute() -> None:
+def test_an_idle_running_pass_writes_the_same_billed_figure_within_a_step() -> None:
+    """Each stored step is a status write per running job; the step is long (see recovery.py)."""
     first = step(running_job(), instance=inst(), now=T0 + timedelta(seconds=30)).status
-    again = step(first, instance=inst(), now=T0 + timedelta(seconds=80)).status
-    assert again.billed_seconds == first.billed_seconds
-    later = step(first, instance=inst(), now=T0 + timedelta(seconds=91)).status
-    assert later.billed_seconds == 91
+    step_s = recovery.BILL_STEP_SECONDS
+    assert step_s >= 300
+    again = step(first, instance=inst(), now=T0 + timedelta(seconds=30 + step_s - 1)).status
+    assert again.billed_seconds == first.billed_seconds == 30
+    later = step(first, instance=inst(), now=T0 + timedelta(seconds=30 + step_s)).status
+    assert later.billed_seconds == 30 + step_s
+
+
+def test_between_steps_the_exact_totals_still_move_for_the_gauges_and_the_budget() -> None:
+    first = step(running_job(), instance=inst(), price_per_hour=3.6, now=T0 + timedelta(seconds=30)).status
+    secs, cost = recovery.exact_totals(first, T0 + timedelta(seconds=100))
+    assert first.billed_seconds == 30
+    assert secs == 100
+    assert cost == pytest.approx(0.1)
 
 
 # --- names ---------------------------------------------------------------------------------------
