@@ -263,7 +263,10 @@ class ActionRunner:
         try:
             async with self._lanes.hold(Lane.WAIT, deadline):
                 info = await wl.wait_exit_with_tail(
-                    int(action.timeout_seconds), LOG_TAIL_LINES, deadline=deadline
+                    int(action.timeout_seconds),
+                    LOG_TAIL_LINES,
+                    deadline=deadline,
+                    tail_while_running=action.tail,
                 )
         except ContainerNotFound:
             if not action.start_if_missing:

@@ -295,6 +295,18 @@ def _wait_grid(period: float, job_id: str, now: float) -> float:
     return float(math.ceil(left))
 
 
+def tail_due(p: Pass) -> bool:
+    """Does this wait read the log tail while the container still runs? The first wait after a
+    start does; then one wait in every log_tail_interval / wait_timeout of the job's grid
+    (_wait_grid), so consecutive waits take turns without any state. An exit always brings it."""
+    period, every = p.tun.wait_timeout, p.tun.log_tail_interval
+    started = p.s.container_started_at
+    if every <= period or started is None or p.since(started) < period:
+        return True
+    offset = zlib.crc32((p.s.job_id or "").encode()) / 2**32 * period
+    return math.floor((p.now.timestamp() - offset) / period) % round(every / period) == 0
+
+
 def pulling(p: Pass) -> None:
     if instance_gone_or_failed(p):
         if p.s.outcome:
@@ -434,7 +446,12 @@ def running(p: Pass) -> None:
     # A bounded blocking wait: returns as soon as the container exits, costs one brev call per
     # wait_timeout while it runs.
     p.actions.append(
-        WaitForExit(p.instance, timeout_seconds=wait_bound(p), resume_path=recovery.resume_path(p))
+        WaitForExit(
+            p.instance,
+            timeout_seconds=wait_bound(p),
+            resume_path=recovery.resume_path(p),
+            tail=tail_due(p),
+        )
     )
     p.requeue = 0.0
 

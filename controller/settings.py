@@ -77,7 +77,15 @@ class Settings(BaseModel):
         ge=1,
         le=600,
         description="bound of the blocking `docker wait` of a running job: it returns at the exit, "
-        "so this only sets the calls per running job (one per this) and the log-tail refresh",
+        "so this only sets the calls per running job (one per this)",
+    )
+    log_tail_interval: float = Field(
+        600.0,
+        ge=0,
+        le=86400,
+        description="how often a running job's log tail (status.lastLogLines) is read with its wait: "
+        "at most once per this, in whole waits (the first wait after a start and an exit always read "
+        "it); every changed tail is a status write",
     )
     probe_interval_max: float = Field(
         10.0,
@@ -205,6 +213,7 @@ class Settings(BaseModel):
         return Tunables(
             poll_interval=self.poll_interval,
             wait_timeout=self.wait_timeout,
+            log_tail_interval=self.log_tail_interval,
             probe_interval_max=self.probe_interval_max,
             stop_grace=self.stop_grace,
             create_settle=self.create_settle,

@@ -147,6 +147,8 @@ class WaitForExit:
     # While running normally a missing container is (re)started; while stopping it is not.
     start_if_missing: bool = True
     resume_path: str | None = None
+    # Also read the log tail if the container still runs at the end (an exit always brings it).
+    tail: bool = True
 
 
 @dataclass(frozen=True)

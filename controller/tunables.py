@@ -13,8 +13,13 @@ class Tunables:
 
     poll_interval: float = 5.0
     # The blocking `docker wait` of a running job returns at the exit; its bound only sets how
-    # often a running job costs a call (and refreshes the log tail): one per this many seconds.
+    # often a running job costs a call: one per this many seconds.
     wait_timeout: float = 120.0
+    # A running job's log tail (status.lastLogLines) is read with its wait at most once per this
+    # (whole waits; the first wait after a start and an exit always read it). A training job's
+    # log changes all the time, so every read is a status write and a watch event: one per wait
+    # was 8 writes/s at 1,000 running jobs, and one more docker call per wait on the instance.
+    log_tail_interval: float = 600.0
     # Exec probes of a fresh instance back off from poll_interval to this: a first exec takes
     # 600 s and more, and probing it every poll interval cost a process per job per 5 s. The
     # interval stays below a tenth of the time already waited, so readiness is seen late by

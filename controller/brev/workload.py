@@ -682,17 +682,25 @@ class Workload:
         return f"docker logs --tail {int(tail)} {shlex.quote(self.job_id)} 2>&1 | tail -c {TAIL_MAX_BYTES}"
 
     async def wait_exit_with_tail(
-        self, timeout_s: int, tail: int = TAIL_LINES, *, deadline: datetime | None = None
+        self,
+        timeout_s: int,
+        tail: int = TAIL_LINES,
+        *,
+        deadline: datetime | None = None,
+        tail_while_running: bool = True,
     ) -> ExitInfo:
         """`wait_exit` plus the container's State.FinishedAt and its last `tail` log lines, in the
-        SAME brev call: no extra round trip between the exit and the next step."""
+        SAME brev call: no extra round trip between the exit and the next step. The tail comes
+        back at an exit, and if the container still runs only with `tail_while_running`."""
         seconds = self._wait_seconds(timeout_s, deadline)
         name = shlex.quote(self.job_id)
-        # The tail also comes back while it still runs: progress in status every wait, for free.
+        read_tail = f"echo {_TAIL_MARK}; {self._tail_command(tail)}"
+        if not tail_while_running:
+            read_tail = f"if [ $rc -ne {_TIMEOUT_RC} ]; then {read_tail}; fi"
         command = (
             f"timeout {seconds} docker wait {name} 2>&1; rc=$?; echo {_STATE_MARK}; "
             f"if [ $rc -eq 0 ]; then docker inspect --format '{{{{json .State}}}}' {name} 2>/dev/null; fi; "
-            f"echo {_TAIL_MARK}; {self._tail_command(tail)}; exit $rc"
+            f"{read_tail}; exit $rc"
         )
         result = await self._run(command, seconds + self.settings.wait_margin, deadline, "docker wait")
         head, _, rest = result.stdout.partition(f"{_STATE_MARK}\n")

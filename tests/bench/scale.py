@@ -39,6 +39,7 @@ BREV_NOMINAL: dict[str, float] = {
 SCALED_SETTINGS: tuple[str, ...] = (
     "poll_interval",
     "wait_timeout",
+    "log_tail_interval",
     "listing_max_age",
     "secret_max_age",
     "create_settle",

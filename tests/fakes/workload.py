@@ -175,7 +175,12 @@ class FakeWorkload(Workload):
                 self._remove(path)
 
     async def wait_exit_with_tail(
-        self, timeout_s: int, tail: int = TAIL_LINES, *, deadline: datetime | None = None
+        self,
+        timeout_s: int,
+        tail: int = TAIL_LINES,
+        *,
+        deadline: datetime | None = None,
+        tail_while_running: bool = True,
     ) -> ExitInfo:
         seconds = self._wait_seconds(timeout_s, deadline)
         inst = self._gate("docker wait", seconds + self.settings.wait_margin, deadline)
@@ -190,7 +195,7 @@ class FakeWorkload(Workload):
             container.settle(clock.monotonic())
         lines = tuple(f"epoch {k} loss 0.{k}" for k in range(1, 4))[-tail:]
         if container.running or container.exited_at is None:
-            return ExitInfo(None, None, lines)
+            return ExitInfo(None, None, lines if tail_while_running else ())
         # docker's State.FinishedAt: when it really exited, not when we looked.
         finished = clock.now() - timedelta(seconds=clock.monotonic() - container.exited_at)
         return ExitInfo(container.final_code, finished, lines)

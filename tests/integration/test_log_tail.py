@@ -86,3 +86,39 @@ def test_a_progress_bar_collapses_to_its_last_redraw(brev_sim: BrevSim, sim_clie
     info = asyncio.run(job.wait_exit_with_tail(5))
     assert info.tail[-3:] == ("Epoch 1/1", "100%|##########| 100/100", "validation loss 0.12")
     assert len(info.tail) <= TAIL_LINES
+
+
+def test_a_wait_reads_the_tail_of_a_running_container_only_when_asked(
+    brev_sim: BrevSim, sim_client: BrevCLI
+) -> None:
+    """TAOBREV_LOG_TAIL_INTERVAL: most waits of a running job skip `docker logs` on the instance
+    (each changed tail is a status write); an exit always brings the tail."""
+    name = "tbj-skip"
+    brev_sim.add_instance(name)
+    job = Workload(sim_client, name, "job-skip", settings=WorkloadSettings())
+
+    def logs_calls() -> int:
+        return sum(1 for c in brev_sim.calls() if c.program == "docker" and c.argv[:1] == ["logs"])
+
+    async def scenario() -> None:
+        # 10 s per epoch at the fixture's speed: it runs through both 1 s waits below.
+        await job.write_spec(json.dumps({"simulation": {"epochs": 2, "epoch_seconds": 1000}}))
+        await job.pull_image(TAO, ngc_api_key=b"nvapi-k")
+        assert await job.start_container(TAO, "visual_changenet", "train")
+        before = logs_calls()
+        quiet = await job.wait_exit_with_tail(1, tail_while_running=False)
+        assert quiet.code is None
+        assert quiet.tail == ()
+        assert logs_calls() == before  # not even run on the instance
+        asked = await job.wait_exit_with_tail(1)
+        assert asked.code is None
+        assert asked.tail  # TAO's first lines
+        assert logs_calls() == before + 1
+        await job.stop_container(0)
+        info = await job.wait_exit_with_tail(5, tail_while_running=False)
+        assert info.code is not None
+        assert info.tail[: len(asked.tail)] == asked.tail  # at an exit the tail comes back all the same
+        assert "SIGTERM" in info.tail[-1]
+        assert logs_calls() == before + 2
+
+    asyncio.run(scenario())

@@ -7,6 +7,7 @@ a simulated Brev is the component and model tiers' job (tests/component, tests/m
 
 from __future__ import annotations
 
+import itertools
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -213,6 +214,38 @@ def test_a_running_job_costs_one_wait_per_period() -> None:
         now += timedelta(seconds=int(wait.timeout_seconds) + 0.3)
         waits += 1
     assert waits <= 21  # the first wait is shorter
+
+
+def test_a_running_job_reads_its_log_tail_once_per_interval_and_on_its_first_wait() -> None:
+    # Every changed tail is a status write: with the default 600 s over 30 s waits, one wait in
+    # 20 asks for it while the container runs (an exit always brings it: see Workload).
+    every = round(TUN.log_tail_interval / TUN.wait_timeout)
+    assert every >= 2
+    for i in range(20):
+        st = at(Phase.RUNNING, container_started_at=T0).model_copy(update={"job_id": f"job-{i}-tail"})
+        now, tails, waits = T0, [], 0
+        while now < T0 + timedelta(seconds=TUN.log_tail_interval * 5):  # within runningSeconds
+            (wait,) = decide(st, instance=running(), now=now).actions
+            assert isinstance(wait, WaitForExit)
+            if waits == 0:
+                assert wait.tail  # the first lines after the start are shown at once
+            tails.append(wait.tail)
+            now += timedelta(seconds=int(wait.timeout_seconds) + 0.3)
+            waits += 1
+        assert 4 <= sum(tails[1:]) <= 5, (i, sum(tails))  # 100 waits, one in 20
+        # spread evenly: never two asked in a row
+        assert not any(a and b for a, b in itertools.pairwise(tails[1:]))
+
+
+def test_a_log_tail_interval_within_one_wait_reads_it_every_wait() -> None:
+    tun = machine.Tunables(wait_timeout=30, log_tail_interval=30)
+    st = at(Phase.RUNNING, container_started_at=T0)
+    for k in range(10):
+        obs = Observation(now=T0 + timedelta(seconds=300 + 30 * k), instance_known=True, instance=running())
+        d = machine.decide(EPHEMERAL, st, obs, namespace="n", name="j", uid="u", generation=1, tunables=tun)
+        (wait,) = d.actions
+        assert isinstance(wait, WaitForExit)
+        assert wait.tail
 
 
 def test_exit_zero_uploads_then_deletes_then_finishes_succeeded() -> None:
