@@ -6,17 +6,20 @@ socket named after the state directory (no path-length limit: pytest state dirs 
 instance's `docker` is a tiny native client (native/zclient.c) that sends its argv, environment,
 umask, ignored/blocked signals and passes fds 0/1/2 and its working directory. Per call:
 
-    zygote --fork--> handler --fork--> worker: dup2 the fds, fchdir, environ, argv, signal
-                                       dispositions and mask, fresh sys.std*, run main(), flush,
-                                       os._exit(code) (a worker may also execve)
-    handler: relays the signals the client forwards; client gone (EOF) -> SIGKILL the worker;
-             worker ended -> sends `exit N` / `signal N` and exits, so the client sees EOF only
-             once the handler is gone (no simulator process outlives a finished call).
+    zygote --fork--> worker: close what it inherited, dup2 the fds, fchdir, environ, argv,
+                     signal dispositions and mask, fresh sys.std*, run main(), flush,
+                     os._exit(code) (a worker may also execve)
+    zygote (one select loop over every call): relays the signals the client forwards; client
+             gone (EOF) -> SIGKILL the worker; worker ended (its pidfd) -> reaps it, sends
+             `exit N` / `signal N` and closes, so the client sees EOF only once the worker is
+             gone (no simulator process outlives a finished call).
 
-A call thus costs two forks of a warm interpreter instead of an interpreter start plus ~50 ms of
-imports. Every process here inherits the zygote's environment block, which carries the marker
-(control.MARKER): the reaper finds handlers and workers whatever the client sent. The zygote
-exits when the daemon stops it or goes away. Standard library only.
+A call thus costs one fork of a warm interpreter instead of an interpreter start plus ~50 ms of
+imports. (A handler process per call, forking the worker and relaying for it, cost another fork,
+its copy-on-write faults and its exit: ~2.5 of the ~13 ms a `docker` call cost; the footprint
+bench makes ~10 calls per job start and two per exit wait.) Every process here inherits the
+zygote's environment block, which carries the marker (control.MARKER): the reaper finds workers
+whatever the client sent. The zygote exits when the daemon stops it or goes away. Standard library only.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import hashlib
 import importlib
 import io
 import os
-import select
+import selectors
 import signal
 import socket
 import subprocess
@@ -46,6 +49,8 @@ PROGRAMS = {**INSTANCE_PROGRAMS, **LOCAL_PROGRAMS}
 MAGIC = b"BZ1"
 CHECK_PARENT_S = 0.5  # how often an idle zygote checks that its daemon is still there
 MAX_REQUEST = 64 << 20
+MAX_FD = 1 << 20  # closerange's end (close_range(2) with it costs nothing per fd)
+REQUEST_TIMEOUT_S = 10.0  # a client sends its whole request right after connecting
 
 
 def address(state: Path | str) -> str:
@@ -141,11 +146,22 @@ def run_worker(req: Request, conn: socket.socket) -> None:
     """In the forked worker: become the program the client would have exec'd; never returns."""
     code = 1
     try:
-        conn.close()
+        # First, so no other call's connection stays open here: the zygote's listener, selector,
+        # every other client's connection and worker pidfd. Then the client's fds take 0/1/2.
+        for n in (0, 1, 2):
+            if n in req.fds:
+                os.dup2(req.fds[n], n)
+            else:
+                with contextlib.suppress(OSError):
+                    os.close(n)
+        if 3 in req.fds:
+            os.fchdir(req.fds[3])
+        conn.detach()  # closed below with the rest: its object must never close a reused fd
+        os.closerange(3, MAX_FD)
         if req.program in LOCAL_PROGRAMS:
             # Its children (brev exec's bash, ssh-agent, ssh) were the caller's process group's,
-            # which a caller's timeout kills whole; here they are this group's, which the handler
-            # kills whole when the client goes (see handle).
+            # which a caller's timeout kills whole; here they are this group's, which the zygote
+            # kills whole when the client goes (see relay).
             os.setpgid(0, 0)
         for sig in signal.valid_signals():
             if sig in (signal.SIGKILL, signal.SIGSTOP):
@@ -157,17 +173,6 @@ def run_worker(req: Request, conn: socket.socket) -> None:
         # an interpreter ignores these at start-up, whatever it inherited
         signal.signal(signal.SIGPIPE, signal.SIG_IGN)
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-        for n in (0, 1, 2):
-            if n in req.fds:
-                os.dup2(req.fds[n], n)
-            else:
-                with contextlib.suppress(OSError):
-                    os.close(n)
-        for n, fd in req.fds.items():
-            if n == 3:
-                os.fchdir(fd)
-            if fd > 2:
-                os.close(fd)
         os.umask(req.umask)
         env = dict(os.fsdecode(e).split("=", 1) for e in req.env if b"=" in e)
         os.environ.clear()
@@ -204,58 +209,69 @@ def run_worker(req: Request, conn: socket.socket) -> None:
         os._exit(code)
 
 
-def handle(conn: socket.socket) -> None:
-    """In the per-call handler process: start the worker, relay signals, report how it ended."""
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+class Call:
+    """One client's call: its connection and worker (pidfd), while either is open."""
+
+    def __init__(self, conn: socket.socket, program: str, pid: int) -> None:
+        self.conn = conn
+        self.program = program
+        self.pid = pid
+        self.pidfd = os.pidfd_open(pid)
+        self.client_gone = False
+
+
+def start_call(conn: socket.socket) -> Call | None:
+    """Read the request and fork its worker (None: answered already, nothing runs)."""
+    conn.settimeout(REQUEST_TIMEOUT_S)
     req = recv_request(conn)
-    if req.program not in PROGRAMS:
-        if 2 in req.fds:
-            os.write(req.fds[2], f"brevsim zygote: no program {req.program!r}\n".encode())
-        conn.sendall(b"exit 127\n")
-        return
-    pid = os.fork()
-    if pid == 0:
-        run_worker(req, conn)
-    for fd in req.fds.values():
-        os.close(fd)
-    pidfd = os.pidfd_open(pid)
-    client_gone = False
-    while True:
-        ready, _, _ = select.select([pidfd] if client_gone else [conn.fileno(), pidfd], [], [])
-        if pidfd in ready:
-            break
-        data = conn.recv(64)
-        if not data:
-            client_gone = True  # as the program would die with its killed process
-            with contextlib.suppress(ProcessLookupError):
-                if req.program in LOCAL_PROGRAMS:
-                    os.killpg(pid, signal.SIGKILL)  # and what it started, as a killpg would
-                else:
-                    os.kill(pid, signal.SIGKILL)
-            continue
-        for sig in data:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, sig)
-    _, status = os.waitpid(pid, 0)
-    if client_gone:
-        return
-    if os.WIFSIGNALED(status):
-        reply = f"signal {os.WTERMSIG(status)}\n"
-    else:
-        reply = f"exit {os.waitstatus_to_exitcode(status)}\n"
-    with contextlib.suppress(OSError):
-        conn.sendall(reply.encode())
-
-
-def reap(signum: int, frame: object) -> None:
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
+    try:
+        if req.program not in PROGRAMS:
+            if 2 in req.fds:
+                os.write(req.fds[2], f"brevsim zygote: no program {req.program!r}\n".encode())
+            conn.sendall(b"exit 127\n")
+            return None
+        pid = os.fork()
         if pid == 0:
-            return
+            run_worker(req, conn)
+        return Call(conn, req.program, pid)
+    finally:
+        for fd in req.fds.values():
+            os.close(fd)
+
+
+def relay(call: Call) -> bool:
+    """The client sent signal numbers, or went away (False: stop listening to it)."""
+    try:
+        data = call.conn.recv(64)
+    except BlockingIOError:
+        return True
+    except OSError:
+        data = b""
+    if not data:
+        call.client_gone = True  # as the program would die with its killed process
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(call.pid, signal.SIGKILL)
+        if call.program in LOCAL_PROGRAMS:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(call.pid, signal.SIGKILL)  # and what it started, as a killpg would
+        return False
+    for sig in data:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(call.pid, sig)
+    return True
+
+
+def finish(call: Call) -> None:
+    """The worker ended: reap it, then tell the client how (unless it is gone)."""
+    ended = os.waitid(os.P_PIDFD, call.pidfd, os.WEXITED)
+    os.close(call.pidfd)
+    if call.client_gone or ended is None:
+        return
+    how = "exit" if ended.si_code == os.CLD_EXITED else "signal"  # killed or dumped: the signal
+    reply = f"{how} {ended.si_status}\n"
+    with contextlib.suppress(OSError):
+        call.conn.setblocking(True)
+        call.conn.sendall(reply.encode())
 
 
 def serve(state: str) -> None:
@@ -264,9 +280,9 @@ def serve(state: str) -> None:
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind("\0" + address(state))
     listener.listen(1024)
-    listener.settimeout(CHECK_PARENT_S)
+    listener.setblocking(False)
     parent = os.getppid()
-    signal.signal(signal.SIGCHLD, reap)
+    # Workers are reaped through their pidfds (waitid): SIGCHLD stays at its default.
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the daemon's stop: at once, nothing to save
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     gc.freeze()  # what is imported now stays shared with every fork (no collector writes to it)
@@ -274,28 +290,53 @@ def serve(state: str) -> None:
     sys.stdout.flush()
     with contextlib.suppress(OSError):
         os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # the daemon stopped reading
+    sel = selectors.DefaultSelector()
+    sel.register(listener, selectors.EVENT_READ, "accept")
+    while True:
+        events = sel.select(CHECK_PARENT_S)
+        if os.getppid() != parent:
+            return  # the daemon died without stopping us
+        for key, _ in events:
+            try:
+                if key.data == "accept":
+                    accept_all(listener, sel)
+                    continue
+                what, call = key.data
+                if what == "client" and call.pidfd < 0:
+                    continue  # finished in this same round: its pid may be reused already
+                if what == "client" and not relay(call):
+                    sel.unregister(call.conn)
+                    if call.pidfd < 0:
+                        call.conn.close()
+                elif what == "worker":
+                    sel.unregister(call.pidfd)
+                    finish(call)
+                    call.pidfd = -1
+                    if not call.client_gone:
+                        sel.unregister(call.conn)
+                    call.conn.close()
+            except Exception:  # one broken call must not end every other one
+                traceback.print_exc()
+
+
+def accept_all(listener: socket.socket, sel: selectors.BaseSelector) -> None:
     while True:
         try:
             conn, _ = listener.accept()
-        except TimeoutError:
-            if os.getppid() != parent:
-                return  # the daemon died without stopping us
+        except (BlockingIOError, InterruptedError):
+            return
+        try:
+            call = start_call(conn)
+        except Exception:
+            traceback.print_exc()
+            conn.close()
             continue
-        except InterruptedError:
+        if call is None:
+            conn.close()
             continue
-        pid = os.fork()
-        if pid == 0:
-            code = 0
-            try:
-                listener.close()
-                conn.settimeout(None)
-                handle(conn)
-            except BaseException:
-                traceback.print_exc()
-                code = 1
-            finally:
-                os._exit(code)
-        conn.close()
+        call.conn.setblocking(False)
+        sel.register(call.conn, selectors.EVENT_READ, ("client", call))
+        sel.register(call.pidfd, selectors.EVENT_READ, ("worker", call))
 
 
 def main(state: str, argv: list[str]) -> int:
