@@ -288,8 +288,7 @@ def _wait_grid(period: float, job_id: str, now: float) -> float:
     steady trickle. The first wait is shorter (one extra call per job); from then on one wait
     per period. Whole seconds, rounded up: the remote `timeout` takes whole seconds, and a wait
     cut short of its grid point would make the next one a few seconds long."""
-    offset = zlib.crc32(job_id.encode()) / 2**32 * period
-    left = period - (now - offset) % period
+    left = period - (now - _grid_offset(period, job_id)) % period
     if left < _MIN_WAIT_S:
         left += period
     return float(math.ceil(left))
@@ -303,8 +302,13 @@ def tail_due(p: Pass) -> bool:
     started = p.s.container_started_at
     if every <= period or started is None or p.since(started) < period:
         return True
-    offset = zlib.crc32((p.s.job_id or "").encode()) / 2**32 * period
+    offset = _grid_offset(period, p.s.job_id or "")
     return math.floor((p.now.timestamp() - offset) / period) % round(every / period) == 0
+
+
+def _grid_offset(period: float, job_id: str) -> float:
+    """Where in the period the job's waits end (crc32, not hash(): it survives a restart)."""
+    return zlib.crc32(job_id.encode()) / 2**32 * period
 
 
 def pulling(p: Pass) -> None:

@@ -305,9 +305,7 @@ def serve(state: str) -> None:
                 if what == "client" and call.pidfd < 0:
                     continue  # finished in this same round: its pid may be reused already
                 if what == "client" and not relay(call):
-                    sel.unregister(call.conn)
-                    if call.pidfd < 0:
-                        call.conn.close()
+                    sel.unregister(call.conn)  # closed once its worker is reaped
                 elif what == "worker":
                     sel.unregister(call.pidfd)
                     finish(call)
