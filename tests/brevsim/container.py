@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from tests.brevsim import control
+from tests.brevsim import control, wakeup
 from tests.brevsim.store import Store, flocked, read_json, write_json
 
 if TYPE_CHECKING:
@@ -84,6 +84,7 @@ class Docker:
             st.update(changes)
             if d.is_dir():
                 write_json(d / "state.json", st)
+        wakeup.poke(d)  # every waiting `docker wait` re-reads the state now
 
     def resolve(self, ref: str) -> str | None:
         """A container by name (with or without /), full id or unique id prefix."""
@@ -293,7 +294,11 @@ def supervise(
 
 
 def remove_dir(path: Path) -> None:
-    shutil.rmtree(path, ignore_errors=True)
+    wakeup.poke(path)  # a container's waiting `docker wait`s see it gone now
+    for _ in range(3):  # again if a waiter's FIFO came in while it was being removed
+        shutil.rmtree(path, ignore_errors=True)
+        if not path.exists():
+            break
 
 
 _remove_dir = remove_dir

@@ -20,15 +20,15 @@ from typing import Any
 from tests.brevsim import container as ct
 from tests.brevsim import control
 from tests.brevsim import faults as knobs
-from tests.brevsim.dirwatch import DirWatch
 from tests.brevsim.gotemplate import TemplateError, render, strip_table
 from tests.brevsim.model import NOMINAL, instance_delays
 from tests.brevsim.record import record_call, record_stdin
 from tests.brevsim.store import Store, read_json, write_json
+from tests.brevsim.wakeup import Wakeup
 
-WAIT_FULL_EVERY = 5  # `docker wait` without inotify: a full check (state, liveness) every 5th poll
+WAIT_FULL_EVERY = 5  # `docker wait` without its FIFO: a full check (state, liveness) every 5th poll
 WAIT_NAP_S = 0.5  # `docker wait`'s poll while its container's processes live (it wakes on their exit)
-WAIT_SAFETY_S = 10.0  # with inotify: a full check this often anyway (a missed event is not fatal)
+WAIT_SAFETY_S = 10.0  # with its FIFO: a full check this often anyway (a missed event is not fatal)
 DAEMON_DOWN = (
     "Cannot connect to the Docker daemon at unix:///var/run/docker.sock. Is the docker daemon running?"
 )
@@ -585,10 +585,10 @@ def cmd_wait(docker: ct.Docker, argv: list[str]) -> int:
         polls = 0
         fds: list[int] | None = None  # None: not opened yet; []: a process exited (or none)
         # A waiting `docker wait` must cost next to nothing (one per running job, 1,000 in the
-        # footprint bench): it sleeps on the container processes' pidfds and on an inotify watch
-        # of the container's directory (dirwatch.py); the state file is re-read only when it
-        # changed (every write is a rename), polled every 20 ms only once a process exited.
-        watch = DirWatch.open(path.parent)
+        # footprint bench): it sleeps on the container processes' pidfds and on a FIFO that every
+        # state write pokes (wakeup.py); the state file is re-read only when it changed (every
+        # write is a rename), polled every 20 ms only once a process exited.
+        watch = Wakeup.open(path.parent)
         try:
             while True:
                 try:
@@ -597,7 +597,7 @@ def cmd_wait(docker: ct.Docker, argv: list[str]) -> int:
                 except FileNotFoundError:
                     stamp = None
                 polls += 1
-                # Sleeping on pidfds + inotify needs no periodic full check (bar the safety net);
+                # Sleeping on pidfds + the FIFO needs no periodic full check (bar the safety net);
                 # without either, every WAIT_FULL_EVERY-th poll is one (liveness, state).
                 periodic = not fds or watch is None
                 if stamp == seen and not (periodic and polls % WAIT_FULL_EVERY == 0):
@@ -645,7 +645,7 @@ def cmd_wait(docker: ct.Docker, argv: list[str]) -> int:
     return code
 
 
-def _drain_if_ready(watch: DirWatch, timeout: float) -> None:
+def _drain_if_ready(watch: Wakeup, timeout: float) -> None:
     if select.select([watch.fd], [], [], timeout)[0]:
         watch.drain()
 
