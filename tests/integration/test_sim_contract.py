@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import subprocess
 import time
 from collections.abc import Sequence
@@ -792,8 +793,9 @@ def test_docker_stop_sends_sigterm_and_the_exit_code_is_143(brev_sim: BrevSim) -
 
 
 def test_a_waiting_docker_wait_wakes_when_another_session_stops_the_container(brev_sim: BrevSim) -> None:
-    """`docker wait` sleeps on the container's pidfds and an inotify watch (no polling): a stop
-    from another ssh session must still end it with the container's exit code."""
+    """`docker wait` sleeps on the container's pidfds and a FIFO of its own that state writes poke
+    (no polling): a stop from another ssh session must still end it with the container's exit
+    code, and the FIFO goes with the wait."""
     inst = ready_instance(brev_sim)
     docker_login(brev_sim, inst)
     write_spec(brev_sim, inst, "long", epochs=100000)
@@ -802,13 +804,17 @@ def test_a_waiting_docker_wait_wakes_when_another_session_stops_the_container(br
     waiting = subprocess.Popen(ssh, env=brev_sim.env(), stdout=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 30
-        while not any(c.argv == ["wait", "long"] for c in brev_sim.calls()):
+        fifos = brev_sim.state_dir.glob("instances/*/docker/containers/*/waiters/*")
+        while not (waiter := next(fifos, None)):
             assert waiting.poll() is None, "docker wait ended before the stop"
-            assert time.monotonic() < deadline, "docker wait never started"
-            time.sleep(0.05)  # the call record is a file: no event to wait on
+            assert time.monotonic() < deadline, "docker wait never opened its FIFO (it would poll)"
+            time.sleep(0.05)  # a directory entry: no event to wait on
+            fifos = brev_sim.state_dir.glob("instances/*/docker/containers/*/waiters/*")
+        assert stat.S_ISFIFO(waiter.stat().st_mode)
         assert remote(brev_sim, inst, "docker stop long").stdout == "long\n"
         out, _ = waiting.communicate(timeout=30)
         assert (waiting.returncode, out) == (0, "143\n")
+        assert not waiter.exists(), "the ended wait left its FIFO behind"
     finally:
         waiting.kill()
         waiting.wait()
