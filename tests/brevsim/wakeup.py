@@ -32,6 +32,9 @@ class Wakeup:
     def open(cls, container_dir: Path) -> Wakeup | None:
         """None when the container's directory is gone (the caller's next state read says so) or
         FIFOs are not available (the caller polls)."""
+        # A wait the operator's `timeout` ended (SIGTERM) or killed left its FIFO: the next
+        # wait on the container removes it, so they never pile up on a long run.
+        _each_waiter(container_dir, poke=False)
         path = container_dir / WAITERS / f"{os.getpid()}-{next(_seq)}"
         try:
             path.parent.mkdir(exist_ok=True)
@@ -66,8 +69,13 @@ class Wakeup:
 
 
 def poke(container_dir: Path) -> None:
-    """Wake every call waiting on this container. A FIFO whose waiter was killed (no reader left)
-    is removed."""
+    """Wake every call waiting on this container."""
+    _each_waiter(container_dir, poke=True)
+
+
+def _each_waiter(container_dir: Path, *, poke: bool) -> None:
+    """Poke (or just look at) each FIFO; one whose waiter is gone (killed: no reader left) is
+    removed."""
     d = container_dir / WAITERS
     try:
         paths = list(d.iterdir())
@@ -81,7 +89,8 @@ def poke(container_dir: Path) -> None:
                 _unlink(path)
             continue
         try:
-            os.write(fd, b"\0")
+            if poke:
+                os.write(fd, b"\0")
         except BlockingIOError:
             pass  # the pipe is full: a wake-up is pending anyway
         finally:

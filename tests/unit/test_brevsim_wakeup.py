@@ -88,3 +88,20 @@ def test_many_waiters_each_get_a_fifo_past_the_inotify_instance_limit(tmp_path: 
 
 def test_a_missing_directory_gives_no_fifo(tmp_path: Path) -> None:
     assert Wakeup.open(tmp_path / "gone") is None
+
+
+def test_the_next_waiter_removes_a_killed_waiters_fifo(tmp_path: Path) -> None:
+    """A wait ended by `timeout`'s SIGTERM leaves its FIFO; one re-arm per 120 s for days must
+    not pile them up until the container's exit."""
+    live = _opened(tmp_path)
+    old = _opened(tmp_path)
+    os.close(old.fd)
+    os.close(old._wfd)
+    new = _opened(tmp_path)
+    try:
+        assert not old.path.exists()
+        assert live.path.exists()
+        assert not _ready(live, 0.2), "looking at the other FIFOs must not wake their waiters"
+    finally:
+        new.close()
+        live.close()
