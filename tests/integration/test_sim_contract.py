@@ -804,12 +804,11 @@ def test_a_waiting_docker_wait_wakes_when_another_session_stops_the_container(br
     waiting = subprocess.Popen(ssh, env=brev_sim.env(), stdout=subprocess.PIPE, text=True)
     try:
         deadline = time.monotonic() + 30
-        fifos = brev_sim.state_dir.glob("instances/*/docker/containers/*/waiters/*")
-        while not (waiter := next(fifos, None)):
+        fifos = "instances/*/docker/containers/*/waiters/*"
+        while not (waiter := next(brev_sim.state_dir.glob(fifos), None)):
             assert waiting.poll() is None, "docker wait ended before the stop"
             assert time.monotonic() < deadline, "docker wait never opened its FIFO (it would poll)"
             time.sleep(0.05)  # a directory entry: no event to wait on
-            fifos = brev_sim.state_dir.glob("instances/*/docker/containers/*/waiters/*")
         assert stat.S_ISFIFO(waiter.stat().st_mode)
         assert remote(brev_sim, inst, "docker stop long").stdout == "long\n"
         out, _ = waiting.communicate(timeout=30)
