@@ -53,6 +53,23 @@ def _post_event(ref: JobRef, type_: str, reason: str, message: str) -> None:
         )
 
 
+class NoDiffBase(kopf.DiffBaseStorage):
+    """No diff base: no handler here reads a diff (a daemon and a delete handler only, and
+    deletion is seen from deletionTimestamp). kopf's annotation storage cost one patch per new
+    object and a copy of the spec (~1.2 KiB plus its managedFields entry) on every later write
+    and watch event of it. Every event then looks like a creation with no handler for it: kopf
+    runs nothing and stores nothing."""
+
+    def build(self, *, body: kopf.Body, extra_fields: Any = None) -> kopf.BodyEssence:
+        return kopf.BodyEssence()  # kopf's own deep-copies the body on every watch event
+
+    def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
+        return None
+
+    def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
+        return None
+
+
 def _job_key(body: kopf.Body) -> str:
     return f"{body.metadata.get('namespace')}/{body.metadata.get('name')}"
 
@@ -65,7 +82,7 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     ours = Settings.from_env()
     settings.persistence.finalizer = FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=GROUP)
+    settings.persistence.diffbase_storage = NoDiffBase()
     # Silently stalled watches are the most common kopf complaint: bound every watch request and
     # reconnect, so a half-dead connection costs at most a few minutes of blindness.
     settings.watching.server_timeout = 300
@@ -167,6 +184,26 @@ async def shed_unused_metadata(body: kopf.Body, **_: Any) -> None:
     shed_unused(body)
 
 
+FINALIZER_WAIT = 5.0  # s: how long a new object's first pass waits for kopf's finalizer patch
+FINALIZER_POLL = 0.05  # s
+
+
+async def _finalizer_added(body: kopf.Body, stopped: kopf.DaemonStopped) -> None:
+    """kopf spawns a new object's daemon while its finalizer patch is still on the way. A pass
+    without it may create nothing (run_phases.pending): it would write "waiting for the
+    finalizer" and come back a second later, one status write and a second more per job. The
+    body is kopf's live view of the object, so this only reads memory; if the finalizer never
+    comes (no patch permission), the passes go on and say so in status."""
+    deadline = asyncio.get_running_loop().time() + FINALIZER_WAIT
+    while (
+        not stopped
+        and FINALIZER not in (body.metadata.get("finalizers") or ())
+        and not body.metadata.get("deletionTimestamp")
+        and asyncio.get_running_loop().time() < deadline
+    ):
+        await stopped.wait(FINALIZER_POLL)
+
+
 # backoff: an unexpected exception restarts the loop after 5 s (kopf default: 60 s).
 @kopf.daemon(*RESOURCE, cancellation_timeout=2.0, initial_delay=0, backoff=5.0)
 async def drive(stopped: kopf.DaemonStopped, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
@@ -174,6 +211,7 @@ async def drive(stopped: kopf.DaemonStopped, body: kopf.Body, memo: kopf.Memo, *
     key = _job_key(body)
     crashed = False
     try:
+        await _finalizer_added(body, stopped)
         while not stopped:
             if body.metadata.get("deletionTimestamp"):
                 return  # the delete handler takes over

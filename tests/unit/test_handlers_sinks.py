@@ -17,6 +17,7 @@ import pytest
 from kopf._core.engines import posting
 
 from controller import handlers
+from controller.handlers import FINALIZER, FINALIZER_POLL
 from controller.health import Watchdog
 from controller.leadership import SoleLeader
 from controller.logs import forget_registered_secrets, register_secret
@@ -27,7 +28,8 @@ SECRET = "registered-Secret-value-42"
 BODY: kopf.RawBody = {
     "apiVersion": "taobrev.io/v1alpha1",
     "kind": "TaoBrevJob",
-    "metadata": {"namespace": "ns", "name": "job", "uid": "u-1"},
+    # as kopf hands it over once its finalizer patch is in
+    "metadata": {"namespace": "ns", "name": "job", "uid": "u-1", "finalizers": [FINALIZER]},
     "spec": {},
 }
 
@@ -65,8 +67,10 @@ class FakeReconciler:
 
     answers: list[BaseException | float | None]
     forgotten: list[str] = field(default_factory=list)
+    refs: list[JobRef] = field(default_factory=list)
 
     async def reconcile(self, ref: JobRef) -> float | None:
+        self.refs.append(ref)
         answer = self.answers.pop(0)
         if isinstance(answer, BaseException):
             raise answer
@@ -135,3 +139,42 @@ def test_daemon_waits_the_delay_each_pass_asks_for() -> None:
     asyncio.run(drive(stopped=stopped, body=kopf.Body(BODY), memo=kopf.Memo(app=app)))
     assert stopped.waits == [0.01, 0.02, 0.04, 0.5]
     assert app.watchdog.report() == (True, {"ok": True, "jobs": 0})
+
+
+class Patching(Stopped):
+    """A daemon's wait while kopf's finalizer patch is on the way: it lands after `after` waits."""
+
+    def __init__(self, raw: dict[str, Any], after: int) -> None:
+        super().__init__()
+        self.raw, self.after = raw, after
+
+    async def wait(self, delay: float) -> None:
+        await super().wait(delay)
+        if len(self.waits) == self.after:
+            self.raw["metadata"]["finalizers"] = [FINALIZER]
+
+
+def _new_object() -> dict[str, Any]:
+    return {**BODY, "metadata": {k: v for k, v in BODY["metadata"].items() if k != "finalizers"}}
+
+
+def test_the_first_pass_waits_for_kopfs_finalizer_on_the_live_body() -> None:
+    # Without it the pass could create nothing: it would write "waiting for the finalizer" and
+    # come back a second later (one more status write and a second more per new job).
+    raw = _new_object()
+    app = fake_app(FakeReconciler([None]))
+    stopped = Patching(raw, after=3)
+    asyncio.run(drive(stopped=stopped, body=kopf.Body(raw), memo=kopf.Memo(app=app)))  # type: ignore[arg-type]
+    assert stopped.waits == [FINALIZER_POLL] * 3
+    assert len(app.reconciler.refs) == 1 and app.reconciler.refs[0].has_finalizer
+
+
+def test_without_a_finalizer_the_passes_go_on_after_the_bounded_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    # No patch permission: kopf never adds it. The passes then say so in status themselves.
+    monkeypatch.setattr(handlers, "FINALIZER_WAIT", 0.05)
+    raw = _new_object()
+    app = fake_app(FakeReconciler([None]))
+    stopped = Stopped()
+    asyncio.run(drive(stopped=stopped, body=kopf.Body(raw), memo=kopf.Memo(app=app)))  # type: ignore[arg-type]
+    assert stopped.waits and set(stopped.waits) == {FINALIZER_POLL}
+    assert len(app.reconciler.refs) == 1 and not app.reconciler.refs[0].has_finalizer

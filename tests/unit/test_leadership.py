@@ -27,7 +27,7 @@ from controller.leadership import (
     identity,
 )
 from controller.metrics import Recorder
-from controller.reconciler import JobRef
+from controller.reconciler import FINALIZER, JobRef
 from controller.settings import Settings
 from tests.unit.kopf_handlers import drive, teardown
 
@@ -449,7 +449,12 @@ class NeverStopped:
         await asyncio.Event().wait()
 
 
-BODY = kopf.Body({"metadata": {"namespace": "ns", "name": "job", "uid": "u1"}, "spec": {}, "status": {}})
+RAW: kopf.RawBody = {
+    "metadata": {"namespace": "ns", "name": "job", "uid": "u1", "finalizers": [FINALIZER]},
+    "spec": {},
+    "status": {},
+}
+BODY = kopf.Body(RAW)
 
 
 def standby(store: FakeStore, clock: Clock) -> LeaderElector:
