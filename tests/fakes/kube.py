@@ -54,6 +54,7 @@ class FakeObject:
     status: dict[str, Any] = field(default_factory=dict)
     deletion_requested: bool = False
     created: str = "2026-11-29T11:00:00Z"
+    finalized: bool = True  # kopf's finalizer patch has landed (it may not have, on a first pass)
 
     def body(self) -> dict[str, Any]:
         meta: dict[str, Any] = {
@@ -61,7 +62,7 @@ class FakeObject:
             "name": self.name,
             "uid": self.uid,
             "generation": self.generation,
-            "finalizers": ["taobrev.io/teardown"],
+            "finalizers": ["taobrev.io/teardown"] if self.finalized else [],
             "creationTimestamp": self.created,
         }
         if self.deletion_requested:
