@@ -113,7 +113,8 @@ def decide(
         p.unstall(reasons.INVALID_SPEC)
 
     if not p.s.phase:
-        # A first, visible Pending (with the names every later step relies on), then move on.
+        # A first Pending (with the names every later step relies on), then move on. The
+        # reconciler writes it with the next step's status when that follows at once.
         p.s.phase = Phase.PENDING
         p.s.phase_times = {str(Phase.PENDING): obs.now}
         p.s.message = "accepted"

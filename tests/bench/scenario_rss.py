@@ -5,7 +5,8 @@ epochs so they stay there. What a running job holds does not depend on how long 
 to boot, so only the way there is shortened.
 
 Jobs are applied in waves (one kubectl call each). At each of `stops` (50, 100, 200) the fill
-pauses until every applied job is Running and samples the pod's memory (the per-job slope). Past
+pauses until every applied job is Running and waits for its container's exit (its ssh client is
+up), then samples the pod's memory (the per-job slope). Past
 the last stop the waves pipeline: the next goes as soon as fewer than half a wave are still
 starting, until `target` are Running or the time budget ends. Then, once no job is still starting
 and every running job's container has started and waits for its exit (steady state: a starting
@@ -144,7 +145,11 @@ def _starting(sc: Scenario, names: list[str]) -> int:
 
 
 def _fill(
-    sc: Scenario, res: RssResult, wave: int, stops: Sequence[int], at_stop: Callable[[int], None]
+    sc: Scenario,
+    res: RssResult,
+    wave: int,
+    stops: Sequence[int],
+    at_stop: Callable[[int, list[str]], None],
 ) -> list[str]:
     """Apply waves until `res.target` are Running or `res.budget` ends; returns the names applied.
     At each of `stops` the fill waits until every applied job is Running, then calls `at_stop`."""
@@ -171,7 +176,7 @@ def _fill(
                 with sc.watch.changed:
                     sc.watch.changed.wait(1.0)
                 continue
-            at_stop(pending.pop(0))
+            at_stop(pending.pop(0), names)
             continue
         limit = min(res.target, pending[0] if pending else res.target)
         if len(names) < limit and starting < wave / 2 and time.monotonic() < last_apply:
@@ -282,7 +287,12 @@ def run(
         assert sc.op.proc is not None
         pid, home = sc.op.proc.pid, sc.sim.home
 
-        def at_stop(n: int) -> None:
+        def at_stop(n: int, names: list[str]) -> None:
+            # Like the final window: a job enters Running when its container start is decided, and
+            # its exit wait (an ssh client per job) comes after; the slope compares steady pods.
+            late = _await_waits(sc, names, REARM_SETTLE)
+            if late:
+                res.problems.append(f"stop at {n}: {len(late)} Running jobs did not wait for their container")
             res.points.append((sc.running(), sampling.memory(pid, home)))
             print(f"   stop at {n} applied: {res.points[-1][0]} Running, {res.points[-1][1].text()}",
                   flush=True)  # fmt: skip
