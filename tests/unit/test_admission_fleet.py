@@ -339,3 +339,17 @@ def test_the_queue_gauge_counts_waiting_jobs_by_namespace_and_reason() -> None:
     asyncio.run(h.run(seconds=20, until_finished=False))
     assert h.status.get("admittedAt")
     assert registry.get_sample_value("taobrev_queued_jobs", labels) is None
+
+
+def test_a_failure_after_a_held_pending_still_writes_it() -> None:
+    # A new job's Pending goes out with its next step's status (reconciler._holdable). When that
+    # next step's admission fails (the fleet's listing of jobs: API server down), the pass fails
+    # after writing the Pending it held: the retried pass starts from it.
+    h = Harness(quotas=Quotas(default=NamespaceLimits(max_instances=1)))
+    h.kube.list_fails = KubeUnavailable("listing TaoBrevJobs: 503")
+    assert asyncio.run(h.reconcile_once()) == 2.0  # failed transiently: the first backoff
+    assert [w.status.get("phase") for w in h.kube.writes] == ["Pending"]
+    assert h.kube.writes[0].status.get("instanceName") and not h.brev.creates
+    h.kube.list_fails = None
+    asyncio.run(h.run(seconds=60, until_finished=False))
+    assert h.status.get("admittedAt") and h.status.get("createRequestedAt")
