@@ -15,6 +15,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,12 @@ def lease(cp: ControlPlane) -> dict[str, Any]:
 
 def holder(cp: ControlPlane) -> str:
     return str(lease(cp).get("holderIdentity") or "")
+
+
+def acquired_at(spec: dict[str, Any]) -> float:
+    """The Lease's acquireTime (metav1.MicroTime) as epoch seconds."""
+    stamp = datetime.strptime(spec["acquireTime"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
+    return stamp.timestamp()
 
 
 def metrics(op: OperatorProcess) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -252,9 +259,14 @@ def test_a_leader_that_loses_its_lease_stops_acting_at_once(pair: Pair) -> None:
         return False
 
     wait_until("a replica to take the Lease over from the thief", taken_over, LEASE_DURATION + 60, a, b)
-    taken = time.time()
-    acted = [c for c in stack.sim.calls() if c.program == "brev" and quiet_from < c.ts < taken - 0.5]
-    assert acted == [], f"brev calls while no replica held the Lease: {acted}"
+    # The takeover's own timestamp, not when this poll noticed it (three kubectl reads later): the
+    # new leader writes acquireTime just before its update and acts only after that update.
+    taken = acquired_at(lease(stack.cp))
+    acted = [c for c in stack.sim.calls() if c.program == "brev" and quiet_from < c.ts < taken]
+    assert acted == [], (
+        f"brev calls while no replica held the Lease (acquired at {taken:.3f}): {acted}\n"
+        + "\n".join(o.log_tail() for o in (a, b))
+    )
     assert len(samples) >= 2, "the leaderless gap was sampled"
     assert all(s == samples[0] for s in samples), (
         f"no writes to the jobs while no replica held the Lease: {samples}"
