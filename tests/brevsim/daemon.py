@@ -132,14 +132,26 @@ def _watch_children_by_pidfd(loop: asyncio.AbstractEventLoop) -> None:
     """Every ssh session's `bash` is an asyncio subprocess. Python 3.11's default watcher starts a
     thread per child that blocks in waitpid: a thread start per session, and one blocked thread
     per waiting `docker wait` (~1,000 at the footprint bench's fill). A pidfd per child on the
-    loop does the same work (3.12 picks it by default and deprecates choosing)."""
-    if sys.version_info >= (3, 12) or not hasattr(os, "pidfd_open"):
+    loop does the same work (3.12 picks it by default and deprecates choosing). The operator's
+    `controller/brev/childwatch.py` does the same; the simulator may not import the operator
+    (.importlinter: brevsim-independent), hence this copy of its few lines."""
+    if sys.version_info >= (3, 12) or not _pidfd_supported():
         return
     watcher = asyncio.PidfdChildWatcher()
     watcher.attach_loop(loop)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", DeprecationWarning)
         asyncio.get_event_loop_policy().set_child_watcher(watcher)
+
+
+def _pidfd_supported() -> bool:
+    # os.pidfd_open exists on any Linux build of Python; kernels before 5.3 refuse it (ENOSYS),
+    # and a pidfd watcher there would fail every session's start.
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except (AttributeError, OSError):
+        return False
+    return True
 
 
 def main(state: str, argv: list[str]) -> int:

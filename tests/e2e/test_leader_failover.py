@@ -15,13 +15,13 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from controller.timestamps import parse_time
 from tests.brevsim.harness import BrevSim
 from tests.devenv.controlplane import ControlPlane
 from tests.devenv.operator import OPERATOR_NAMESPACE, OperatorProcess, install_operator_identity
@@ -55,12 +55,6 @@ def lease(cp: ControlPlane) -> dict[str, Any]:
 
 def holder(cp: ControlPlane) -> str:
     return str(lease(cp).get("holderIdentity") or "")
-
-
-def acquired_at(spec: dict[str, Any]) -> float:
-    """The Lease's acquireTime (metav1.MicroTime) as epoch seconds."""
-    stamp = datetime.strptime(spec["acquireTime"], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
-    return stamp.timestamp()
 
 
 def metrics(op: OperatorProcess) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
@@ -261,7 +255,10 @@ def test_a_leader_that_loses_its_lease_stops_acting_at_once(pair: Pair) -> None:
     wait_until("a replica to take the Lease over from the thief", taken_over, LEASE_DURATION + 60, a, b)
     # The takeover's own timestamp, not when this poll noticed it (three kubectl reads later): the
     # new leader writes acquireTime just before its update and acts only after that update.
-    taken = acquired_at(lease(stack.cp))
+    acquired = parse_time(lease(stack.cp).get("acquireTime"))
+    assert acquired is not None, "the new holder wrote its acquireTime"
+    taken = acquired.timestamp()
+    assert taken > quiet_from, "the takeover comes after the thief's lease expired: the gap is not empty"
     acted = [c for c in stack.sim.calls() if c.program == "brev" and quiet_from < c.ts < taken]
     assert acted == [], (
         f"brev calls while no replica held the Lease (acquired at {taken:.3f}): {acted}\n"
