@@ -116,7 +116,7 @@ def test_a_wait_reads_the_tail_of_a_running_container_only_when_asked(
         assert logs_calls() == before + 1
         # A grace TAO can use (1 s at the fixture's speed; the stop returns at the exit): with
         # `-t 0` docker sends SIGKILL right after SIGTERM, as real docker does, and TAO may die
-        # before it logs the stop (CI stop 24).
+        # before it logs the stop.
         await job.stop_container(100)
         info = await job.wait_exit_with_tail(5, tail_while_running=False)
         assert info.code == 143  # SIGTERM handled, not killed
