@@ -71,6 +71,10 @@ test-integration: $(STAMP) system-deps ## Client + simulator + S3 as real subpro
 test-e2e: $(STAMP) system-deps ## End-to-end against the real control plane and the operator process
 	$(PY) -m pytest tests/e2e
 
+.PHONY: flake-hunt
+flake-hunt: $(STAMP) system-deps ## Integration + e2e tiers RUNS times (default 5) beside a busy loop per core; lists every test that failed once (ARGS=--load W | paths | -- pytest args)
+	$(PY) -m tests.devenv.flakehunt --runs $(or $(RUNS),5) $(ARGS)
+
 .PHONY: lint
 lint: $(STAMP) ## ruff check + format check (whole repo) + import-layer contracts (.importlinter) + CRD drift
 	$(VENV)/bin/ruff check .
