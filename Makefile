@@ -72,8 +72,8 @@ test-e2e: $(STAMP) system-deps ## End-to-end against the real control plane and 
 	$(PY) -m pytest tests/e2e
 
 .PHONY: flake-hunt
-flake-hunt: $(STAMP) system-deps ## Integration + e2e tiers RUNS times (default 5) beside a busy loop per core; lists every test that failed once (ARGS=--load W | paths | -- pytest args)
-	$(PY) -m tests.devenv.flakehunt --runs $(or $(RUNS),5) $(ARGS)
+flake-hunt: $(STAMP) system-deps ## Integration + e2e tiers RUNS times (default 5, PARALLEL at once) beside a busy loop per core; lists every test that failed (ARGS=--load W | paths | -- pytest args)
+	$(PY) -m tests.devenv.flakehunt --runs $(or $(RUNS),5) --parallel $(or $(PARALLEL),1) $(ARGS)
 
 .PHONY: lint
 lint: $(STAMP) ## ruff check + format check (whole repo) + import-layer contracts (.importlinter) + CRD drift

@@ -1,11 +1,13 @@
 """Flake hunt: run test tiers again and again on a loaded machine and list every test that failed.
 
-``python -m tests.devenv.flakehunt [--runs N] [--load W] [PATH ...] [-- PYTEST-ARGS]`` (``make
-flake-hunt``). A race that a quiet developer machine never loses shows up when every core is busy,
-as on a shared 2-core CI machine: W busy-loop processes (default: one per core, not niced, so
-they really compete) run beside the whole hunt. Each repetition is a separate pytest process with
-its own JUnit report; the hunt prints one line per run and, at the end, every test that failed at
-least once with how often and its first failure. Exit 0 only when every run passed.
+``python -m tests.devenv.flakehunt [--runs N] [--parallel P] [--load W] [PATH ...] [-- PYTEST-ARGS]``
+(``make flake-hunt``). A race that a quiet developer machine never loses shows up when every core
+is busy, as on a shared 2-core CI machine: W busy-loop processes (default: one per core, not niced,
+so they really compete) run beside the whole hunt, and with P > 1 that many repetitions run at
+once, each loading the others (every run has its own control plane, simulator, S3 and temporary
+directories). Each repetition is a separate pytest process with its own JUnit report; the hunt
+prints one line per run and, at the end, every test that failed at least once with how often and
+its first failure. Exit 0 only when every run passed.
 
 The report is also written as Markdown under ``$TAOBREV_CACHE/flake-hunt/`` (outside the repo).
 """
@@ -20,6 +22,7 @@ import sys
 import time
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -114,7 +117,11 @@ def run_once(index: int, tiers: Sequence[str], pytest_args: Sequence[str], out_d
     started = time.monotonic()
     with log_path.open("wb") as log:
         rc = subprocess.run(argv, cwd=REPO_ROOT, stdout=log, stderr=subprocess.STDOUT, check=False).returncode
-    result = RunResult(index=index, seconds=time.monotonic() - started, returncode=rc)
+    return collect(index, rc, time.monotonic() - started, report, log_path)
+
+
+def collect(index: int, rc: int, seconds: float, report: Path, log_path: Path) -> RunResult:
+    result = RunResult(index=index, seconds=seconds, returncode=rc)
     if report.is_file():
         result.tests, result.skipped, result.failures = parse_junit(report)
     elif rc != 0:
@@ -124,14 +131,16 @@ def run_once(index: int, tiers: Sequence[str], pytest_args: Sequence[str], out_d
     return result
 
 
-def render(results: Sequence[RunResult], *, tiers: Sequence[str], workers: int, commit: str) -> str:
+def render(
+    results: Sequence[RunResult], *, tiers: Sequence[str], workers: int, parallel: int, commit: str
+) -> str:
     by_test: dict[str, list[tuple[int, Failure]]] = {}
     for result in results:
         for failure in result.failures:
             by_test.setdefault(failure.test, []).append((result.index, failure))
     lines = [
-        f"# Flake hunt: {len(results)} run(s) of {' '.join(tiers)} with {workers} busy loop(s) on "
-        f"{os.cpu_count()} core(s), commit {commit}",
+        f"# Flake hunt: {len(results)} run(s) of {' '.join(tiers)}, {parallel} at once, with "
+        f"{workers} busy loop(s) on {os.cpu_count()} core(s), commit {commit}",
         "",
         "| run | tests | skipped | failed | seconds | pytest rc |",
         "|---|---|---|---|---|---|",
@@ -174,13 +183,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         args, pytest_args = args[:cut], args[cut + 1 :]
     parser = argparse.ArgumentParser(prog="make flake-hunt", description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=5, help="repetitions of the tiers (default 5)")
+    parser.add_argument("--parallel", type=int, default=1, help="repetitions running at once (default 1)")
     parser.add_argument("--load", type=int, default=os.cpu_count() or 2, help="busy loops beside the runs")
     parser.add_argument(
         "tiers", nargs="*", default=list(DEFAULT_TIERS), help="test paths (default: %(default)s)"
     )
     opts = parser.parse_args(args)
-    if opts.runs < 1 or opts.load < 0:
-        parser.error("--runs must be >= 1 and --load >= 0")
+    if opts.runs < 1 or opts.parallel < 1 or opts.load < 0:
+        parser.error("--runs and --parallel must be >= 1, --load >= 0")
     stamp = time.strftime("%Y%m%d-%H%M%S")
     out_dir = cache_root() / "flake-hunt" / stamp
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -190,17 +200,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"flake hunt: {opts.runs} run(s) of {' '.join(opts.tiers)}, {opts.load} busy loop(s); "
         f"logs in {out_dir}"
     )
-    with load(opts.load):
-        for index in range(1, opts.runs + 1):
-            result = run_once(index, opts.tiers, pytest_args, out_dir)
+    with load(opts.load), ThreadPoolExecutor(max_workers=opts.parallel) as pool:
+        futures = [
+            pool.submit(run_once, i, opts.tiers, pytest_args, out_dir) for i in range(1, opts.runs + 1)
+        ]
+        for future in as_completed(futures):
+            result = future.result()
             results.append(result)
             names = ", ".join(sorted({f.test for f in result.failures})) or "-"
             print(
-                f"run {index}/{opts.runs}: {result.tests} tests, {len(result.failures)} failed "
+                f"run {result.index}/{opts.runs}: {result.tests} tests, {len(result.failures)} failed "
                 f"in {result.seconds:.0f} s (rc {result.returncode}); failed: {names}",
                 flush=True,
             )
-    text = render(results, tiers=opts.tiers, workers=opts.load, commit=commit)
+    results.sort(key=lambda r: r.index)
+    text = render(results, tiers=opts.tiers, workers=opts.load, parallel=opts.parallel, commit=commit)
     (out_dir / "report.md").write_text(text)
     print()
     print(text)
