@@ -187,10 +187,15 @@ def test_policy_report_reports_and_deletes_nothing(stack: Stack) -> None:
 
 
 def retained_record(stack: Stack) -> dict[str, Any]:
-    r = stack.kubectl(
-        "get", "configmap", "taobrev-retained", "-n", "taobrev-system", "-o", "json", check=False
-    )
-    return dict(json.loads(r.stdout).get("data") or {}) if r.returncode == 0 else {}
+    """The records of every shard (controller/retained.py: taobrev-retained-00 .. -3f)."""
+    r = stack.kubectl("get", "configmap", "-n", "taobrev-system", "-o", "json", check=False)
+    if r.returncode != 0:
+        return {}
+    records: dict[str, Any] = {}
+    for cm in json.loads(r.stdout).get("items") or []:
+        if cm["metadata"]["name"].startswith("taobrev-retained"):
+            records.update(cm.get("data") or {})
+    return records
 
 
 def test_retained_instances_outlive_their_job_until_retain_for_expires(stack: Stack) -> None:

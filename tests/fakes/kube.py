@@ -20,6 +20,8 @@ from typing import Any
 from controller.errors import KubeAccessDenied, KubeUnavailable, SecretAccessDenied, StatusRejected
 from controller.kube import KubeAccess, minimal_status, trimmed_status
 
+CONFIG_MAP_MAX_BYTES = 1024 * 1024  # the API server's limit on a ConfigMap's data (keys + values)
+
 
 def merge_patch(target: Any, patch: Any) -> Any:
     """RFC 7386: objects merge key by key, null deletes, anything else replaces. The result shares
@@ -181,6 +183,13 @@ class FakeKube(KubeAccess):
         current = None if found is None else str(found[1])
         if current != resource_version:
             raise KubeUnavailable(f"writing ConfigMap {namespace}/{name}: 409 Conflict")
+        # The API server's ConfigMap validation: keys + values at most 1 MiB, else 422.
+        size = sum(len(k.encode()) + len(v.encode()) for k, v in data.items())
+        if size > CONFIG_MAP_MAX_BYTES:
+            raise KubeUnavailable(
+                f"writing ConfigMap {namespace}/{name}: the API server answered 422 Unprocessable Entity: "
+                f"Too long: must have at most {CONFIG_MAP_MAX_BYTES} bytes"
+            )
         self.config_maps[(namespace, name)] = (dict(data), (found[1] if found else 0) + 1)
 
     async def list_jobs(
