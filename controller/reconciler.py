@@ -42,13 +42,9 @@ from controller.steps import (
     ActionFailure,
     CreateInstance,
     Decision,
+    DeleteInstance,
     Observation,
-    PrepareWorkload,
-    RestoreCheckpoints,
-    StartContainer,
-    SyncCheckpoints,
-    UploadResults,
-    WaitForExit,
+    StartInstance,
 )
 
 log = structlog.get_logger("taobrev.reconciler")
@@ -140,8 +136,6 @@ class Reconciler:
         self._written: dict[str, _Written] = {}
         # uid -> (consecutive failed passes, reason of the last one)
         self._api_failures: dict[str, tuple[int, str | None]] = {}
-        # Shielded creates still running after their pass was cancelled (kept referenced).
-        self._background: set[asyncio.Future[Observation]] = set()
 
     def forget(self, ref: JobRef) -> None:
         self._locks.pop(ref.uid, None)
@@ -292,9 +286,12 @@ class Reconciler:
             if not actions or step == MAX_STEPS_PER_PASS - 1:
                 # Out of steps: act next pass rather than lose the last action's result unseen.
                 break
-            if secrets is None and spec is not None and any(_needs_secrets(a) for a in actions):
+            if secrets is None and spec is not None and any(_reaches_instance(a) for a in actions):
                 # Each step delivers its own secret: a container (re)start needs the NGC key and the
                 # extra env, the upload the S3 keys — also after a cancel, a timeout or a failure.
+                # A step that needs none may still bring text from the instance (a log tail the
+                # training printed a secret into, an error): a new process masks only values it
+                # has read, so it reads them before that step too (issue 25, scenario 6).
                 secrets = await self._secrets_for_step(ref.namespace, spec)
             job = JobContext(ref.namespace, ref.name, str(status.job_id), self._spec_loader(ref), secrets)
             deadline = _deadline(spec, status, self._clock())
@@ -367,17 +364,15 @@ class Reconciler:
     async def _act(
         self, actions: Sequence[Action], job: JobContext, obs: Observation, deadline: datetime | None
     ) -> Observation:
-        """Run the actions; record which completed. A create is shielded: cancelling the daemon
-        mid-call must not kill a `brev create` that may already have reached Brev (the next pass,
-        possibly another operator process, adopts what it made)."""
-        run = self._runner.run(actions, job, obs, deadline=deadline)
-        if any(isinstance(a, CreateInstance) for a in actions):
-            task = asyncio.ensure_future(run)
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
-            after = await asyncio.shield(task)
-        else:
-            after = await run
+        """Run the actions; record which completed. The runner shields a create once it started
+        (it may already have reached Brev) and never starts one whose pass was cancelled while it
+        queued for its lane (issue 25, scenario 1)."""
+        after = await self._runner.run(actions, job, obs, deadline=deadline)
+        if job.secrets is None and after.log_tail:
+            # The job's secret values are unknown to this process (Secret gone, unreadable, or the
+            # spec does not parse): nothing could mask them in the tail, so it is withheld.
+            log.warning("log tail withheld: the job's Secrets could not be read to mask it")
+            after = after.with_(log_tail=())
         names = [type(a).__name__ for a in actions]
         done = names if after.failure is None else names[: names.index(after.failure.action)]
         return after.with_(completed=tuple(done))
@@ -625,12 +620,10 @@ def parse_status(raw: Mapping[str, Any]) -> TaoBrevJobStatus:
     return TaoBrevJobStatus()
 
 
-def _needs_secrets(action: Action) -> bool:
-    if isinstance(action, WaitForExit):
-        return action.start_if_missing  # it (re)starts a container that is not there
-    return isinstance(
-        action, PrepareWorkload | StartContainer | UploadResults | SyncCheckpoints | RestoreCheckpoints
-    )
+def _reaches_instance(action: Action) -> bool:
+    """The step runs on the instance (exec/ssh), so its result may carry text from it. Only the
+    Brev API calls (create, start, delete) do not."""
+    return not isinstance(action, CreateInstance | StartInstance | DeleteInstance)
 
 
 def _deadline(spec: TaoBrevJobSpec | None, status: TaoBrevJobStatus, now: datetime) -> datetime | None:
