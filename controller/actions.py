@@ -9,9 +9,10 @@ start calls never queue behind probes or transfers.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from functools import cached_property
 
 from controller.brev.client import BrevClient
@@ -46,6 +47,11 @@ from controller.steps import (
 )
 
 LOG_TAIL_LINES = TAIL_LINES
+# The longest a `brev create`/`brev start` waits for a create-lane slot, counted from the
+# observation its decision was made on (= status.createRequestedAt). A create not started by then
+# never starts (LaneBusy; the next pass re-sends it by name), so a create is in flight at most
+# this plus the CLI's create timeout after its marker: Tunables.create_in_flight_max (issue 25, 1).
+CREATE_LANE_WAIT = 60.0
 # Reported as the exit code when a container we were stopping does not exist (never started).
 CONTAINER_MISSING_EXIT = -1
 
@@ -139,6 +145,9 @@ class ActionRunner:
             probe_timeout=exec_timeout, pull_timeout=pull_timeout, stop_grace_s=stop_grace_s
         )
         self._lanes = lanes if lanes is not None else Lanes.defaults()
+        # Creates that started, by job: a pass cancelled mid-create leaves its call running (it may
+        # already have reached Brev), and the job's next pass awaits it before acting (below).
+        self._creating: dict[tuple[str, str], asyncio.Task[Observation]] = {}
 
     def _workload(self, instance: str, job: JobContext) -> Workload:
         return Workload(self._brev, instance, job.job_id, settings=self._wl_settings)
@@ -154,6 +163,11 @@ class ActionRunner:
         """Perform `actions` in order. `deadline` (aware), when given, is the end of the phase
         budget: the actions of budgeted lanes wait for a slot and run their remote calls only
         within the time left; the others (stop, cleanup, delete, create) keep their own bounds."""
+        earlier = self._creating.get((job.namespace, job.name))
+        if earlier is not None:
+            # A create this process started for the job is still in flight (its pass was
+            # cancelled): no delete or other step may conclude anything before it came back.
+            await asyncio.wait({earlier})
         for action in actions:
             try:
                 obs = await self._one(action, job, obs, deadline)
@@ -179,6 +193,8 @@ class ActionRunner:
         if isinstance(action, StartContainer):
             await self._start(self._workload(action.instance, job), job, budget, action.resume_path)
             return obs.with_(container_started=True)
+        if lane == Lane.CREATE:
+            return await self._create(action, job, obs)
         async with self._lanes.hold(lane, budget):
             return await self._call(action, job, obs, budget)
 
@@ -232,6 +248,33 @@ class ActionRunner:
                 self._directory.invalidate()
                 return obs.with_(delete_requested=True)
         raise AssertionError(f"unhandled action {action!r}")
+
+    async def _create(self, action: Action, job: JobContext, obs: Observation) -> Observation:
+        """A create (or start) waits for its slot cancellably and at most CREATE_LANE_WAIT past its
+        decision: a pass cancelled while it queues (job deleted, Lease lost) never starts it. Once
+        it holds a slot the call is shielded — it may already have reached Brev — and it keeps its
+        slot until it returns; the job's next pass in this process awaits it (see `run`)."""
+        slot = self._lanes.hold(Lane.CREATE, obs.now + timedelta(seconds=CREATE_LANE_WAIT))
+        await slot.__aenter__()
+
+        async def call() -> Observation:
+            try:
+                return await self._call(action, job, obs, None)
+            finally:
+                await slot.__aexit__(None, None, None)
+
+        key = (job.namespace, job.name)
+        task = asyncio.ensure_future(call())
+        self._creating[key] = task
+
+        def forget(done: asyncio.Task[Observation]) -> None:
+            if self._creating.get(key) is done:
+                del self._creating[key]
+            if not done.cancelled():
+                done.exception()  # retrieved: a cancelled pass's caller no longer awaits it
+
+        task.add_done_callback(forget)
+        return await asyncio.shield(task)
 
     async def _checkpoints(
         self,

@@ -26,6 +26,8 @@ Every state after the run ended reaches `brev delete` of an owned instance withi
 - Deleted, delete: sent in the first teardown pass; re-sent with backoff while it fails, and
   while the instance is listed but not DELETING after `create_settle`; past deletingSeconds a
   Warning Event, and it keeps trying (giving up would leave it billing).
+- Never created: absence is concluded only `create_settle` after the last create returned, or,
+  when its return was never seen, `create_in_flight_max + create_settle` after it was sent.
 """
 
 from __future__ import annotations
@@ -227,7 +229,9 @@ def _instance_released(p: Pass) -> bool:
 
 def _released_unlisted(p: Pass) -> bool:
     # Not listed. A create that may still be on its way must settle before absence means anything.
-    if p.s.instance_id is None and p.since(p.settle_from()) <= p.tun.create_settle:
+    if p.s.instance_id is None and (
+        p.since(p.settle_from()) <= p.tun.create_settle or _create_may_be_in_flight(p)
+    ):
         # status.message keeps saying why the job ended; InstanceReleased says teardown goes on.
         p.s.teardown_message = f"waiting to confirm that instance {p.instance} was never created"
         return False
@@ -246,6 +250,17 @@ def _released_unlisted(p: Pass) -> bool:
         _delete(p)  # "not found" under the creating identity is the proof
     _warn_if_slow(p)
     return False
+
+
+def _create_may_be_in_flight(p: Pass) -> bool:
+    """The last create was sent and its call was never seen returning (its pass was cancelled, or
+    the process that sent it crashed or lost the Lease): it may still land until the longest a
+    create can be in flight has passed, plus the settle time. Before that even `brev delete`'s
+    "not found" proves nothing."""
+    sent, returned = p.s.create_requested_at, p.s.create_returned_at
+    if sent is None or (returned is not None and returned >= sent):
+        return False
+    return p.since(sent) <= p.tun.create_in_flight_max + p.tun.create_settle
 
 
 def _delete(p: Pass) -> None:

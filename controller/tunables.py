@@ -29,6 +29,12 @@ class Tunables:
     # How long after a create call returned an absent instance still counts as "maybe being
     # created"; keep it above the CLI's create timeout.
     create_settle: float = 120.0
+    # The longest a create can be in flight after its marker (status.createRequestedAt): its wait
+    # for a create-lane slot (controller.actions.CREATE_LANE_WAIT, 60 s; never started after) plus
+    # the CLI's create timeout (BrevTimeouts: create_default_wait 300 s + create_margin 120 s).
+    # Until then a create whose return this status never saw may still land, whichever process
+    # sent it: absence counts only after this plus create_settle (issue 25, scenario 1).
+    create_in_flight_max: float = 480.0
     backoff_base: float = 2.0
     backoff_max: float = 60.0
     # Consecutive listings (spaced by poll_interval) without the instance before it is suspected

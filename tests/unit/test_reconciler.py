@@ -246,7 +246,7 @@ def test_cancelling_a_pass_does_not_kill_an_in_flight_create() -> None:
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        await asyncio.gather(*rec._background)  # the create finishes on its own
+        await asyncio.gather(*rec._runner._creating.values())  # the create finishes on its own
 
     asyncio.run(scenario())
     assert brev.creates == ["tbj-ns-job-1"]
