@@ -155,6 +155,7 @@ def build(settings: Settings, events: EventSink) -> App:
         recorder=recorder,
         leadership=app.leadership,
         cluster_id=settings.resolved_cluster_id(),
+        deployment=settings.resolved_deployment_id(),
         policy=Policy(settings.orphan_policy),
         interval=settings.orphan_sweep_interval,
         grace=settings.orphan_grace,

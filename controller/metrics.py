@@ -29,7 +29,7 @@ PHASES: Final = tuple(str(p) for p in Phase)
 BREV_RESULTS: Final = ("ok", "error", "timeout")
 # Label values of the orphan sweeper's series (controller/orphans.py State and Why).
 ORPHAN_STATES: Final = ("pending_grace", "reported", "deleting")
-ORPHAN_REASONS: Final = ("orphan", "retention_expired")
+ORPHAN_REASONS: Final = ("orphan", "retention_expired", "finished_job")
 ORPHAN_SWEEP_RESULTS: Final = ("done", "skipped")
 # `from_phase` of a job's first transition: there was no phase before it.
 NO_PHASE: Final = "none"
@@ -178,7 +178,7 @@ class Recorder:
         # the series exist (at 0) from the first scrape and alerts see 0, not "no data".
         self._orphans = Gauge(
             "taobrev_orphan_instances",
-            "Instances carrying this cluster's mark that no TaoBrevJob references, by state: "
+            "Instances carrying this operator's mark that no unfinished TaoBrevJob references, by state: "
             "pending_grace (within the grace), reported (left alone), deleting (delete sent).",
             ["state"],
             registry=registry,

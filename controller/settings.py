@@ -188,8 +188,20 @@ class Settings(BaseModel):
         max_length=253,
         pattern=r"^[A-Za-z0-9][A-Za-z0-9._:-]*$",
         description=(
-            "identity of this cluster in instance names (tbj-<sha256(id)[:8]>-...); default: the "
-            "kube-system namespace uid. Never change it while instances exist"
+            "identity of this cluster in instance names (tbj-<mark>-..., the mark from this and "
+            "TAOBREV_DEPLOYMENT_ID); default: the kube-system namespace uid. Never change it while "
+            "instances exist"
+        ),
+    )
+    deployment_id: str | None = Field(
+        None,
+        min_length=1,
+        max_length=253,
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9._:/-]*$",
+        description=(
+            "identity of this operator deployment in instance names, with the cluster id (two "
+            "operators of one cluster sharing a Brev org tell their instances apart by it); default: "
+            "<operator namespace>/<leader Lease name>. Never change it while instances exist"
         ),
     )
     orphan_policy: Literal["Delete", "Report"] = Field(
@@ -219,6 +231,7 @@ class Settings(BaseModel):
             create_settle=self.create_settle,
             backoff_max=self.backoff_max,
             cluster_id=self.resolved_cluster_id(),
+            deployment=self.resolved_deployment_id(),
         )
 
     def lanes(self, observer: LaneObserver | None = None) -> Lanes:
@@ -231,6 +244,11 @@ class Settings(BaseModel):
         if not self.cluster_id:
             raise ValueError("the cluster id is not resolved yet (controller.app.resolve_cluster_id)")
         return self.cluster_id
+
+    def resolved_deployment_id(self) -> str:
+        """TAOBREV_DEPLOYMENT_ID, else <operator namespace>/<Lease name>: replicas of one deployment
+        share the Lease; two deployments in one cluster cannot (they would elect one leader)."""
+        return self.deployment_id or f"{self.operator_namespace}/{self.leader_lease_name}"
 
     def leader_timing(self) -> Timing:
         return Timing(self.leader_lease_duration, self.leader_renew_deadline, self.leader_retry_period)

@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 
 import structlog
 
+from controller import naming
 from controller.brev.client import BrevClient
 from controller.directory import InstanceDirectory
 from controller.errors import InstanceNotFound, TaoBrevError, TransientError
@@ -26,6 +27,7 @@ from controller.kube import KubeAccess
 from controller.leadership import Leadership, NotLeading
 from controller.metrics import Recorder
 from controller.orphans import (
+    UNPROVEN,
     DeleteMark,
     Finding,
     Memory,
@@ -40,6 +42,13 @@ from controller.orphans import (
 from controller.retained import RetainedRecord, RetainedStore
 
 log = structlog.get_logger("taobrev.sweeper")
+# What a person does about an instance the sweeper cannot prove its own (it never deletes one).
+_UNPROVEN_FIX = {
+    Why.LEGACY_MARK: "named by an older operator version (cluster mark only): any operator of this "
+    "cluster may own it; delete it by hand (brev delete <id>) if no TaoBrevJob of any operator uses it",
+    Why.OUTSIDE_NAMESPACES: "carries this operator's mark for a namespace outside TAOBREV_NAMESPACES: "
+    "add the namespace back, or delete it by hand (brev delete <id>) if its job is gone",
+}
 
 
 class Sweeper:
@@ -58,6 +67,7 @@ class Sweeper:
         grace: float,
         listing_max_age: float,
         namespaces: Sequence[str] = (),
+        deployment: str = naming.DEFAULT_DEPLOYMENT,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
         self._brev = brev
@@ -67,6 +77,7 @@ class Sweeper:
         self._recorder = recorder
         self._leadership = leadership
         self._cluster_id = cluster_id
+        self._deployment = deployment  # with the cluster id, the mark in our instances' names
         self._policy = policy
         self._interval = interval
         self._grace = grace
@@ -85,6 +96,8 @@ class Sweeper:
             interval=self._interval,
             grace=self._grace,
             cluster_id=self._cluster_id,
+            deployment=self._deployment,
+            namespaces=list(self._namespaces),
         )
         while True:
             if not self._leadership.is_leading():
@@ -112,6 +125,8 @@ class Sweeper:
             memory=self.memory,
             now=now,
             cluster_id=self._cluster_id,
+            deployment=self._deployment,
+            namespaces=self._namespaces,
             policy=self._policy,
             grace=self._grace,
         )
@@ -129,7 +144,7 @@ class Sweeper:
         except TransientError as exc:
             log.warning("orphan_sweep_job_list_failed", error=str(exc), reason=exc.reason)
             return None, None
-        references = [references_of(job, self._cluster_id) for job in jobs]
+        references = [references_of(job, self._cluster_id, self._deployment) for job in jobs]
         try:
             return references, await self._retained.read()
         except TransientError as exc:
@@ -187,9 +202,13 @@ class Sweeper:
             "why": str(f.why),
             "unreferenced_since": f.since.isoformat(),
         }
+        if f.job is not None:
+            fields["finished_job"] = f.job  # finished, so its teardown will never act again
         if f.state is State.PENDING_GRACE:
             log.info("orphan_pending_grace", grace=self._grace, **fields)
         elif f.state is State.REPORTED:
+            if f.why in UNPROVEN:
+                fields["fix"] = _UNPROVEN_FIX[f.why]
             log.warning("orphan_reported", policy=str(self._policy), **fields)
         else:
             log.info("orphan_deleting", **fields)

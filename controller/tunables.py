@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from controller import naming
+
 MIN_ABSENT_LISTINGS = 3
 
 
@@ -48,6 +50,9 @@ class Tunables:
     # Names every instance this operator creates (controller/naming.py ownership mark). The
     # composition root passes the resolved TAOBREV_CLUSTER_ID; this default serves pure tests.
     cluster_id: str = "local"
+    # With cluster_id, the operator deployment's mark in those names (TAOBREV_DEPLOYMENT_ID,
+    # default <operator namespace>/<Lease name>); this default is Settings' default.
+    deployment: str = naming.DEFAULT_DEPLOYMENT
 
     def __post_init__(self) -> None:
         if self.absent_listings < MIN_ABSENT_LISTINGS:

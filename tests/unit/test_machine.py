@@ -39,7 +39,9 @@ INST = "tbj-ns-job-abc"
 IMAGE = "nvcr.io/nvidia/tao/tao-toolkit:6.0.0-pyt"
 
 # The marked name a job gets under the default Tunables (controller/naming.py).
-MARKED_PREFIX = f"tbj-{naming.cluster_mark(machine.Tunables().cluster_id)}-ns-job-"
+MARKED_PREFIX = (
+    f"tbj-{naming.owner_mark(machine.Tunables().cluster_id, machine.Tunables().deployment)}-ns-job-"
+)
 
 
 def spec(**instance: Any) -> TaoBrevJobSpec:

@@ -32,7 +32,9 @@ P = timedelta(seconds=TUN.poll_interval)
 ID = "i-1"
 
 # The marked name a job gets under the default Tunables (controller/naming.py).
-MARKED_PREFIX = f"tbj-{naming.cluster_mark(machine.Tunables().cluster_id)}-ns-job-"
+MARKED_PREFIX = (
+    f"tbj-{naming.owner_mark(machine.Tunables().cluster_id, machine.Tunables().deployment)}-ns-job-"
+)
 
 
 def listed_running(**fields: Any) -> TaoBrevJobStatus:

@@ -12,6 +12,7 @@ from controller.brev.client import DELETING, RUNNING, Instance
 from controller.metrics import ORPHAN_REASONS, ORPHAN_STATES
 from controller.orphans import (
     REDELETE_AFTER,
+    UNPROVEN,
     DeleteMark,
     Memory,
     Plan,
@@ -30,8 +31,24 @@ OTHER = "cluster-b"
 GRACE = 600.0
 
 
-def ours(job: str, uid: str = "u1", cluster: str = CLUSTER) -> str:
-    return naming.instance_name("ns", job, uid, cluster_id=cluster)
+DEPLOY_A = "ops-a/taobrev-operator"
+DEPLOY_B = "ops-b/taobrev-operator"
+
+
+def ours(
+    job: str,
+    uid: str = "u1",
+    cluster: str = CLUSTER,
+    *,
+    namespace: str = "ns",
+    deployment: str = naming.DEFAULT_DEPLOYMENT,
+) -> str:
+    return naming.instance_name(namespace, job, uid, cluster_id=cluster, deployment=deployment)
+
+
+def legacy(job: str, namespace: str = "ns") -> str:
+    """The name an operator before deployment marks gave: the cluster's mark only."""
+    return f"tbj-{naming.legacy_mark(CLUSTER)}-{namespace}-{job}-1d7f4a52"
 
 
 def inst(name: str, id_: str, status: str = RUNNING) -> Instance:
@@ -50,6 +67,8 @@ def sweep(
     memory: Memory | None = None,
     at: float = 0.0,
     policy: Policy = Policy.DELETE,
+    deployment: str = naming.DEFAULT_DEPLOYMENT,
+    namespaces: Sequence[str] = (),
 ) -> Plan:
     return decide(
         listing=listing,
@@ -58,6 +77,8 @@ def sweep(
         memory=memory or Memory(),
         now=T0 + timedelta(seconds=at),
         cluster_id=CLUSTER,
+        deployment=deployment,
+        namespaces=namespaces,
         policy=policy,
         grace=GRACE,
     )
@@ -69,7 +90,8 @@ def deleted(plan: Plan) -> list[str]:
 
 def test_state_and_reason_names_are_the_metric_label_values() -> None:
     assert tuple(str(s) for s in State) == ORPHAN_STATES
-    assert tuple(str(w) for w in Why) == ORPHAN_REASONS
+    # Reasons of deletes; the unproven kinds are only ever reported.
+    assert tuple(str(w) for w in Why if w not in UNPROVEN) == ORPHAN_REASONS
 
 
 def test_an_unreferenced_instance_of_ours_is_deleted_only_after_the_grace_from_first_seen() -> None:
@@ -148,9 +170,39 @@ def test_policy_report_reports_past_the_grace_and_deletes_nothing() -> None:
     assert plan.counts()[State.REPORTED] == 1
 
 
-def test_a_finished_jobs_instance_belongs_to_its_teardown_not_to_the_sweeper() -> None:
-    listing = [inst(ours("done"), "i-1")]
-    plan = sweep(listing, [ref(ours("done"), active=False)], memory=Memory(first_seen={"i-1": T0}), at=GRACE)
+def test_a_live_instance_a_finished_job_names_is_swept_after_the_grace_whatever_its_id() -> None:
+    # Issue 25, scenario 3: finishedAt is written only after the teardown confirmed its delete,
+    # so that teardown will never act again; the instance is a leak (e.g. a create that landed
+    # late, under a new id), not the job's to handle.
+    for recorded in ("i-1", "i-recorded"):
+        listing = [inst(ours("done"), "i-1")]
+        finished = [ref(ours("done"), ids=[recorded], active=False)]
+        first = sweep(listing, finished)
+        assert deleted(first) == []
+        assert [(f.state, f.why, f.job) for f in first.findings] == [
+            (State.PENDING_GRACE, Why.FINISHED_JOB, "ns/j")
+        ]
+        due = sweep(listing, finished, memory=first.memory, at=GRACE)
+        assert deleted(due) == ["i-1"]
+        assert [(f.state, f.why) for f in due.findings] == [(State.DELETING, Why.FINISHED_JOB)]
+        report = sweep(listing, finished, memory=first.memory, at=GRACE, policy=Policy.REPORT)
+        assert deleted(report) == []
+        assert [(f.state, f.why) for f in report.findings] == [(State.REPORTED, Why.FINISHED_JOB)]
+
+
+def test_an_instance_a_finished_job_reused_is_never_swept() -> None:
+    # A reused instance was lent to the job, never created by it: not the sweeper's to delete.
+    listing = [inst(ours("lent"), "i-1"), inst("alice-box", "i-2")]
+    finished = [
+        Reference(
+            job="ns/j",
+            names=frozenset({ours("lent"), "alice-box"}),
+            ids=frozenset({"i-1", "i-2"}),
+            active=False,
+            reused=frozenset({ours("lent"), "i-1", "alice-box", "i-2"}),
+        )
+    ]
+    plan = sweep(listing, finished, memory=Memory(first_seen={"i-1": T0}), at=10 * GRACE)
     assert plan.findings == ()
     assert deleted(plan) == []
 
@@ -263,6 +315,96 @@ def test_references_of_a_job_cover_status_attempts_reuse_and_the_pending_name() 
     pending = references_of(job("p", "u2"), CLUSTER)
     assert pending.names == {ours("p", "u2")}  # no status yet: the name it will get
 
-    reused = references_of(job("r", "u3", reuse="shared-box", status={"finishedAt": "x"}), CLUSTER)
+    reused = references_of(
+        job(
+            "r",
+            "u3",
+            reuse="shared-box",
+            status={
+                "finishedAt": "x",
+                "instanceName": "shared-box",
+                "instanceId": "i-box",
+                "instanceCreated": False,
+            },
+        ),
+        CLUSTER,
+    )
     assert "shared-box" in reused.names
+    assert reused.reused == {"shared-box", "i-box"}
     assert not reused.active
+    assert running.reused == frozenset()
+
+
+def test_the_pending_name_carries_the_deployments_mark() -> None:
+    pending = references_of(job("p", "u2"), CLUSTER, DEPLOY_A)
+    assert pending.names == {ours("p", "u2", deployment=DEPLOY_A)}
+
+
+def test_two_deployments_in_one_cluster_never_sweep_each_others_instances() -> None:
+    # Issue 25, scenario 2: two namespaced operators of one cluster share a Brev org. Each one's
+    # running training is unreferenced in the other's job list; the deployment in the mark tells
+    # them apart, so neither ever reports or deletes the other's instance.
+    a_inst = inst(ours("train", namespace="team-a", deployment=DEPLOY_A), "i-a")
+    b_inst = inst(ours("train", namespace="team-b", deployment=DEPLOY_B), "i-b")
+    listing = [a_inst, b_inst]
+    a_running = [ref(a_inst.name, ids=["i-a"])]
+    b_running = [ref(b_inst.name, ids=["i-b"])]
+    for me, refs, namespaces in (
+        (DEPLOY_A, a_running, ("team-a",)),
+        (DEPLOY_B, b_running, ("team-b",)),
+        (DEPLOY_A, a_running, ()),  # A watching every namespace still knows B's are not its own
+    ):
+        seen = sweep(listing, refs, deployment=me, namespaces=namespaces)
+        plan = sweep(listing, refs, memory=seen.memory, at=100 * GRACE, deployment=me, namespaces=namespaces)
+        assert plan.findings == ()
+        assert deleted(plan) == []
+        assert plan.foreign == 1
+    # ... while each one's own orphan is still swept.
+    seen = sweep(listing, b_running, deployment=DEPLOY_A, namespaces=("team-a",))
+    plan = sweep(
+        listing, b_running, memory=seen.memory, at=GRACE, deployment=DEPLOY_A, namespaces=("team-a",)
+    )
+    assert deleted(plan) == ["i-a"]
+
+
+def test_our_mark_on_a_namespace_we_do_not_watch_is_reported_never_deleted() -> None:
+    # TAOBREV_NAMESPACES lost a namespace (or two deployments share an identity): its jobs are
+    # not in our list, so "unreferenced" proves nothing there.
+    elsewhere = inst(ours("train", namespace="team-b"), "i-b")
+    seen = sweep([elsewhere], namespaces=("team-a",))
+    assert [(f.state, f.why) for f in seen.findings] == [(State.PENDING_GRACE, Why.OUTSIDE_NAMESPACES)]
+    plan = sweep([elsewhere], memory=seen.memory, at=100 * GRACE, namespaces=("team-a",))
+    assert deleted(plan) == []
+    assert [(f.state, f.why) for f in plan.findings] == [(State.REPORTED, Why.OUTSIDE_NAMESPACES)]
+
+
+def test_an_instance_with_the_clusters_pre_deployment_mark_is_reported_never_deleted() -> None:
+    # Named by an operator version whose mark was the cluster's alone: any deployment of this
+    # cluster may own it. Jobs that recorded it keep it (referenced); unreferenced, it is only
+    # reported, whatever the policy.
+    old = inst(legacy("lost"), "i-old")
+    in_use = inst(legacy("busy"), "i-busy")
+    refs = [ref(legacy("busy"), ids=["i-busy"])]
+    seen = sweep([old, in_use], refs)
+    assert [(f.instance.id, f.state, f.why) for f in seen.findings] == [
+        ("i-old", State.PENDING_GRACE, Why.LEGACY_MARK)
+    ]
+    plan = sweep([old, in_use], refs, memory=seen.memory, at=100 * GRACE)
+    assert deleted(plan) == []
+    assert [(f.instance.id, f.state, f.why) for f in plan.findings] == [
+        ("i-old", State.REPORTED, Why.LEGACY_MARK)
+    ]
+    # A namespaced sweeper reports only those named for its own namespaces.
+    scoped = sweep([old], memory=seen.memory, at=100 * GRACE, namespaces=("team-a",))
+    assert scoped.findings == ()
+    assert scoped.foreign == 1
+
+
+def test_an_old_marked_instance_our_finished_job_created_is_deleted_after_the_grace() -> None:
+    # A job we list created it (its name is in that job's status): that proves it ours.
+    leaked = inst(legacy("done"), "i-2")
+    finished = [ref(legacy("done"), ids=["i-1"], active=False)]
+    seen = sweep([leaked], finished)
+    plan = sweep([leaked], finished, memory=seen.memory, at=GRACE)
+    assert deleted(plan) == ["i-2"]
+    assert plan.findings[0].why is Why.FINISHED_JOB

@@ -41,6 +41,7 @@ class World:
         interval: float = 60,
         grace: float = GRACE,
         brev: type[FakeBrev] = FakeBrev,
+        namespaces: Sequence[str] = (),
     ) -> None:
         self.clock = FakeClock()
         self.brev = brev(self.clock)
@@ -59,6 +60,7 @@ class World:
             interval=interval,
             grace=grace,
             listing_max_age=0,
+            namespaces=namespaces,
             clock=self.clock.now,
         )
 
@@ -220,7 +222,7 @@ def test_the_record_round_trips_through_the_config_map_and_protects_the_instance
     inst = w.brev.add_instance(ours("kept"))
     rec = RetainedRecord(inst.name, inst.id, "ns/kept", None)
     asyncio.run(w.retained.record(rec))
-    assert (OPERATOR_NS, CONFIG_MAP) in w.kube.config_maps
+    assert (OPERATOR_NS, w.retained.shard_of(inst.name)) in w.kube.config_maps  # sharded (S11-12)
     assert asyncio.run(w.retained.read()) == {inst.name: rec}
     for _ in range(5):
         w.sweep(after=GRACE)
@@ -298,3 +300,69 @@ def test_only_the_leader_sweeps_and_a_new_term_forgets_the_old_terms_clock() -> 
 
     asyncio.run(scenario())
     assert w.brev.deletes == []
+
+
+def running_status(name: str, instance_id: str) -> dict[str, Any]:
+    return {"phase": "Running", "instanceName": name, "instanceId": instance_id, "instanceCreated": True}
+
+
+def test_a_namespaced_sweeper_never_deletes_a_running_job_of_a_namespace_it_does_not_watch() -> None:
+    # Issue 25, scenario 2: an operator with TAOBREV_NAMESPACES=team-a cannot list team-b's jobs,
+    # so a running training there looks unreferenced to it. Named with this sweeper's own mark
+    # (one deployment whose TAOBREV_NAMESPACES lost team-b), it still cannot prove it an orphan.
+    w = World(namespaces=("team-a",))
+    job = w.kube.create("team-b", "train", "u-b", job_spec())
+    inst = w.brev.add_instance(naming.instance_name("team-b", "train", "u-b", cluster_id=CLUSTER))
+    job.status = running_status(inst.name, inst.id)
+    for _ in range(5):
+        w.sweep(after=GRACE)
+    assert w.brev.deletes == []
+    assert w.metric("taobrev_orphan_instances", state="deleting") == 0
+    assert w.metric("taobrev_orphan_instances", state="reported") == 1  # for a person to look at
+
+
+def test_a_live_instance_a_finished_job_still_names_is_reported_then_deleted_after_the_grace() -> None:
+    # Issue 25, scenario 3: the job finished (its teardown deleted "i-recorded" and will never act
+    # again), yet an instance of its name is live under another id (a create that landed late).
+    w = World()
+    job = w.kube.create("ns", "done", "u1", job_spec())
+    late = w.brev.add_instance(ours("done"))
+    job.status = {
+        **running_status(late.name, "i-recorded"),
+        "phase": "Deleted",
+        "outcome": "Succeeded",
+        "finishedAt": "2026-11-29T12:00:00Z",
+    }
+    w.sweep()
+    assert w.brev.deletes == []
+    assert w.metric("taobrev_orphan_instances", state="pending_grace") == 1
+    w.sweep(after=GRACE)
+    assert w.delete_outcomes() == [(late.id, "accepted")]
+    w.sweep(after=60)
+    assert w.delete_outcomes() == [(late.id, "accepted"), (late.id, "not-found")]
+    assert w.metric("taobrev_orphans_deleted_total", reason="finished_job") == 1
+
+
+def test_the_finished_jobs_own_recorded_instance_left_live_is_deleted_too() -> None:
+    w = World()
+    job = w.kube.create("ns", "done", "u1", job_spec())
+    inst = w.brev.add_instance(ours("done"))
+    job.status = {
+        **running_status(inst.name, inst.id),
+        "phase": "Deleted",
+        "finishedAt": "2026-11-29T12:00:00Z",
+    }
+    w.sweep()
+    w.sweep(after=GRACE)
+    assert w.delete_outcomes() == [(inst.id, "accepted")]
+
+
+def test_under_policy_report_a_finished_jobs_live_instance_is_only_reported() -> None:
+    w = World(Policy.REPORT)
+    job = w.kube.create("ns", "done", "u1", job_spec())
+    inst = w.brev.add_instance(ours("done"))
+    job.status = {**running_status(inst.name, "i-recorded"), "finishedAt": "2026-11-29T12:00:00Z"}
+    w.sweep()
+    w.sweep(after=GRACE)
+    assert w.brev.deletes == []
+    assert w.metric("taobrev_orphan_instances", state="reported") == 1
