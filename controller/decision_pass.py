@@ -181,11 +181,17 @@ class Pass:
         self.s.absent_checked_at = None
 
     def note_absence(self) -> int:
-        """Count this listing if it is a new one (at most one per poll interval)."""
-        if self.since(self.s.absent_checked_at) >= self.tun.poll_interval:
+        """Count this listing if it is a new one: taken at least a poll interval after the last
+        one counted. By when the listing was taken, not when the pass ran: the directory serves
+        one listing to every pass for up to listing_max_age, and the same omission seen again is
+        no new evidence (one glitch counted three times deleted healthy instances; issue 25,
+        scenario 4)."""
+        listed_at = self.obs.listed_at or self.now
+        last = self.s.absent_checked_at
+        if last is None or (listed_at - last).total_seconds() >= self.tun.poll_interval:
             self.s.absent_listings = (self.s.absent_listings or 0) + 1
-            self.s.absent_since = self.s.absent_since or self.now
-            self.s.absent_checked_at = self.now
+            self.s.absent_since = self.s.absent_since or listed_at
+            self.s.absent_checked_at = listed_at
         return self.s.absent_listings or 0
 
     def exec_evidence(self) -> bool:

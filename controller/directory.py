@@ -40,6 +40,10 @@ class Sighting:
     ambiguous: bool = False
     # Who listed: None when the client cannot tell.
     identity: str | None = None
+    # Seconds since the listing this sighting comes from was taken (None: not known). The same
+    # listing is served to every pass for up to max_age: absence counts once per listing, so
+    # callers need to tell a new listing from a cached one (issue 25, scenario 4).
+    age: float | None = None
 
 
 def resolve_by_name(listing: Sequence[Instance], name: str) -> tuple[Instance | None, bool]:
@@ -62,6 +66,8 @@ class InstanceDirectory:
         self._listing: tuple[Instance, ...] | None = None
         self._identity: str | None = None
         self._taken_at = float("-inf")
+        # When the listing held was taken (invalidate() only makes it stale, this stays true).
+        self._listed_at = float("-inf")
         self._inflight: asyncio.Task[bool] | None = None
         self.listings = 0
 
@@ -79,11 +85,12 @@ class InstanceDirectory:
         if not await self._fresh(max_age):
             return Sighting(known=False)
         assert self._listing is not None
+        age = max(0.0, self._clock() - self._listed_at)
         if instance_id:
             by_id = next((i for i in self._listing if i.id == instance_id), None)
-            return Sighting(known=True, instance=by_id, identity=self._identity)
+            return Sighting(known=True, instance=by_id, identity=self._identity, age=age)
         inst, ambiguous = resolve_by_name(self._listing, name)
-        return Sighting(known=True, instance=inst, ambiguous=ambiguous, identity=self._identity)
+        return Sighting(known=True, instance=inst, ambiguous=ambiguous, identity=self._identity, age=age)
 
     async def listing(self, *, max_age: float) -> tuple[Instance, ...] | None:
         """The whole shared listing (the orphan sweeper's view), or None when brev could not be
@@ -110,5 +117,6 @@ class InstanceDirectory:
         self._listing = tuple(listing)
         self._identity = identity
         self._taken_at = started
+        self._listed_at = started
         self.listings += 1
         return True

@@ -401,6 +401,7 @@ class Reconciler:
             instance=seen.instance,
             instance_ambiguous=seen.ambiguous,
             identity=seen.identity,
+            listed_at=None if seen.age is None else obs.now - timedelta(seconds=seen.age),
             price_per_hour=price,
         )
 

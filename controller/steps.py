@@ -78,6 +78,9 @@ class Observation:
     instance_ambiguous: bool = False
     # Who the CLI is logged in as when it listed (None: the client cannot tell).
     identity: str | None = None
+    # When the listing behind instance/instance_known was taken (None: in this pass). The shared
+    # listing is served from a cache: an absence counts once per listing, not once per pass.
+    listed_at: datetime | None = None
     probe_ok: bool | None = None
     prepared: bool = False
     container_started: bool = False
