@@ -153,14 +153,33 @@ def generic_error(verb: str, target: str, result: RunResult) -> BrevTransientErr
     return BrevTransientError(message, cli_message=cli_message(result))
 
 
+# brev create's per-type fallback (pkg/cmd/gpucreate): a `Skipping: ...` line is the CLI's own
+# availability check (no request sent); a `[Worker N] <type> Failed: ...` line is a request that
+# reached Brev and failed, and a 5xx or a timeout there may have created the instance.
+_SKIP_LINE = re.compile(r"Skipping: (.*)")
+# `[Worker N] Trying <type> for instance ...` precedes every request; `... Failed:` ends one.
+_REQUEST_SENT = re.compile(r"\[Worker \d+\] (Trying \S+ for instance|\S+ Failed: )")
+_CAPACITY_MARKERS = ("no capacity", "please retry", "try again later")
+
+
 def create_outcome(name: str, result: RunResult) -> CreateResult:
-    """Map `brev create --detached` onto adopt / success / the error hierarchy."""
+    """Map `brev create --detached` onto adopt / success / the error hierarchy.
+
+    Classified on what ended the create, never on the fallback's progress lines: a type skipped
+    for capacity followed by a request that failed (502, timeout) is that failure — the instance
+    may exist — not InsufficientCapacity. A definite refusal is one where no request reached Brev."""
     out = result.output
     if "already exists" in out or "duplicate workspace" in out:
         return CreateResult(name=name, adopted=True)
     if result.returncode == 0:
         return CreateResult(name=name, adopted=False)
     msg = cli_message(result)
+    if _REQUEST_SENT.search(out) is not None:
+        raise BrevTransientError(
+            f"brev create {name} failed after a request reached Brev; the instance may exist, "
+            "so it is confirmed before anything concludes it was never created",
+            cli_message=msg,
+        )
     if "no GPU instances match" in out:
         raise BrevPermanentError(
             f"no instance type matches the requested GPU filters for {name}; relax gpuName / "
@@ -168,18 +187,21 @@ def create_outcome(name: str, result: RunResult) -> CreateResult:
             reason="NoMatchingInstanceType",
             cli_message=msg,
         )
-    if "no capacity" in out or "please retry" in out or "try again later" in out:
-        raise BrevTransientError(
-            f"no capacity for the requested instance types of {name}; will retry",
-            reason="InsufficientCapacity",
-            cli_message=msg,
-        )
-    if "is not a recognized type" in out:
-        raise BrevPermanentError(
-            f"instance type requested for {name} is not a recognized brev type (see `brev search`)",
-            reason="UnknownInstanceType",
-            cli_message=msg,
-        )
+    skips = _SKIP_LINE.findall(out)
+    if skips and "could only create 0/" in out:
+        # Every type was skipped before any request left the CLI: nothing can exist.
+        if any(marker in skip for skip in skips for marker in _CAPACITY_MARKERS):
+            raise BrevTransientError(
+                f"no capacity for the requested instance types of {name}; will retry",
+                reason="InsufficientCapacity",
+                cli_message=msg,
+            )
+        if all("is not a recognized type" in skip for skip in skips):
+            raise BrevPermanentError(
+                f"instance type requested for {name} is not a recognized brev type (see `brev search`)",
+                reason="UnknownInstanceType",
+                cli_message=msg,
+            )
     raise generic_error("create", name, result)
 
 

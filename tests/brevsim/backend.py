@@ -175,6 +175,9 @@ class Backend:
                 inst["disappear_at"] = now + deploy["deploy_s"] + float(vanish) * store.speed
             db["created_count"][name] = int(db["created_count"].get(name, 0)) + 1
         launch.make_sandbox(store, inst)
+        lost = store.fault("create_reply_lost")
+        if lost:  # a gateway timed out while the backend went on: made, but the CLI hears 502
+            raise CLIError(f"502 Bad Gateway: {lost}")
         return inst
 
     def delete(self, inst: dict[str, Any], obs: Observation) -> None:

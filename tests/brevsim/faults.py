@@ -53,6 +53,12 @@ _FAULTS: tuple[Knob, ...] = (
     Knob(
         "create_fails", None, "a message: every server create fails with `500 Internal Server Error: <msg>`"
     ),
+    Knob(
+        "create_reply_lost",
+        None,
+        "a message: the server creates the instance, then its answer is lost: the worker fails with "
+        "`502 Bad Gateway: <msg>` (the instance exists)",
+    ),
     Knob("failure_status", None, "True or a message: created instances end in FAILURE (CREATE_FAILED)"),
     Knob("disappear_after_s", None, "created instances vanish (no DELETING) this long after RUNNING"),
     Knob("ls_omit", {}, "{name or id: N}: the next N `brev ls` listings that would show it leave it out"),

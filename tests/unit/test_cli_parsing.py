@@ -347,8 +347,11 @@ def test_create_duplicate_name_is_adopted() -> None:
     ("stderr", "error", "reason"),
     [
         (
-            '[Worker 1] g6e.xlarge Failed: x\nSkipping: instance type "g6e.xlarge" is currently unavailable '
-            "(no capacity); try again later\n" + TRACE + "could only create 0/1 instances",
+            "Trying g6e.xlarge for 1 instance(s)...\n"
+            'Skipping: instance type "g6e.xlarge" is currently unavailable '
+            "(no capacity); try again later\n\nWarning: Only created 0/1 instances\n"
+            + TRACE
+            + "could only create 0/1 instances",
             BrevTransientError,
             "InsufficientCapacity",
         ),
@@ -377,6 +380,75 @@ def test_create_failures_map_onto_the_hierarchy_keeping_the_cli_message(
         output.create_outcome("tbj-a", _r("", stderr))
     assert info.value.reason == reason  # type: ignore[attr-defined]
     assert stderr.strip()[-40:] in info.value.cli_message  # type: ignore[attr-defined]
+
+
+# brev create's type fallback (pkg/cmd/gpucreate): a type without capacity is skipped on the CLI
+# side (nothing sent), then the next type's request reaches Brev and fails. That failure decides:
+# a 502 or a timeout may have created the instance, so it is no refusal (issue 25, scenario 7).
+_SKIP_CAPACITY = (
+    "Attempting to create 1 instance(s) with 1 parallel attempts\n"
+    "Instance types to try: g6e.xlarge, g6.xlarge\n\n"
+    "Trying g6e.xlarge for 1 instance(s)...\n"
+    'Skipping: instance type "g6e.xlarge" is currently unavailable (no capacity); try again later '
+    "or run 'brev search' to find another type\n\nType g6e.xlarge had failures, trying next type...\n\n"
+    "Trying g6.xlarge for 1 instance(s)...\n"
+    "[Worker 1] Trying g6.xlarge for instance 'tbj-a'...\n"
+)
+_AFTER_ATTEMPT = "\nType g6.xlarge had failures, trying next type...\n\nWarning: Only created 0/1 instances\n"
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        "502 Bad Gateway",
+        'Post "https://brevapi.example/api/organizations/o/workspaces": context deadline exceeded '
+        "(Client.Timeout exceeded while awaiting headers)",
+        "500 Internal Server Error: please retry",
+    ],
+)
+def test_a_failure_after_a_capacity_skip_is_no_refusal(failure: str) -> None:
+    stderr = (
+        _SKIP_CAPACITY
+        + f"[Worker 1] g6.xlarge Failed: {TRACE}{failure}\n"
+        + _AFTER_ATTEMPT
+        + TRACE
+        + "could only create 0/1 instances"
+    )
+    with pytest.raises(BrevTransientError) as info:
+        output.create_outcome("tbj-a", _r("", stderr))
+    assert info.value.reason != "InsufficientCapacity"
+    assert info.value.reason not in ("UnknownInstanceType", "NoMatchingInstanceType")
+    assert "may exist" in info.value.message
+    assert failure in info.value.cli_message
+
+
+def test_an_unrecognized_type_skipped_before_a_failed_request_is_no_permanent_refusal() -> None:
+    stderr = (
+        "Trying zz for 1 instance(s)...\n"
+        "Skipping: instance type \"zz\" is not a recognized type; run 'brev search' to see available types\n"
+        "Trying g6.xlarge for 1 instance(s)...\n"
+        "[Worker 1] Trying g6.xlarge for instance 'tbj-a'...\n"
+        f"[Worker 1] g6.xlarge Failed: {TRACE}502 Bad Gateway\n"
+        + _AFTER_ATTEMPT
+        + TRACE
+        + "could only create 0/1 instances"
+    )
+    with pytest.raises(BrevTransientError) as info:
+        output.create_outcome("tbj-a", _r("", stderr))
+    assert info.value.reason == "BrevUnavailable"
+
+
+def test_every_type_skipped_for_capacity_is_a_refusal_even_with_a_retry_hint() -> None:
+    stderr = (
+        "Trying a for 1 instance(s)...\n"
+        'Skipping: instance type "a" is currently unavailable (no capacity); try again later\n'
+        "Trying b for 1 instance(s)...\n"
+        'Skipping: could not resolve workspace group for "b" (instance-type listing was unavailable); '
+        "please retry\n\nWarning: Only created 0/1 instances\n" + TRACE + "could only create 0/1 instances"
+    )
+    with pytest.raises(BrevTransientError) as info:
+        output.create_outcome("tbj-a", _r("", stderr))
+    assert info.value.reason == "InsufficientCapacity"
 
 
 def test_delete_of_missing_instance_is_instance_not_found() -> None:
