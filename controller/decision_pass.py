@@ -155,6 +155,8 @@ class Pass:
     def deletes_instance(self) -> bool:
         if not self.owned:
             return False
+        if superseded(self.s):
+            return True  # recovery was deleting it: Retain keeps the run's instance, not this one
         # Without a parsed spec, delete what we created: a leak bills, a re-create is cheap.
         return self.spec is None or self.spec.instance.effective_on_completion() == OnCompletion.DELETE
 
@@ -227,3 +229,15 @@ class Pass:
             "delete the extra ones (`brev ls`, `brev delete <id>`) and the job adopts the remaining one",
         )
         return True
+
+
+def superseded(status: TaoBrevJobStatus) -> bool:
+    """The current instance belongs to an attempt recovery ended before the run did: it was being
+    deleted for the next attempt when the job was cancelled, timed out or ran over budget (between
+    attempts). It is deleted whatever onCompletion says, and never recorded as retained. The run's
+    own end stamps its attempt at the same time as runEndedAt, so an earlier stamp marks one that
+    ended alone."""
+    last = status.attempts[-1] if status.attempts else None
+    if last is None or last.ended_at is None or last.instance_name != status.instance_name:
+        return False
+    return status.run_ended_at is None or last.ended_at < status.run_ended_at

@@ -255,12 +255,13 @@ def _bill(p: Pass) -> None:
     )
 
 
-def over_budget(p: Pass) -> str | None:
-    """The budget message once billed time or cost (all attempts, exact) reached a limit."""
+def over_budget(p: Pass, at: datetime | None = None) -> str | None:
+    """The budget message once billed time or cost (all attempts, exact) reached a limit, now or
+    at `at` (a container's exit: what billed after it is not the run's doing)."""
     if p.spec is None or not p.s.attempts:
         return None
     budget = p.spec.budget
-    secs, cost = totals(p)
+    secs, cost = exact_totals(p.s, at or p.now)
     if budget.max_billed_seconds is not None and secs >= budget.max_billed_seconds:
         return (
             f"billed time {int(secs)}s over {len(p.s.attempts)} attempt(s) reached "
@@ -275,9 +276,27 @@ def over_budget(p: Pass) -> str | None:
     return None
 
 
+def budget_left(p: Pass) -> float | None:
+    """Seconds until the budget is reached at the current attempt's rate (None: no budget, or a
+    cost budget with an unknown price). Bounds the exit wait, so no wait overruns the budget."""
+    if p.spec is None or not p.s.attempts:
+        return None
+    budget = p.spec.budget
+    secs, cost = totals(p)
+    lefts: list[float] = []
+    if budget.max_billed_seconds is not None:
+        lefts.append(budget.max_billed_seconds - secs)
+    price = p.s.attempts[-1].price_per_hour
+    if budget.max_cost_dollars is not None and cost is not None and price:
+        lefts.append((budget.max_cost_dollars - cost) * 3600 / price)
+    return max(0.0, min(lefts)) if lefts else None
+
+
 def check_budget(p: Pass) -> None:
-    """Before the run ended: a reached budget ends it (stop, upload what exists, tear down)."""
-    if p.s.outcome or p.phase not in (Phase.PROVISIONING, Phase.WAITING_EXEC, Phase.PULLING, Phase.RUNNING):
+    """Before the run ended: a reached budget ends it (stop, upload what exists, tear down).
+    Running is judged by run_phases.running instead: it looks for the exit first (an exit 0 inside
+    the budget, seen late after downtime, is a success) and judges an exit at its own time."""
+    if p.s.outcome or p.phase not in (Phase.PROVISIONING, Phase.WAITING_EXEC, Phase.PULLING):
         return
     message = over_budget(p)
     if message is not None:

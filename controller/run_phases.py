@@ -272,15 +272,15 @@ _MIN_WAIT_S = 1.0  # a call's floor (see wait_bound)
 
 def wait_bound(p: Pass) -> float:
     """The blocking wait's bound: up to wait_timeout (see _wait_grid), but no later than the next
-    checkpoint sync or the Running deadline, so neither is overrun by a whole wait (never under
-    1 s: a call's floor)."""
+    checkpoint sync, the Running deadline or the budget's end, so none is overrun by a whole wait
+    (never under 1 s: a call's floor)."""
     bound = _wait_grid(p.tun.wait_timeout, p.s.job_id or "", p.now.timestamp())
     due = recovery.sync_due_in(p)
     if due is not None:
         bound = min(bound, due)
-    left = _phase_left(p)
-    if left is not None:
-        bound = min(bound, left)
+    for left in (_phase_left(p), recovery.budget_left(p)):
+        if left is not None:
+            bound = min(bound, left)
     return max(min(1.0, p.tun.wait_timeout), bound)
 
 
@@ -358,12 +358,15 @@ def _judge_exit(p: Pass) -> None:
     assert exited is not None
     limit = phase_timeout(p.spec, Phase.RUNNING)
     started = p.s.container_started_at
+    budget = recovery.over_budget(p, at=exited)  # billed up to the exit, however late it is seen
     if limit is not None and started is not None and (exited - started).total_seconds() > limit:
         p.end_run(
             Outcome.FAILED,
             reasons.timeout(Phase.RUNNING),
             f"Running did not finish within {limit}s (spec.timeouts); exit code {code}",
         )
+    elif budget is not None:
+        p.end_run(Outcome.FAILED, reasons.BUDGET_EXCEEDED, f"{budget}; exit code {code}")
     elif recovery.retries_exit_code(p, code):
         _upload_then_retry(p)
         return
@@ -436,10 +439,12 @@ def running(p: Pass) -> None:
         return
     if not p.s.outcome and instance_gone_or_failed(p) and not p.s.outcome:
         return  # confirming a suspected loss with brev delete first, or this attempt ended
-    if not p.s.outcome and p.timed_out():
+    budget = None if p.s.outcome else recovery.over_budget(p)
+    if not p.s.outcome and (p.timed_out() or budget is not None):
         if "WaitForExit" in p.obs.completed:
-            # Looked in this pass and it still runs: now it really is over time.
-            _check_timeout(p)
+            # Looked in this pass and it still runs: now it really is over time (or budget).
+            if not _check_timeout(p) and budget is not None:
+                p.end_run(Outcome.FAILED, reasons.BUDGET_EXCEEDED, budget)
         else:
             # After downtime the container may have exited long ago: look before judging.
             # A short look (docker wait returns at once for an exited container).

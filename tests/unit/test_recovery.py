@@ -268,6 +268,42 @@ def test_canceling_during_recovery_tears_down_the_old_instance_and_creates_nothi
     assert d.status.attempts[0].deleted_at == T0 + P * 2
 
 
+RETAIN = rspec(ephemeral={"gpuName": "L40S"}, onCompletion="Retain")
+RETAIN_CAPPED = rspec(ephemeral={"gpuName": "L40S"}, onCompletion="Retain", budget={"maxBilledSeconds": 60})
+
+
+@pytest.mark.parametrize(
+    ("trigger", "spec", "reason"),
+    [
+        ({"deleting": True}, RETAIN, reasons.CANCELED),
+        ({"now": T0 + timedelta(seconds=1800) + P * 2}, RETAIN, reasons.timeout(Phase.PROVISIONING)),
+        ({"now": T0 + timedelta(seconds=61)}, RETAIN_CAPPED, reasons.BUDGET_EXCEEDED),
+    ],
+)
+def test_a_retain_job_ending_between_attempts_deletes_the_superseded_instance(
+    trigger: dict[str, Any], spec: TaoBrevJobSpec, reason: str
+) -> None:
+    """Issue 25, scenario 9: the instance recovery was deleting is no longer the job's result;
+    onCompletion: Retain keeps the run's instance, never a superseded one."""
+    status = step(running_job(), spec, instance=inst(FAILURE), now=T0 + P).status
+    assert status.phase is Phase.PROVISIONING
+    assert status.attempts is not None and status.attempts[0].ended_at is not None
+    assert status.outcome is None and status.instance_name == INST  # the old one, being deleted
+    obs: dict[str, Any] = {"instance": inst(FAILURE), "now": T0 + P * 4, **trigger}
+    d = step(status, spec, **obs)
+    assert d.status.outcome is Outcome.FAILED or d.status.outcome is Outcome.CANCELED
+    assert d.status.reason == reason
+    assert d.status.phase is Phase.DELETED
+    assert not d.finished, "a superseded instance is deleted and confirmed, never retained"
+    assert DeleteInstance(ID) in d.actions
+    obs.update(instance=None, delete_not_found=True)
+    d = step(d.status, spec, **obs)
+    assert d.finished
+    assert d.status.attempts is not None
+    assert d.status.attempts[0].deleted_at is not None
+    assert "deleted" in (d.status.message or "") and "retained" not in (d.status.message or "")
+
+
 # --- restore, resume and checkpoint sync -----------------------------------------------------------
 
 
@@ -392,12 +428,78 @@ def test_a_reached_time_budget_stops_uploads_and_tears_down_with_the_figures() -
     capped = rspec(budget={"maxBilledSeconds": 120})
     d = step(running_job(), capped, instance=inst(), now=T0 + timedelta(seconds=119))
     assert d.status.outcome is None
-    d = step(running_job(), capped, instance=inst(), now=T0 + timedelta(seconds=121))
+    over = T0 + timedelta(seconds=121)
+    d = step(running_job(), capped, instance=inst(), now=over)
+    assert d.status.outcome is None, "the exit is looked for before the budget is judged"
+    (look,) = d.actions
+    assert isinstance(look, WaitForExit) and not look.start_if_missing
+    d = step(running_job(), capped, instance=inst(), now=over, completed=("WaitForExit",))
     assert d.status.outcome is Outcome.FAILED
     assert d.status.reason == reasons.BUDGET_EXCEEDED
     assert "121s" in (d.status.message or "")
     assert "maxBilledSeconds=120" in (d.status.message or "")
     assert StopContainer in kinds(d)
+
+
+BUDGET_600 = rspec(budget={"maxBilledSeconds": 600})
+
+
+def test_an_exit_inside_the_budget_seen_after_downtime_succeeds() -> None:
+    """Issue 25, scenario 8: the operator was down while the container exited 0 at 300 s; the
+    first pass after the restart is at 1,000 s, past the 600 s budget. Look first, as the
+    timeout path does: the run succeeded, and a CI caller must not pay for it twice."""
+    late = T0 + timedelta(seconds=1000)
+    d = step(running_job(), BUDGET_600, instance=inst(), now=late)
+    assert d.status.outcome is None
+    (look,) = d.actions
+    assert isinstance(look, WaitForExit) and not look.start_if_missing
+    exited = T0 + timedelta(seconds=300)
+    d = step(
+        d.status,
+        BUDGET_600,
+        instance=inst(),
+        now=late,
+        exit_code=0,
+        exit_finished_at=exited,
+        completed=("WaitForExit",),
+    )
+    assert d.status.outcome is Outcome.SUCCEEDED, (d.status.reason, d.status.message)
+
+
+def test_an_exit_seen_in_the_pass_after_the_budget_passed_is_judged_at_its_time() -> None:
+    exited = T0 + timedelta(seconds=590)
+    d = step(
+        running_job(),
+        BUDGET_600,
+        instance=inst(),
+        now=T0 + timedelta(seconds=605),
+        exit_code=0,
+        exit_finished_at=exited,
+        completed=("WaitForExit",),
+    )
+    assert d.status.outcome is Outcome.SUCCEEDED, (d.status.reason, d.status.message)
+
+
+def test_an_exit_after_the_budget_passed_is_over_budget() -> None:
+    d = step(
+        running_job(),
+        BUDGET_600,
+        instance=inst(),
+        now=T0 + timedelta(seconds=700),
+        exit_code=0,
+        exit_finished_at=T0 + timedelta(seconds=650),
+        completed=("WaitForExit",),
+    )
+    assert d.status.outcome is Outcome.FAILED
+    assert d.status.reason == reasons.BUDGET_EXCEEDED
+
+
+def test_the_budget_caps_the_exit_wait() -> None:
+    """A wait may not overrun the budget by up to TAOBREV_WAIT_TIMEOUT."""
+    assert TUN.wait_timeout > 20
+    d = step(running_job(), BUDGET_600, instance=inst(), now=T0 + timedelta(seconds=590))
+    (wait,) = [a for a in d.actions if isinstance(a, WaitForExit)]
+    assert wait.timeout_seconds <= 10
 
 
 def test_a_reached_cost_budget_counts_every_attempt() -> None:
@@ -409,7 +511,10 @@ def test_a_reached_cost_budget_counts_every_attempt() -> None:
     listed = inst(name=A2, id_="i-2")
     d = step(status, capped, instance=listed, price_per_hour=36.0, now=T0 + timedelta(seconds=90))
     assert d.status.outcome is None
-    d = step(d.status, capped, instance=listed, now=T0 + timedelta(seconds=96))
+    over = T0 + timedelta(seconds=96)
+    looked = step(d.status, capped, instance=listed, now=over)
+    assert looked.status.outcome is None  # the exit is looked for first (issue 25, scenario 8)
+    d = step(d.status, capped, instance=listed, now=over, completed=("WaitForExit",))
     assert d.status.outcome is Outcome.FAILED
     assert d.status.reason == reasons.BUDGET_EXCEEDED
     assert "maxCostDollars" in (d.status.message or "")
