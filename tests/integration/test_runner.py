@@ -48,9 +48,11 @@ def test_timeout_kills_the_whole_process_group_and_records_it() -> None:
     """A timed-out call leaves no grandchild behind (brev exec runs bash -> ssh)."""
     recorder = ListRecorder()
     runner = Runner(dict(os.environ), recorder=recorder)
+    # 3 s, not 0.5: the timeout must come after bash printed the grandchild's pid, and a loaded
+    # machine can take longer than 0.5 s to start bash and fork.
     with pytest.raises(CommandTimeout) as info:
         asyncio.run(
-            runner.run(["bash", "-c", "sleep 300 & echo $!; wait"], verb="exec", timeout=0.5),
+            runner.run(["bash", "-c", "sleep 300 & echo $!; wait"], verb="exec", timeout=3),
         )
     grandchild = int(info.value.stdout.strip())
     deadline = time.monotonic() + 10
