@@ -36,6 +36,8 @@ INSTANCE_NOT_LISTED = "InstanceNotListed"
 # The container did not exit within the stop grace: results are uploaded from what is there.
 STOP_GRACE_EXPIRED = "StopGraceExpired"
 CLEANUP_FAILED = "CleanupFailed"
+# A cancel gave up the results: the upload from the instance failed (it may never answer).
+UPLOAD_SKIPPED = "UploadSkipped"
 FINISHED = "Finished"
 
 # --- Stalled (needs a human) while the job is not finished ----------------------------------------

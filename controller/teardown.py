@@ -94,6 +94,29 @@ def upload_failed(p: Pass, message: str) -> None:
     teardown(p)
 
 
+def upload_skipped(p: Pass) -> None:
+    """The job is being deleted and an upload attempt failed (the instance refuses ssh, or the
+    copy broke): the results are given up and the instance deleted now, said in status and an
+    Event; no cleanup on an instance being deleted. A run that had not been cancelled before (its
+    upload was under way) ends as an upload failure; a cancelled one stays Canceled."""
+    note = (
+        f"the job is being deleted and the upload from instance {p.instance} failed; results not "
+        "uploaded, deleting the instance"
+    )
+    p.events.append(EventNote("Warning", reasons.UPLOAD_SKIPPED, note))
+    if p.deletes_instance() and not p.s.cleaned_up_at:
+        # The files (and secrets) go with the instance: no cleanup call that would hang as the
+        # upload did and hold up the delete by its whole timeout.
+        p.s.cleaned_up_at = p.now
+    if p.s.outcome != Outcome.CANCELED:
+        upload_failed(p, note)
+        return
+    p.s.teardown_message = note
+    p.s.message = clip(f"{p.s.message or ''}; results not uploaded (the upload from the instance failed)")
+    p.enter(Phase.DELETED, note)
+    teardown(p)
+
+
 def uploading(p: Pass) -> None:
     if p.obs.upload is not None:
         p.s.upload_attempts = (p.s.upload_attempts or 0) + 1
@@ -121,6 +144,11 @@ def uploading(p: Pass) -> None:
         return
     if p.actions:
         return  # confirming the instance's absence first
+    if p.obs.deleting and attempts and p.s.retries:
+        # Cancelled and the last upload did not go through: do not bill up to uploadingSeconds
+        # for results nobody waits for (issue 25, scenario 10).
+        upload_skipped(p)
+        return
     if p.timed_out() and attempts:
         limit = phase_timeout(p.spec, Phase.UPLOADING)
         upload_failed(p, f"upload did not finish within {limit}s (spec.timeouts.uploadingSeconds)")
