@@ -1,0 +1,1 @@
+"""Deterministic simulation of the whole operator (issue 25): see tests/simulation/README.md."""

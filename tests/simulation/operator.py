@@ -1,0 +1,239 @@
+"""One operator process (a replica) built like controller.app.build, driven like
+controller.handlers drives it under kopf: a daemon per object (stopped on deletion and cancelled
+2 s later, kopf's cancellation_timeout), the delete handler retried until it returns (then the
+finalizer goes), the leader election loop and the orphan sweeper."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+from collections.abc import Coroutine
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from prometheus_client import CollectorRegistry
+
+from controller.directory import InstanceDirectory
+from controller.fleet import Fleet, quotas_from
+from controller.lanes import LANES, Lane, Lanes
+from controller.leadership import LeaderElector, NotLeading, Timing
+from controller.metrics import Recorder
+from controller.orphans import Policy
+from controller.reconciler import JobRef, Reconciler
+from controller.retained import RetainedStore
+from controller.settings import Settings
+from controller.sweeper import Sweeper
+from tests.simulation.world import CURRENT, SimRunner
+
+if TYPE_CHECKING:
+    from tests.simulation.run import Simulation
+
+CANCELLATION_TIMEOUT = 2.0  # kopf.daemon(cancellation_timeout=2.0) in controller/handlers.py
+
+
+@dataclass(frozen=True)
+class Deployment:
+    name: str
+    namespaces: tuple[str, ...]
+    operator_namespace: str
+    replicas: int
+    settings: Settings
+
+
+class Process:
+    """One incarnation of one replica; a restart builds a new one (nothing in memory survives)."""
+
+    def __init__(self, sim: Simulation, deployment: Deployment, replica: int, incarnation: int) -> None:
+        self.sim = sim
+        self.deployment = deployment
+        self.name = f"{deployment.name}-{replica}#{incarnation}"
+        self.identity = f"{deployment.name}-{replica}_{incarnation}"
+        self.replica = replica
+        self.dead = False
+        self.partitioned_until = 0.0
+        self.secrets_registry: tuple[Any, Any] = (frozenset(), None)
+        self.tasks: set[asyncio.Task[Any]] = set()
+        self.daemons: dict[tuple[str, str], asyncio.Task[Any]] = {}
+        self.stopped: dict[tuple[str, str], asyncio.Event] = {}
+        self.deleters: dict[tuple[str, str], asyncio.Task[Any]] = {}
+        self.context = contextvars.copy_context()
+        self.context.run(CURRENT.set, self)
+        s = deployment.settings
+        loop_time = sim.clock.monotonic
+        self.directory = InstanceDirectory(sim.brev, clock=loop_time)
+        sizes = {lane: (int(getattr(s, f"lane_{lane}")), f"lane {lane}") for lane in LANES}
+        lanes = Lanes(sizes, clock=sim.clock.now)
+        self.runner = SimRunner(sim.brev, self.directory, lanes)
+        self.retained = RetainedStore(sim.kube, deployment.operator_namespace)
+        self.recorder = Recorder(CollectorRegistry(), clock=sim.clock.unix)
+        self.elector = LeaderElector(
+            sim.leases[deployment.name],
+            self.identity,
+            Timing(s.leader_lease_duration, s.leader_renew_deadline, s.leader_retry_period),
+            clock=loop_time,
+            now=sim.clock.now,
+            on_change=self._leadership_changed,
+        )
+        self.reconciler = self._new_reconciler()
+        self.sweeper = Sweeper(
+            brev=sim.brev,
+            directory=self.directory,
+            kube=sim.kube,
+            retained=self.retained,
+            recorder=self.recorder,
+            leadership=self.elector,
+            cluster_id=s.resolved_cluster_id(),
+            policy=Policy(s.orphan_policy),
+            interval=s.orphan_sweep_interval,
+            grace=s.orphan_grace,
+            listing_max_age=s.listing_max_age,
+            namespaces=s.namespaces,
+            clock=sim.clock.now,
+        )
+
+    def _new_reconciler(self) -> Reconciler:
+        s = self.deployment.settings
+        fleet = Fleet(
+            self.sim.kube,
+            quotas_from(s.max_instances, s.namespace_max_instances, s.namespace_max_gpus),
+            namespaces=s.namespaces,
+            clock=self.sim.clock.monotonic,
+        )
+        return Reconciler(
+            kube=self.sim.kube,
+            directory=self.directory,
+            runner=self.runner,
+            recorder=self.recorder,
+            events=self._event,
+            tunables=s.tunables(),
+            listing_max_age=s.listing_max_age,
+            clock=self.sim.clock.now,
+            retained=self.retained,
+            fleet=fleet,
+            wake_queued=True,
+        )
+
+    def _leadership_changed(self, leading: bool) -> None:
+        self.sim.trace(f"{self.name} {'leads' if leading else 'lost the lead'}")
+        if leading:
+            self.reconciler = self._new_reconciler()
+
+    def _event(self, ref: JobRef, type_: str, reason: str, message: str) -> None:
+        self.sim.event_posted(self, ref, type_, reason, message)
+
+    # -- process lifetime ----------------------------------------------------------------------
+
+    def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
+        task = asyncio.get_running_loop().create_task(coro, name=f"{self.name}:{name}", context=self.context)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return task
+
+    def start(self) -> None:
+        self.sim.trace(f"{self.name} starts")
+        self.spawn(self.elector.run(), "election")
+        self.spawn(self.sweeper.run(), "sweeper")
+        self.sim.kube.watchers.append(self.on_change)
+        for namespace, name in sorted(self.sim.kube.objects):
+            self.on_change(namespace, name)
+
+    def crash(self, why: str) -> None:
+        if self.dead:
+            return
+        self.dead = True
+        self.sim.trace(f"{self.name} crashes ({why})")
+        if self.on_change in self.sim.kube.watchers:
+            self.sim.kube.watchers.remove(self.on_change)
+        for task in list(self.tasks):
+            task.cancel()
+
+    def watches(self, namespace: str) -> bool:
+        ns = self.deployment.namespaces
+        return not ns or namespace in ns
+
+    def on_change(self, namespace: str, name: str) -> None:
+        """A watch event, delivered late; the object is read as it is on arrival (coalesced)."""
+        if not self.watches(namespace):
+            return
+        lag = self.sim.rng.uniform(0, self.sim.knobs.watch_lag_max)
+        asyncio.get_running_loop().call_later(lag, self._seen, namespace, name, context=self.context)
+
+    def _seen(self, namespace: str, name: str) -> None:
+        if self.dead:
+            return
+        key = (namespace, name)
+        body = self.sim.kube.snapshot(namespace, name)
+        if body is None:
+            return
+        deleting = bool(body["metadata"].get("deletionTimestamp"))
+        if key not in self.daemons and not deleting and not body.get("status", {}).get("finishedAt"):
+            self.stopped[key] = asyncio.Event()
+            self.daemons[key] = self.spawn(self._daemon(key), f"daemon {namespace}/{name}")
+        if deleting:
+            stopped = self.stopped.get(key)
+            if stopped is not None and not stopped.is_set():
+                stopped.set()
+                daemon = self.daemons.get(key)
+                if daemon is not None:
+                    asyncio.get_running_loop().call_later(CANCELLATION_TIMEOUT, daemon.cancel)
+            if key not in self.deleters:
+                self.deleters[key] = self.spawn(self._delete_handler(key, body), f"delete {namespace}/{name}")
+
+    # -- kopf's handlers, as controller/handlers.py writes them --------------------------------
+
+    async def _daemon(self, key: tuple[str, str]) -> None:
+        stopped = self.stopped[key]
+        while not stopped.is_set():
+            body = self.sim.kube.snapshot(*key)
+            if body is None or body["metadata"].get("deletionTimestamp"):
+                return
+            if not await self.elector.wait_leading(timeout=1.0):
+                continue
+            try:
+                delay = await self.elector.while_leading(
+                    self.reconciler.reconcile(JobRef.from_body(body, deleting=False))
+                )
+            except NotLeading:
+                continue
+            except Exception as exc:  # kopf logs it and restarts the daemon after its backoff
+                self.sim.unexpected(self, f"daemon {key}: {type(exc).__name__}: {exc}")
+                await asyncio.sleep(5.0)
+                continue
+            if delay is None:
+                return
+            if delay > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(stopped.wait(), delay)
+
+    async def _delete_handler(self, key: tuple[str, str], body: dict[str, Any]) -> None:
+        s = self.deployment.settings
+        while True:
+            ref = JobRef.from_body(body, deleting=True)
+            if not await self.elector.wait_leading(timeout=float(s.leader_lease_duration)):
+                await asyncio.sleep(1.0)  # kopf.TemporaryError(delay=1)
+                continue
+            try:
+                delay = await self.elector.while_leading(self.reconciler.reconcile(ref))
+            except NotLeading:
+                await asyncio.sleep(1.0)
+                continue
+            except Exception as exc:
+                self.sim.unexpected(self, f"delete handler {key}: {type(exc).__name__}: {exc}")
+                await asyncio.sleep(s.poll_interval)
+                continue
+            if delay is None:
+                self.reconciler.forget(ref)
+                break
+            await asyncio.sleep(delay)
+        daemon = self.daemons.get(key)
+        if daemon is not None:
+            await asyncio.wait({daemon})  # kopf removes the finalizer once its daemons are gone
+        self.sim.alive_caller()
+        await self.sim.latency()
+        self.sim.alive_caller()
+        self.sim.trace(f"{self.name} releases the finalizer of {key[0]}/{key[1]}")
+        self.sim.kube.release(*key)
+
+
+__all__ = ["Deployment", "Lane", "Process"]

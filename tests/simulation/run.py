@@ -1,0 +1,358 @@
+"""One simulated run: a seed -> a world, a workload of jobs, faults, and the invariants.
+
+Deployment `a` (two replicas, leader election) watches namespace team-a; deployment `b` (one
+replica) watches team-b. Both share the cluster (one cluster id) and one Brev org (one API key),
+the normal platform set-up of issue 25's scenario 2.
+
+Phases: jobs arrive and some are cancelled while faults fire (`ACTIVE_S`); then faults stop,
+crashed replicas are back, every job is deleted, and the world drains (`DRAIN_S`). Invariants
+are checked at every call that could break them and after the drain.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+import uuid
+from dataclasses import dataclass, field
+from typing import Any
+
+from controller import logs
+from controller.reconciler import JobRef
+from controller.settings import Settings
+from tests.fakes.harness import job_spec
+from tests.fakes.quiet import quiet_logs
+from tests.simulation.loop import Deadlock, SimLoop
+from tests.simulation.operator import Deployment, Process
+from tests.simulation.world import CURRENT, Crashed, Knobs, SimBrev, SimClock, SimKube, SimLeaseStore
+
+CLUSTER_ID = "sim-cluster-0001"
+ACTIVE_S = 3600.0
+DRAIN_S = 2 * 3600.0
+
+
+@dataclass
+class Job:
+    namespace: str
+    name: str
+    uid: str
+    retain: bool
+    secret: str
+    instance_names: set[str] = field(default_factory=set)
+    released_at: float | None = None
+    final_status: dict[str, Any] = field(default_factory=dict)
+
+
+class Violation(AssertionError):
+    pass
+
+
+class _Switch:
+    """Swaps the running process's secret registry into controller.logs (process-wide there)."""
+
+    def enter(self, context: Any) -> None:
+        proc = context.get(CURRENT)
+        self.current = proc
+        if proc is not None:
+            logs._registered, logs._registered_re = proc.secrets_registry
+        else:
+            logs._registered, logs._registered_re = frozenset(), None
+
+    def leave(self, context: Any) -> None:
+        proc = context.get(CURRENT)
+        if proc is not None:
+            proc.secrets_registry = (logs._registered, logs._registered_re)
+
+
+class Simulation:
+    def __init__(self, seed: int, *, verbose: bool = False) -> None:
+        self.seed = seed
+        self.rng = random.Random(seed)  # noqa: S311 - a simulation's seeded RNG, not crypto
+        self.clock = SimClock()
+        self.knobs = Knobs.draw(self.rng)
+        self.healed = False
+        self.lines: list[str] = []
+        self.violations: list[str] = []
+        self.verbose = verbose
+        self.brev = SimBrev(self)
+        self.kube = SimKube(self)
+        self.jobs: dict[str, Job] = {}
+        self.by_instance_name: dict[str, Job] = {}
+        self.retained_ids: set[str] = set()
+        self.unreachable_ids: set[str] = set()
+        settings = dict(
+            cluster_id=CLUSTER_ID,
+            lane_create=self.rng.choice((1, 2, 8)),
+            create_settle=120.0,
+            orphan_grace=600.0,
+            orphan_sweep_interval=300.0,
+            max_instances=self.rng.choice((2, 100)),
+            leader_election=True,
+        )
+        self.deployments = [
+            Deployment("a", ("team-a",), "ops-a", 2, Settings(namespaces=("team-a",), **settings)),
+            Deployment("b", ("team-b",), "ops-b", 1, Settings(namespaces=("team-b",), **settings)),
+        ]
+        self.leases = {d.name: SimLeaseStore(self, d.name) for d in self.deployments}
+        self.processes: dict[tuple[str, int], Process] = {}
+        self.incarnations: dict[tuple[str, int], int] = {}
+        self.loop = SimLoop(self.clock, self.rng, _Switch())
+
+    # -- the trace -------------------------------------------------------------------------------
+
+    def trace(self, line: str) -> None:
+        self.lines.append(f"{self.clock.monotonic():10.3f} {line}")
+
+    def violation(self, what: str) -> None:
+        self.trace(f"VIOLATION {what}")
+        self.violations.append(f"t={self.clock.monotonic():.3f} {what}")
+
+    def unexpected(self, proc: Process, what: str) -> None:
+        self.trace(f"{proc.name} unexpected exception: {what}")
+
+    # -- hooks the world calls -------------------------------------------------------------------
+
+    async def latency(self) -> None:
+        await asyncio.sleep(self.rng.uniform(0, self.knobs.latency_max))
+
+    async def pay(self) -> None:
+        debt = self.clock.take_debt()
+        if debt > 0:
+            await asyncio.sleep(debt)
+
+    def alive_caller(self) -> Process | None:
+        proc = CURRENT.get()
+        if proc is not None and proc.dead:
+            raise Crashed(proc.name)
+        return proc
+
+    def maybe_crash(self, proc: Process | None, where: str) -> None:
+        if proc is None or self.healed or self.knobs.crash <= 0:
+            return
+        if self.rng.random() < self.knobs.crash:
+            proc.crash(where)
+            self.loop.call_later(self.rng.uniform(1, 60), self._restart, proc.deployment, proc.replica)
+            raise Crashed(proc.name)
+
+    def mutation_sent(self, proc: Process | None, op: str, target: str) -> None:
+        if proc is None:
+            return
+        lease = self.leases[proc.deployment.name]
+        if not lease.held_by(proc.identity, self.clock.now()):
+            self.violation(f"{proc.name} sent brev {op} {target} without holding the Lease")
+
+    def delete_accepted(self, instance_id: str) -> None:
+        """No brev delete of an instance a live, unfinished job references or is creating."""
+        inst = self.brev.instances.get(instance_id) or self.brev.gone.get(instance_id)
+        name = inst.name if inst is not None else ""
+        for obj in self.kube.objects.values():
+            st = obj.status
+            if obj.deletion_requested or st.get("outcome") or st.get("finishedAt"):
+                continue
+            if st.get("phase") in ("Deleted",):
+                continue
+            if st.get("instanceId") == instance_id or (
+                st.get("instanceName") == name and not st.get("instanceId")
+            ):
+                self.violation(
+                    f"brev delete of {name} ({instance_id}) that running job {obj.namespace}/{obj.name} "
+                    f"references (phase {st.get('phase')})"
+                )
+
+    def status_written(
+        self, proc: Process | None, obj: Any, before: dict[str, Any], after: dict[str, Any]
+    ) -> None:
+        job = self.jobs.get(obj.uid)
+        if job is None:
+            return
+        for key in ("instanceName",):
+            if after.get(key):
+                job.instance_names.add(after[key])
+                self.by_instance_name[after[key]] = job
+        if before.get("outcome") == "Succeeded" and after.get("outcome") != "Succeeded":
+            self.violation(f"{job.name}: Succeeded flipped to {after.get('outcome')}")
+        if before.get("finishedAt") and after.get("finishedAt") != before.get("finishedAt"):
+            self.violation(
+                f"{job.name}: finishedAt changed {before.get('finishedAt')} -> {after.get('finishedAt')}"
+            )
+        if job.secret in repr(after):
+            self.violation(f"{job.name}: a secret value in status (written by {proc.name if proc else '?'})")
+        job.final_status = after
+
+    def event_posted(self, proc: Process, ref: JobRef, type_: str, reason: str, message: str) -> None:
+        self.trace(f"{proc.name} event {ref.namespace}/{ref.name} {type_} {reason}")
+        for job in self.jobs.values():
+            if job.secret in message or job.secret in reason:
+                self.violation(f"a secret value in an Event of {ref.name} ({reason})")
+
+    def released(self, obj: Any) -> None:
+        """The finalizer is gone: nothing of the job may be live unless it retains it."""
+        job = self.jobs.get(obj.uid)
+        if job is None:
+            return
+        job.released_at = self.clock.monotonic()
+        job.final_status = obj.status
+        self.trace(
+            f"job {obj.namespace}/{obj.name} gone "
+            f"(status {obj.status.get('phase')} {obj.status.get('outcome')})"
+        )
+        self._check_released(job)
+
+    def _kept(self, job: Job) -> set[str]:
+        if not job.retain:
+            return set()
+        kept = job.final_status.get("instanceId")
+        return {kept} if kept else set()
+
+    def _check_released(self, job: Job) -> None:
+        kept = self._kept(job)
+        for name in sorted(job.instance_names):
+            for inst in self.brev.by_name(name):
+                if inst.delete_accepted_at is None and inst.id not in kept:
+                    self.violation(
+                        f"instance {name} ({inst.id}) of job {job.namespace}/{job.name} is live after the "
+                        "job is gone (nothing refers to it)"
+                    )
+
+    def creates_landed(self) -> None:
+        """Checked each iteration: a create that lands after its job is gone."""
+        while self._seen_creates < len(self.brev.creates):
+            rec = self.brev.creates[self._seen_creates]
+            self._seen_creates += 1
+            job = self.by_instance_name.get(rec.name)
+            if (
+                rec.accepted
+                and job is not None
+                and job.released_at is not None
+                and rec.id not in self._kept(job)
+            ):
+                self.violation(f"brev create {rec.name} ({rec.id}) landed after job {job.name} was gone")
+
+    _seen_creates = 0
+
+    def container_started(self, job_id: str, instance: str) -> None:
+        self.trace(f"container {job_id} started on {instance}")
+
+    def printed_secret(self, job_id: str) -> str | None:
+        for job in self.jobs.values():
+            if job_id.endswith(job.uid[:0]) and job.name in job_id and job.print_secret:  # type: ignore[attr-defined]
+                return job.secret
+        return None
+
+    def unreachable(self, inst: Any) -> bool:
+        if self.healed or self.knobs.unreachable_after_exit <= 0:
+            return False
+        exited = any(c.exited_at is not None and c.final_code != 0 for c in inst.containers.values())
+        return exited and inst.id in self.unreachable_ids
+
+    # -- the run ---------------------------------------------------------------------------------
+
+    def _restart(self, deployment: Deployment, replica: int) -> None:
+        key = (deployment.name, replica)
+        n = self.incarnations.get(key, 0) + 1
+        self.incarnations[key] = n
+        proc = Process(self, deployment, replica, n)
+        self.processes[key] = proc
+        proc.start()
+
+    async def main(self) -> None:  # noqa: PLR0912 - one script of the run, read top to bottom
+        rng = self.rng
+        for d in self.deployments:
+            for r in range(d.replicas):
+                self._restart(d, r)
+        self.trace(f"seed {self.seed} knobs: {self.knobs.describe()}")
+        n_jobs = rng.randint(2, 6)
+        plan: list[tuple[float, str, Any]] = []
+        for i in range(n_jobs):
+            ns = rng.choice(("team-a", "team-b"))
+            at = rng.uniform(0, ACTIVE_S / 3)
+            plan.append((at, "create", (ns, f"job{i}")))
+            if rng.random() < 0.5:
+                plan.append((at + rng.uniform(1, 3000), "delete", (ns, f"job{i}")))
+        plan.sort(key=lambda p: p[0])
+        unreachable_rate = self.knobs.unreachable_after_exit
+        for at, what, (ns, name) in plan:
+            if at > self.clock.monotonic():
+                await asyncio.sleep(at - self.clock.monotonic())
+            if what == "create":
+                self._create_job(ns, name)
+            elif (ns, name) in self.kube.objects:
+                self.trace(f"kubectl delete {ns}/{name}")
+                self.kube.request_delete(ns, name)
+            if unreachable_rate > 0:
+                for inst_id in sorted(self.brev.instances):
+                    if rng.random() < unreachable_rate:
+                        self.unreachable_ids.add(inst_id)
+        await asyncio.sleep(max(0.0, ACTIVE_S - self.clock.monotonic()))
+        # Heal: faults stop, every replica is up, every job is deleted; then drain.
+        self.healed = True
+        self.knobs = Knobs(latency_max=self.knobs.latency_max, watch_lag_max=self.knobs.watch_lag_max)
+        self.trace("heal: faults off, all jobs deleted")
+        for _key, proc in sorted(self.processes.items()):
+            if proc.dead:
+                self._restart(proc.deployment, proc.replica)
+        for ns, name in sorted(self.kube.objects):
+            self.kube.request_delete(ns, name)
+        deadline = self.clock.monotonic() + DRAIN_S
+        while self.kube.objects and self.clock.monotonic() < deadline:  # noqa: ASYNC110 - virtual time
+            await asyncio.sleep(10)
+        for ns, name in sorted(self.kube.objects):
+            self.violation(f"job {ns}/{name} not gone {DRAIN_S:.0f} s after the heal (finalizer kept)")
+        # The sweeper's grace and interval for anything unowned.
+        await asyncio.sleep(1200)
+        kept = set().union(*(self._kept(j) for j in self.jobs.values())) if self.jobs else set()
+        for inst in sorted(self.brev.instances.values(), key=lambda i: i.id):
+            if inst.delete_accepted_at is None and inst.id not in kept:
+                self.violation(f"instance {inst.name} ({inst.id}) leaked: live after the drain")
+        for proc in self.processes.values():
+            proc.crash("end of the run")
+
+    def _create_job(self, namespace: str, name: str) -> None:
+        rng = self.rng
+        uid = str(uuid.UUID(int=rng.getrandbits(128), version=4))
+        secret = f"zq{rng.getrandbits(64):016x}xv"
+        retain = rng.random() < 0.3
+        job = Job(namespace, name, uid, retain, secret)
+        job.print_secret = rng.random() < self.knobs.print_secrets  # type: ignore[attr-defined]
+        self.jobs[uid] = job
+        secret_name = f"ngc-{name}"
+        self.kube.add_secret(namespace, secret_name, {"api-key": secret.encode()})
+        self.kube.add_secret(
+            namespace,
+            f"s3-{name}",
+            {"AWS_ACCESS_KEY_ID": b"AKIASIM", "AWS_SECRET_ACCESS_KEY": b"sim-s3-secret-value"},
+        )
+        spec = job_spec(
+            credentials={"ngcApiKey": {"name": secret_name, "key": "api-key"}, "s3": {"name": f"s3-{name}"}},
+            instance={"ephemeral": {"gpuName": "L40S"}, "onCompletion": "Retain" if retain else "Delete"},
+            recovery={"maxAttempts": rng.choice((1, 2, 3)), "retryOnExitCodes": [1]},
+        )
+        if rng.random() < 0.3:
+            spec["budget"] = {"maxBilledSeconds": rng.choice((600, 1800, 3600))}
+        spec["timeouts"]["runningSeconds"] = 7200
+        self.trace(f"kubectl create {namespace}/{name} uid={uid} retain={retain}")
+        self.kube.create(namespace, name, uid, spec)
+
+    def run(self) -> list[str]:
+        self.loop.after_iteration = self.creates_landed
+        asyncio.set_event_loop(self.loop)
+        try:
+            self.loop.run_until_complete(self.main())
+        except Deadlock as exc:
+            self.violation(f"deadlock: {exc}")
+        finally:
+            for task in asyncio.all_tasks(self.loop):
+                task.cancel()
+            with contextlib.suppress(Exception):  # tearing down a finished world
+                self.loop.run_until_complete(asyncio.sleep(0))
+            asyncio.set_event_loop(None)
+            logs.forget_registered_secrets()
+        return self.violations
+
+
+def run_seed(seed: int) -> Simulation:
+    sim = Simulation(seed)
+    with quiet_logs():
+        sim.run()
+    return sim
