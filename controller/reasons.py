@@ -19,6 +19,9 @@ INSTANCE_LOST = "InstanceLost"
 REUSE_INSTANCE_NOT_FOUND = "ReuseInstanceNotFound"
 UPLOAD_FAILED = "UploadFailed"
 INVALID_SPEC = "InvalidSpec"
+# A non-zero exit, then the instance, still listed, did not answer within
+# Tunables.exit_answer_timeout: nothing on it is reached (no upload, no cleanup); it is deleted.
+INSTANCE_UNRESPONSIVE = "InstanceUnresponsive"
 
 
 def timeout(phase: Phase) -> str:

@@ -386,7 +386,8 @@ def _answers_after_exit(p: Pass) -> bool:
     first, so `docker wait` can report 137 just before the instance vanishes (and ssh may still
     answer for a moment). Judge the exit a training failure only once the instance is still
     listed `absent_listings` poll intervals after the exit and answers a probe then (or the
-    Running timeout passed); if it is lost instead, this attempt ends and the next one resumes."""
+    Running timeout passed); if it is lost instead, this attempt ends and the next one resumes.
+    Listed but silent for `exit_answer_timeout` past that: the run ends InstanceUnresponsive."""
     if p.timed_out():
         return True
     if instance_gone_or_failed(p):
@@ -402,9 +403,32 @@ def _answers_after_exit(p: Pass) -> bool:
         return False
     if p.obs.probe_ok:
         return True
-    p.actions.append(ProbeExec(p.instance))
-    p.requeue = 0.0 if p.obs.probe_ok is None else p.tun.poll_interval
+    if p.obs.probe_ok is False and waited >= settle + p.tun.exit_answer_timeout:
+        _unanswered_after_exit(p, waited)
+    else:
+        p.actions.append(ProbeExec(p.instance))
+        p.requeue = 0.0 if p.obs.probe_ok is None else p.tun.poll_interval
     return False
+
+
+def _unanswered_after_exit(p: Pass, waited: float) -> None:
+    """The instance stays listed but has not answered since the exit (the probe in this pass
+    failed too): waiting longer only bills. The run ends; the upload and the cleanup, which need
+    the instance to answer, are skipped and said so; teardown deletes it (issue 25, scenario 5)."""
+    deletes = p.deletes_instance()
+    note = (
+        f"training container exited with code {p.s.exit_code}; instance {p.instance} is listed but "
+        f"did not answer for {int(waited)}s after the exit (bound: {int(p.tun.exit_answer_timeout)}s "
+        "past the settle listings): results and logs not uploaded"
+        + ("; no cleanup, deleting it" if deletes else "")
+    )
+    p.end_run(Outcome.FAILED, reasons.INSTANCE_UNRESPONSIVE, note)
+    p.s.teardown_message = note
+    if deletes and not p.s.cleaned_up_at:
+        # The job's files and secrets go with the instance; a cleanup would hang as the probes did.
+        p.s.cleaned_up_at = p.now
+    p.enter(Phase.UPLOADING, note)
+    uploading(p)  # nothing to upload from it: Deleted follows
 
 
 def _upload_then_retry(p: Pass) -> None:

@@ -101,6 +101,13 @@ class Settings(BaseModel):
         le=3600,
         description="how long a stopped container may take to exit before the upload starts anyway",
     )
+    exit_answer_timeout: float = Field(
+        300.0,
+        ge=1,
+        le=86400,
+        description="after a non-zero exit with attempts left, how long a listed instance may go "
+        "without answering before the run ends InstanceUnresponsive and it is deleted unreached",
+    )
     listing_max_age: float = Field(10.0, ge=0, le=300, description="how stale the shared `brev ls` may be")
     secret_max_age: float = Field(
         10.0,
@@ -228,6 +235,7 @@ class Settings(BaseModel):
             log_tail_interval=self.log_tail_interval,
             probe_interval_max=self.probe_interval_max,
             stop_grace=self.stop_grace,
+            exit_answer_timeout=self.exit_answer_timeout,
             create_settle=self.create_settle,
             backoff_max=self.backoff_max,
             cluster_id=self.resolved_cluster_id(),

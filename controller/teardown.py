@@ -49,7 +49,12 @@ from controller.steps import (
 from controller.transitions import phase_timeout
 
 # The run ended because nothing on the instance can be reached any more: no stop, no upload.
-_UNREACHABLE = (reasons.INSTANCE_LOST, reasons.INSTANCE_FAILED, reasons.INSTANCE_STOPPED)
+_UNREACHABLE = (
+    reasons.INSTANCE_LOST,
+    reasons.INSTANCE_FAILED,
+    reasons.INSTANCE_STOPPED,
+    reasons.INSTANCE_UNRESPONSIVE,
+)
 
 
 def stopping(p: Pass) -> None:

@@ -45,6 +45,10 @@ class Tunables:
     # How long a stopped container may take to exit before results are uploaded anyway
     # (None: 2 x wait_timeout).
     stop_grace: float | None = None
+    # After a non-zero exit with attempts left, how long (past the settle listings) a listed
+    # instance may go without answering a probe before the run ends InstanceUnresponsive and it
+    # is deleted unreached: without this bound only the Running timeout (24 h) ended the wait.
+    exit_answer_timeout: float = 300.0
     # Failed cleanups of a reused instance before the job says secrets may remain on it.
     cleanup_attempts: int = 3
     # Names every instance this operator creates (controller/naming.py ownership mark). The
