@@ -32,6 +32,7 @@ TAO = "nvcr.io/nvidia/tao/tao-toolkit:6.26.3-pyt"
 AWS = "public.ecr.aws/aws-cli/aws-cli:2.22.35"
 PROMPT = "You are currently logged out, would you like to log in? [Y/n]: "
 HANG_GUARD = 60  # seconds; only guards against hangs
+STOP_GRACE = 3000  # nominal s: 30 s of wall time at speed 0.01, for a stop that must be graceful
 
 
 def run(
@@ -349,7 +350,9 @@ def test_create_failure_status_and_wait_timeout_still_exit_0(brev_sim: BrevSim) 
     assert res.returncode == 0, res.stderr
     assert "  doomed: instance doomed failed: out of capacity in zone" in res.stderr
     assert res.stdout == "doomed\n"
-    brev_sim.clear_faults()
+    # A deploy far past the 1 s timeout (0.01 s of wall time at this speed): the default 1.2 s
+    # deploy could end before a loaded machine's first poll, which then sees RUNNING.
+    brev_sim.set_faults(deploy_s=100_000)
     slow = brev(brev_sim, "create", "slow", "-t", "g6e.xlarge", "--timeout", "1")
     assert slow.returncode == 0
     assert "  slow: Timeout waiting for ready state" in slow.stderr
@@ -788,7 +791,9 @@ def test_docker_stop_sends_sigterm_and_the_exit_code_is_143(brev_sim: BrevSim) -
     docker_login(brev_sim, inst)
     write_spec(brev_sim, inst, "long", epochs=100000)
     assert remote(brev_sim, inst, run_tao("long")).returncode == 0
-    assert remote(brev_sim, inst, "docker stop long").stdout == "long\n"
+    # A grace TAO can use on a loaded machine (docker's default 10 s is 0.1 s of wall time at this
+    # speed, then SIGKILL: 137); the stop returns at the exit, so a long one costs nothing.
+    assert remote(brev_sim, inst, f"docker stop -t {STOP_GRACE} long").stdout == "long\n"
     assert remote(brev_sim, inst, "docker wait long").stdout == "143\n"
 
 
@@ -810,7 +815,7 @@ def test_a_waiting_docker_wait_wakes_when_another_session_stops_the_container(br
             assert time.monotonic() < deadline, "docker wait never opened its FIFO (it would poll)"
             time.sleep(0.05)  # a directory entry: no event to wait on
         assert stat.S_ISFIFO(waiter.stat().st_mode)
-        assert remote(brev_sim, inst, "docker stop long").stdout == "long\n"
+        assert remote(brev_sim, inst, f"docker stop -t {STOP_GRACE} long").stdout == "long\n"
         out, _ = waiting.communicate(timeout=30)
         assert (waiting.returncode, out) == (0, "143\n")
         assert not waiter.exists(), "the ended wait left its FIFO behind"

@@ -182,7 +182,9 @@ def test_detached_training_containers_cost_no_process(sim: BrevSim) -> None:
     for c in containers:
         # State.Pid is the container's thread in the daemon: it exists exactly while it runs
         assert Path(f"/proc/{daemon}/task/{c['State']['Pid']}").exists()
-    stopped = remote(sim, "c", "docker stop job0 && docker wait job0 && docker logs --tail 1 job0")
+    # -t 3000: 30 s of wall time at speed 0.01 (the default 10 s is 0.1 s, then SIGKILL: 137);
+    # the stop returns at the exit.
+    stopped = remote(sim, "c", "docker stop -t 3000 job0 && docker wait job0 && docker logs --tail 1 job0")
     assert stopped.stdout.startswith("job0\n143\n")
     assert "Received SIGTERM: stopping" in stopped.stdout
     (job1,) = [c for c in containers if c["Name"] == "/job1"]
