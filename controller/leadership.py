@@ -219,17 +219,27 @@ class LeaderElector:
 
     def _next_delay(self) -> float:
         delay = self.timing.retry_period
-        if self._term is not None and self._renewed_at is not None:
+        left = self._renew_left(self._clock())
+        if self._term is not None and left is not None:
             # Wake at the deadline at the latest, so a failing renewal ends the term on time.
-            delay = min(delay, max(0.0, self._renewed_at + self.timing.renew_deadline - self._clock()))
+            delay = min(delay, max(0.0, left))
         return delay
+
+    def _renew_left(self, now: float) -> float | None:
+        """Seconds left of the renew deadline at `now` (None: no renewal yet). The one expression
+        every check uses: `now - renewed >= deadline` and `renewed + deadline - now <= 0` can
+        disagree in floating point, and then the loop would wake at once forever."""
+        if self._renewed_at is None:
+            return None
+        return self._renewed_at + self.timing.renew_deadline - now
 
     async def tick(self) -> bool:
         """One acquire-or-renew attempt; returns whether this replica leads afterwards."""
         started = self._clock()
         budget = self.timing.request_timeout * 2
-        if self._term is not None and self._renewed_at is not None:
-            budget = self._renewed_at + self.timing.renew_deadline - started
+        left = self._renew_left(started)
+        if self._term is not None and left is not None:
+            budget = left
         ok = False
         if budget > 0:
             try:
@@ -244,10 +254,10 @@ class LeaderElector:
             self._renewed_at = started
             if self._term is None:
                 self._begin()
-        elif self._term is not None and (
-            self._renewed_at is None or self._clock() - self._renewed_at >= self.timing.renew_deadline
-        ):
-            self._lose(f"lease not renewed within {self.timing.renew_deadline:g} s")
+        elif self._term is not None:
+            left = self._renew_left(self._clock())
+            if left is None or left <= 0:
+                self._lose(f"lease not renewed within {self.timing.renew_deadline:g} s")
         return self.is_leading()
 
     async def _try_acquire_or_renew(self, started: float) -> bool:

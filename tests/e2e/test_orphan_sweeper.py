@@ -4,8 +4,9 @@ with a short grace and sweep interval (settings, not sleeps).
 - A Running job whose finalizer is stripped by hand and whose object is deleted leaves its
   instance billing: the sweeper deletes it after the grace (read from the simulator: the instance
   gone, `brev delete <id>` in its call log) and counts it once confirmed.
-- An instance carrying ANOTHER cluster's mark is never touched over many sweeps (counted through
-  the sweep metric), while an orphan of ours created at the same time is deleted (so those sweeps
+- An instance carrying ANOTHER cluster's or another deployment's mark is never touched over many
+  sweeps (counted through the sweep metric), and one with our mark for a namespace we do not watch
+  is only reported, while an orphan of ours created at the same time is deleted (so those sweeps
   did run past the grace).
 - Policy Report reports the orphan (gauge, log) and deletes nothing.
 
@@ -149,11 +150,20 @@ def test_an_instance_left_by_a_stripped_finalizer_is_deleted_after_the_grace(sta
     assert metric(stack, "taobrev_orphan_instances", state="deleting") == 0
 
 
-def test_another_clusters_instance_is_never_touched(stack: Stack) -> None:
-    foreign = naming.instance_name("ml", "train", "uid-elsewhere", cluster_id="another-cluster")
-    ours = naming.instance_name("ml", "crashed", "uid-crashed", cluster_id=cluster_id(stack))
-    foreign_id = brev_create(stack, foreign)
-    ours_id = brev_create(stack, ours)  # e.g. a create whose job object was lost with its namespace
+def test_another_clusters_or_deployments_instance_is_never_touched(stack: Stack) -> None:
+    """Issue 25 scenario 2 on the real stack: the operator under test watches only its namespace
+    (TAOBREV_NAMESPACES). Beside its own orphan it sees, in one Brev org, an instance of another
+    cluster, one of another operator deployment of this cluster in the SAME namespace (a second
+    namespaced operator sharing the org), and one with its own mark for a namespace it does not
+    watch. Only its own orphan is deleted; the last is reported, never deleted."""
+    cid = cluster_id(stack)
+    ns = stack.namespace
+    foreign = naming.instance_name(ns, "train", "uid-elsewhere", cluster_id="another-cluster")
+    neighbour = naming.instance_name(ns, "train", "uid-neighbour", cluster_id=cid, deployment="team-b/ops-b")
+    unwatched = naming.instance_name("not-watched", "train", "uid-unwatched", cluster_id=cid)
+    ours = naming.instance_name(ns, "crashed", "uid-crashed", cluster_id=cid)  # its job object was lost
+    untouchable = {n: brev_create(stack, n) for n in (foreign, neighbour, unwatched)}
+    ours_id = brev_create(stack, ours)
     start = sweeps(stack)
 
     wait_until(stack, lambda: not live(stack, ours_id), "our unreferenced instance to be swept")
@@ -161,16 +171,21 @@ def test_another_clusters_instance_is_never_touched(stack: Stack) -> None:
     taken = sweeps(stack) - start
     wait_until(stack, lambda: sweeps(stack) >= start + 2 * taken, "further sweeps")
 
-    assert live(stack, foreign_id)
-    assert [i["status"] for i in stack.live_instances() if i["id"] == foreign_id] == ["RUNNING"]
-    touched = [argv for argv in deletes_of(stack) if foreign in argv or foreign_id in argv]
-    assert touched == []
+    for name, instance_id in untouchable.items():
+        assert [i["status"] for i in stack.live_instances() if i["id"] == instance_id] == ["RUNNING"], name
+        touched = [argv for argv in deletes_of(stack) if name in argv or instance_id in argv]
+        assert touched == [], name
     assert orphan_events(stack, foreign) == []
+    assert orphan_events(stack, neighbour) == []
+    # Our mark outside TAOBREV_NAMESPACES: not provably an orphan, so reported only.
+    events = orphan_events(stack, unwatched)
+    assert "orphan_reported" in events, events
+    assert not [e for e in events if e.startswith("orphan_delet")], events
 
 
 @pytest.mark.parametrize("operator_env", [{"TAOBREV_ORPHAN_POLICY": "Report"}], indirect=True)
 def test_policy_report_reports_and_deletes_nothing(stack: Stack) -> None:
-    orphan = naming.instance_name("ml", "lost", "uid-lost", cluster_id=cluster_id(stack))
+    orphan = naming.instance_name(stack.namespace, "lost", "uid-lost", cluster_id=cluster_id(stack))
     orphan_id = brev_create(stack, orphan)
     wait_until(
         stack,
