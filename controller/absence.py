@@ -2,8 +2,10 @@
 
 Absence is confirmed, never assumed. The instance is matched by Brev's id once seen. A listing
 without it makes it *suspected* lost (`absentListings`); only after `Tunables.absent_listings`
-(>= 3) consecutive listings, spaced by the poll interval, with no exec evidence in between, does
-the machine act: if a container ran, the run ends as InstanceNotListed and one upload of what can
+(>= 3) consecutive listings, spaced by the poll interval, with no exec evidence in between, and
+a probe that does not answer (a container that runs: `docker wait` is a long poll a leader change
+or a restart cuts short, so a healthy run can go three listings without evidence), does the
+machine act: if a container ran, the run ends as InstanceNotListed and one upload of what can
 be reached is tried first; then `brev delete` (by id, under the identity that created the
 instance) decides, and only its "not found" turns the reason into InstanceLost.
 """
@@ -14,7 +16,7 @@ from controller import reasons
 from controller.brev.client import DELETING, FAILURE
 from controller.decision_pass import Pass
 from controller.models import Outcome
-from controller.steps import DeleteInstance, EventNote
+from controller.steps import DeleteInstance, EventNote, ProbeExec
 
 
 def _confirm_lost(p: Pass) -> tuple[str, str] | None:
@@ -25,7 +27,7 @@ def _confirm_lost(p: Pass) -> tuple[str, str] | None:
         p.present()  # it answered exec in this pass: it exists, whatever the listing says
         return None
     n = p.note_absence()
-    if n < p.tun.absent_listings:
+    if n < p.tun.absent_listings or _probe_first(p):
         return None
     where = f"instance {p.instance} ({p.s.instance_id or 'no id seen'})"
     gone = (
@@ -43,6 +45,20 @@ def _confirm_lost(p: Pass) -> tuple[str, str] | None:
         p.events.append(EventNote("Warning", reasons.INSTANCE_NOT_LISTED, gone))
         return reasons.INSTANCE_NOT_LISTED, f"{gone}; uploading what can be reached, then deleting it"
     return _confirm_by_delete(p, gone)
+
+
+def _probe_first(p: Pass) -> bool:
+    """Ask the instance itself before acting on listings: a running container that answers a
+    probe is there, whatever three listings said (the simulation found healthy runs deleted and
+    re-created on listing glitches alone). Only while the container runs: after an exit a VM
+    going away may still answer for a moment (run_phases._answers_after_exit), and before a
+    container started the phase's own probes are the evidence."""
+    running = p.s.container_started_at is not None and p.s.container_exited_at is None
+    if not running or "ProbeExec" in p.obs.completed:
+        return False  # probed in this pass: it did not answer (an answer is exec evidence)
+    p.actions.append(ProbeExec(p.instance))
+    p.requeue = 0.0
+    return True
 
 
 def _confirm_by_delete(p: Pass, gone: str) -> tuple[str, str] | None:

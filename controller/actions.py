@@ -198,6 +198,15 @@ class ActionRunner:
         async with self._lanes.hold(lane, budget):
             return await self._call(action, job, obs, budget)
 
+    @staticmethod
+    async def _probe(wl: Workload, deadline: datetime | None) -> bool:
+        try:
+            return await wl.probe(deadline=deadline)
+        except InstanceNotFound:
+            # Exec's "not found" is no proof of loss (listings and `brev delete` decide that),
+            # but it is a probe that did not answer.
+            return False
+
     async def _call(  # noqa: PLR0911 - one case per action kind
         self, action: Action, job: JobContext, obs: Observation, deadline: datetime | None
     ) -> Observation:
@@ -211,7 +220,7 @@ class ActionRunner:
                 self._directory.invalidate()
                 return obs.with_(start_requested=True)
             case ProbeExec(instance=inst):
-                return obs.with_(probe_ok=await self._workload(inst, job).probe(deadline=deadline))
+                return obs.with_(probe_ok=await self._probe(self._workload(inst, job), deadline))
             case PrepareWorkload(instance=inst):
                 await self._prepare(self._workload(inst, job), job, deadline)
                 return obs.with_(prepared=True)

@@ -45,12 +45,16 @@ FINALIZER = "taobrev.io/teardown"
 RESOURCE = (GROUP, VERSION, PLURAL)
 
 
+def event_text(reason: str, message: str) -> tuple[str, str]:
+    """An Event's reason and message as posted: redacted, then cut to the API's limits (redact
+    before cutting, so a cut cannot split a secret into an unrecognisable prefix)."""
+    return redact_text(reason)[:128], redact_text(message)[:1024]
+
+
 def _post_event(ref: JobRef, type_: str, reason: str, message: str) -> None:
     if ref.body is not None:
-        # Redact before cutting, so a cut cannot split a secret into an unrecognisable prefix.
-        kopf.event(
-            ref.body, type=type_, reason=redact_text(reason)[:128], message=redact_text(message)[:1024]
-        )
+        reason, message = event_text(reason, message)
+        kopf.event(ref.body, type=type_, reason=reason, message=message)
 
 
 class NoDiffBase(kopf.DiffBaseStorage):

@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry
 
 from controller.directory import InstanceDirectory
 from controller.fleet import Fleet, quotas_from
+from controller.handlers import event_text
 from controller.lanes import LANES, Lane, Lanes
 from controller.leadership import LeaderElector, NotLeading, Timing
 from controller.metrics import Recorder
@@ -120,6 +121,8 @@ class Process:
             self.reconciler = self._new_reconciler()
 
     def _event(self, ref: JobRef, type_: str, reason: str, message: str) -> None:
+        # What the operator's Event sink posts (controller/handlers.py), not the raw text.
+        reason, message = event_text(reason, message)
         self.sim.event_posted(self, ref, type_, reason, message)
 
     # -- process lifetime ----------------------------------------------------------------------

@@ -152,6 +152,8 @@ class Simulation:
                 continue
             if st.get("phase") in ("Deleted",):
                 continue
+            if _attempt_ended(st, name, instance_id):
+                continue  # the job's own teardown of an attempt it ended (recovery's next attempt)
             if st.get("instanceId") == instance_id or (
                 st.get("instanceName") == name and not st.get("instanceId")
             ):
@@ -166,6 +168,10 @@ class Simulation:
         job = self.jobs.get(obj.uid)
         if job is None:
             return
+        keys = ("phase", "reason", "outcome", "instanceId", "absentListings", "uploadAttempts")
+        changed = {k: after.get(k) for k in keys if before.get(k) != after.get(k)}
+        if changed:
+            self.trace(f"{proc.name if proc else '?'} status {obj.namespace}/{obj.name} {changed}")
         for key in ("instanceName",):
             if after.get(key):
                 job.instance_names.add(after[key])
@@ -176,9 +182,31 @@ class Simulation:
             self.violation(
                 f"{job.name}: finishedAt changed {before.get('finishedAt')} -> {after.get('finishedAt')}"
             )
+        self._check_attempts_ended(job, before, after)
         if job.secret in repr(after):
             self.violation(f"{job.name}: a secret value in status (written by {proc.name if proc else '?'})")
         job.final_status = after
+
+    def _check_attempts_ended(self, job: Job, before: dict[str, Any], after: dict[str, Any]) -> None:
+        """An attempt ended as lost while its instance is live, its container runs and nothing
+        kept it from answering (no exec to it hung or failed while the container ran): listings
+        alone were believed, and a healthy run paid a second boot."""
+        done = {a.get("attempt") for a in before.get("attempts") or () if a.get("endedAt")}
+        for attempt in after.get("attempts") or ():
+            if not attempt.get("endedAt") or attempt.get("attempt") in done:
+                continue
+            if attempt.get("endedReason") not in ("InstanceNotListed", "InstanceLost"):
+                continue
+            inst = self.brev.instances.get(attempt.get("instanceId") or "")
+            if inst is None or inst.delete_accepted_at is not None or inst.id in self.unreachable_ids:
+                continue
+            runs = [c for c in inst.containers.values() if c.running]
+            faulted = self.brev.exec_faulted_at.get(inst.id)
+            if runs and (faulted is None or faulted < min(c.started_at for c in runs)):
+                self.violation(
+                    f"{job.name}: attempt {attempt.get('attempt')} ended {attempt.get('endedReason')} "
+                    f"while {inst.name} ({inst.id}) is live and its container runs"
+                )
 
     def event_posted(self, proc: Process, ref: JobRef, type_: str, reason: str, message: str) -> None:
         self.trace(f"{proc.name} event {ref.namespace}/{ref.name} {type_} {reason}")
@@ -349,6 +377,16 @@ class Simulation:
             asyncio.set_event_loop(None)
             logs.forget_registered_secrets()
         return self.violations
+
+
+def _attempt_ended(status: dict[str, Any], name: str, instance_id: str) -> bool:
+    """Whether the job's status records the attempt on this instance as ended."""
+    for attempt in status.get("attempts") or ():
+        if attempt.get("endedAt") and (
+            attempt.get("instanceId") == instance_id or attempt.get("instanceName") == name
+        ):
+            return True
+    return False
 
 
 def run_seed(seed: int) -> Simulation:

@@ -31,6 +31,7 @@ from controller.brev.logtail import TAIL_LINES
 from controller.brev.workload import ContainerNotFound, ExitInfo, Workload
 from controller.directory import InstanceDirectory
 from controller.errors import KubeUnavailable
+from controller.kube import redact_status
 from controller.lanes import Lanes
 from controller.leadership import LeaseConflict, LeaseRecord
 from tests.fakes.brev import FakeBrev
@@ -124,6 +125,7 @@ class SimBrev(FakeBrev):
         super().__init__(sim.clock)
         self.sim = sim
         self.clock: SimClock = sim.clock
+        self.exec_faulted_at = {}
 
     async def _call(self, op: str, target: str, call: Callable[[], Awaitable[T]], *, mutates: bool) -> T:
         sim = self.sim
@@ -151,6 +153,7 @@ class SimBrev(FakeBrev):
             elif self.instances and rng.random() < k.list_omit:
                 victim = rng.choice(sorted(self.instances))
                 self._omit[victim] = max(1, self._omit.get(victim, 0))
+                self.sim.trace(f"brev ls omits {victim}")
             return await FakeBrev.list_instances(self)
 
         return await self._call("ls", "", call, mutates=False)
@@ -219,14 +222,14 @@ class SimBrev(FakeBrev):
     def exec_gate(self, instance: str, op: str, timeout: float) -> Any:
         k = self.sim.knobs
         rng = self.sim.rng
-        self.set_faults(
-            exec_hangs=1 if rng.random() < k.exec_hang else 0,
-            exec_failures=1 if rng.random() < k.exec_fail else 0,
-        )
+        hang, fail = rng.random() < k.exec_hang, rng.random() < k.exec_fail
+        self.set_faults(exec_hangs=int(hang), exec_failures=int(fail))
         try:
             inst = None
             for candidate in self._match(instance, self.instances.values()):
                 inst = candidate
+            if inst is not None and (hang or fail):
+                self.exec_faulted_at[inst.id] = self.clock.monotonic()
             if inst is not None and self.sim.unreachable(inst):
                 self.execs_refused += 1
                 self.set_faults(exec_failures=1)
@@ -235,6 +238,7 @@ class SimBrev(FakeBrev):
             self.set_faults(exec_hangs=0, exec_failures=0)
 
     execs_refused = 0
+    exec_faulted_at: dict[str, float]  # instance id -> when an exec to it last hung or failed
 
 
 class SimWorkload(FakeWorkload):
@@ -389,7 +393,9 @@ class SimKube(FakeKube):
             )
         obj = self.objects.get((namespace, name))
         before = None if obj is None else obj.status
-        ok = await super().patch_status(namespace, name, status)
+        # What the operator's client sends (controller/kube.py redacts at the sink), not the raw
+        # status: the fake stands for the API server, the sink is the operator's own code.
+        ok = await super().patch_status(namespace, name, redact_status(status))
         if ok and obj is not None:
             sim.status_written(proc, obj, before or {}, obj.status)
             self.changed(namespace, name)

@@ -20,6 +20,7 @@ from controller.steps import (
     CreateInstance,
     DeleteInstance,
     Observation,
+    ProbeExec,
     StartInstance,
     StopContainer,
     UploadResults,
@@ -108,6 +109,12 @@ def test_an_unlisted_instance_that_ran_a_container_gets_one_upload_attempt_befor
     for i in range(TUN.absent_listings):
         d = decide(status, instance=None, identity="alice", now=T0 + P * i)
         status = d.status
+    # The container runs: the instance is asked before the listings are believed.
+    assert kinds(d) == [ProbeExec]
+    assert status.phase is Phase.RUNNING
+    last = T0 + P * (TUN.absent_listings - 1)
+    d = decide(status, instance=None, identity="alice", now=last, completed=("ProbeExec",), probe_ok=False)
+    status = d.status
     assert status.reason == reasons.INSTANCE_NOT_LISTED
     assert status.phase is Phase.UPLOADING
     assert kinds(d) == [UploadResults]
@@ -121,6 +128,23 @@ def test_an_unlisted_instance_that_ran_a_container_gets_one_upload_attempt_befor
     d = decide(d.status, instance=None, identity="alice", now=T0 + P * 4, delete_not_found=True)
     assert d.finished
     assert d.status.reason == reasons.INSTANCE_LOST
+
+
+def test_an_unlisted_instance_whose_running_container_answers_a_probe_is_kept() -> None:
+    """Three listings without a running instance are no proof when it answers: a leader change or
+    a restart cut its `docker wait` short, so no exec evidence came in between (issue 25's
+    simulation found healthy runs deleted and re-created this way)."""
+    status = listed_running(container_started_at=T0)
+    for i in range(TUN.absent_listings):
+        d = decide(status, instance=None, identity="alice", now=T0 + P * i)
+        status = d.status
+    assert kinds(d) == [ProbeExec]
+    last = T0 + P * (TUN.absent_listings - 1)
+    d = decide(status, instance=None, identity="alice", now=last, completed=("ProbeExec",), probe_ok=True)
+    assert d.status.phase is Phase.RUNNING
+    assert d.status.reason != reasons.INSTANCE_NOT_LISTED
+    assert d.status.absent_listings is None  # counting starts again
+    assert DeleteInstance not in kinds(d) and UploadResults not in kinds(d)
 
 
 def test_the_instance_id_is_recorded_on_first_sighting_and_the_identity_before_create() -> None:

@@ -82,12 +82,16 @@ def step(status: TaoBrevJobStatus, spec: TaoBrevJobSpec = SPEC, **obs: Any) -> A
 
 
 def lose(status: TaoBrevJobStatus, spec: TaoBrevJobSpec = SPEC, start: int = 1) -> Any:
-    """Listings without the instance until the absence is confirmed (never one listing)."""
+    """Listings without the instance until the absence is confirmed (never one listing), and a
+    probe of a running container that does not answer (asked for before anything is concluded)."""
     d = None
     for i in range(TUN.absent_listings):
         d = step(status, spec, instance=None, now=T0 + P * (start + i))
         status = d.status
     assert d is not None
+    if ProbeExec in kinds(d):
+        now = T0 + P * (start + TUN.absent_listings - 1)
+        d = step(status, spec, instance=None, now=now, completed=("ProbeExec",), probe_ok=False)
     return d
 
 
