@@ -1,4 +1,5 @@
-"""`python -m tests.simulation --seeds N [--start S]` or `--seed n` (replay, trace printed)."""
+"""`python -m tests.simulation --seeds N [--start S] [--jobs J]`, or `--seed n` (replay: the
+seed's whole trace is printed). `make simulate SEEDS=N` / `make simulate SEED=n`."""
 
 from __future__ import annotations
 
@@ -6,13 +7,14 @@ import argparse
 import sys
 import time
 
-from tests.simulation.run import run_seed
+from tests.simulation.run import run_seed, run_seeds
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.simulation")
-    parser.add_argument("--seeds", type=int, default=100)
-    parser.add_argument("--start", type=int, default=0)
+    parser.add_argument("--seeds", type=int, default=100, help="how many seeds to run")
+    parser.add_argument("--start", type=int, default=0, help="the first seed")
+    parser.add_argument("--jobs", type=int, default=1, help="worker processes (seeds are independent)")
     parser.add_argument("--seed", type=int, default=None, help="replay one seed, printing its trace")
     args = parser.parse_args()
     if args.seed is not None:
@@ -21,15 +23,16 @@ def main() -> int:
         for v in sim.violations:
             print(f"VIOLATION seed={args.seed}: {v}")
         return 1 if sim.violations else 0
-    failed = 0
     started = time.monotonic()
-    for seed in range(args.start, args.start + args.seeds):
-        sim = run_seed(seed)
-        if sim.violations:
+    seeds = range(args.start, args.start + args.seeds)
+    failed = 0
+    for seed, violations in run_seeds(seeds, jobs=args.jobs):
+        if violations:
             failed += 1
-            print(f"seed {seed}: {sim.violations[0]}  (replay: make simulate SEED={seed})", flush=True)
+            print(f"seed {seed}: {violations[0]}  (replay: make simulate SEED={seed})", flush=True)
     took = time.monotonic() - started
-    print(f"{args.seeds} seeds from {args.start}: {failed} failed, {took:.1f} s")
+    first = args.start
+    print(f"simulation: {args.seeds} seeds from {first}: {failed} failed, {took:.1f} s, {args.jobs} jobs")
     return 1 if failed else 0
 
 

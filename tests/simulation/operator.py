@@ -58,6 +58,7 @@ class Process:
         self.daemons: dict[tuple[str, str], asyncio.Task[Any]] = {}
         self.stopped: dict[tuple[str, str], asyncio.Event] = {}
         self.deleters: dict[tuple[str, str], asyncio.Task[Any]] = {}
+        self.bodies: dict[tuple[str, str], dict[str, Any]] = {}
         self.context = contextvars.copy_context()
         self.context.run(CURRENT.set, self)
         s = deployment.settings
@@ -85,6 +86,7 @@ class Process:
             recorder=self.recorder,
             leadership=self.elector,
             cluster_id=s.resolved_cluster_id(),
+            deployment=s.resolved_deployment_id(),
             policy=Policy(s.orphan_policy),
             interval=s.orphan_sweep_interval,
             grace=s.orphan_grace,
@@ -169,6 +171,7 @@ class Process:
         body = self.sim.kube.snapshot(namespace, name)
         if body is None:
             return
+        self.bodies[key] = body  # what this replica's watch has delivered (kopf's live body)
         deleting = bool(body["metadata"].get("deletionTimestamp"))
         if key not in self.daemons and not deleting and not body.get("status", {}).get("finishedAt"):
             self.stopped[key] = asyncio.Event()
@@ -188,7 +191,7 @@ class Process:
     async def _daemon(self, key: tuple[str, str]) -> None:
         stopped = self.stopped[key]
         while not stopped.is_set():
-            body = self.sim.kube.snapshot(*key)
+            body = self.bodies.get(key)
             if body is None or body["metadata"].get("deletionTimestamp"):
                 return
             if not await self.elector.wait_leading(timeout=1.0):
@@ -212,7 +215,8 @@ class Process:
     async def _delete_handler(self, key: tuple[str, str], body: dict[str, Any]) -> None:
         s = self.deployment.settings
         while True:
-            ref = JobRef.from_body(body, deleting=True)
+            # kopf retries a handler with the body its watch delivered last, not the first one.
+            ref = JobRef.from_body(self.bodies.get(key, body), deleting=True)
             if not await self.elector.wait_leading(timeout=float(s.leader_lease_duration)):
                 await asyncio.sleep(1.0)  # kopf.TemporaryError(delay=1)
                 continue

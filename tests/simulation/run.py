@@ -13,14 +13,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
+import multiprocessing
 import random
 import uuid
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from controller import logs
 from controller.reconciler import JobRef
 from controller.settings import Settings
+from controller.tunables import Tunables
 from tests.fakes.harness import job_spec
 from tests.fakes.quiet import quiet_logs
 from tests.simulation.loop import Deadlock, SimLoop
@@ -29,6 +33,7 @@ from tests.simulation.world import CURRENT, Crashed, Knobs, SimBrev, SimClock, S
 
 CLUSTER_ID = "sim-cluster-0001"
 ACTIVE_S = 3600.0
+ABSENT_LISTINGS = Tunables().absent_listings
 DRAIN_S = 2 * 3600.0
 
 
@@ -91,8 +96,22 @@ class Simulation:
             leader_election=True,
         )
         self.deployments = [
-            Deployment("a", ("team-a",), "ops-a", 2, Settings(namespaces=("team-a",), **settings)),
-            Deployment("b", ("team-b",), "ops-b", 1, Settings(namespaces=("team-b",), **settings)),
+            # Two installs of one cluster: their own operator namespaces, so their own deployment
+            # ids (<namespace>/<Lease>) and instance marks, as a real platform has them.
+            Deployment(
+                "a",
+                ("team-a",),
+                "ops-a",
+                2,
+                Settings(namespaces=("team-a",), operator_namespace="ops-a", **settings),
+            ),
+            Deployment(
+                "b",
+                ("team-b",),
+                "ops-b",
+                1,
+                Settings(namespaces=("team-b",), operator_namespace="ops-b", **settings),
+            ),
         ]
         self.leases = {d.name: SimLeaseStore(self, d.name) for d in self.deployments}
         self.processes: dict[tuple[str, int], Process] = {}
@@ -154,6 +173,10 @@ class Simulation:
                 continue
             if _attempt_ended(st, name, instance_id):
                 continue  # the job's own teardown of an attempt it ended (recovery's next attempt)
+            if st.get("instanceId") == instance_id and (st.get("absentListings") or 0) >= ABSENT_LISTINGS:
+                # Its own confirmation by delete after enough distinct listings left it out
+                # (`_check_absence` holds the count to what the listings really showed).
+                continue
             if st.get("instanceId") == instance_id or (
                 st.get("instanceName") == name and not st.get("instanceId")
             ):
@@ -168,7 +191,18 @@ class Simulation:
         job = self.jobs.get(obj.uid)
         if job is None:
             return
-        keys = ("phase", "reason", "outcome", "instanceId", "absentListings", "uploadAttempts")
+        keys = (
+            "phase",
+            "reason",
+            "outcome",
+            "instanceId",
+            "absentListings",
+            "uploadAttempts",
+            "createRequestedAt",
+            "createReturnedAt",
+            "deleteRequestedAt",
+            "finishedAt",
+        )
         changed = {k: after.get(k) for k in keys if before.get(k) != after.get(k)}
         if changed:
             self.trace(f"{proc.name if proc else '?'} status {obj.namespace}/{obj.name} {changed}")
@@ -176,16 +210,36 @@ class Simulation:
             if after.get(key):
                 job.instance_names.add(after[key])
                 self.by_instance_name[after[key]] = job
-        if before.get("outcome") == "Succeeded" and after.get("outcome") != "Succeeded":
+        # Until issue 32 ("Succeeded comes with the verified results"), an exit 0 says Succeeded
+        # before the upload, and a failed upload turns it into Failed UploadFailed.
+        flipped = before.get("outcome") == "Succeeded" and after.get("outcome") != "Succeeded"
+        if flipped and after.get("reason") != "UploadFailed":
             self.violation(f"{job.name}: Succeeded flipped to {after.get('outcome')}")
         if before.get("finishedAt") and after.get("finishedAt") != before.get("finishedAt"):
             self.violation(
                 f"{job.name}: finishedAt changed {before.get('finishedAt')} -> {after.get('finishedAt')}"
             )
         self._check_attempts_ended(job, before, after)
+        self._check_absence(job, proc, before, after)
         if job.secret in repr(after):
             self.violation(f"{job.name}: a secret value in status (written by {proc.name if proc else '?'})")
         job.final_status = after
+
+    def _check_absence(
+        self, job: Job, proc: Process | None, before: dict[str, Any], after: dict[str, Any]
+    ) -> None:
+        """Absence is counted once per distinct listing that left the instance out (scenario 4:
+        one cached listing counted three times deleted healthy instances)."""
+        n, instance_id = after.get("absentListings") or 0, after.get("instanceId")
+        if n <= (before.get("absentListings") or 0) or not instance_id or proc is None:
+            return
+        spacing = proc.deployment.settings.tunables().poll_interval
+        omitted = self.brev.omitted_listings(instance_id, proc.deployment.name, spacing * 0.99)
+        if omitted < n:
+            self.violation(
+                f"{job.name}: absence of {instance_id} counted {n} times, but only {omitted} distinct "
+                "listings left it out"
+            )
 
     def _check_attempts_ended(self, job: Job, before: dict[str, Any], after: dict[str, Any]) -> None:
         """An attempt ended as lost while its instance is live, its container runs and nothing
@@ -228,10 +282,23 @@ class Simulation:
         self._check_released(job)
 
     def _kept(self, job: Job) -> set[str]:
+        """Ids of the instances a Retain job keeps: the one its status names, and any its
+        retained record holds (by id, or by name while the id was never seen: a create that
+        returned after the job finished)."""
         if not job.retain:
             return set()
-        kept = job.final_status.get("instanceId")
-        return {kept} if kept else set()
+        kept = {job.final_status["instanceId"]} if job.final_status.get("instanceId") else set()
+        for (_ns, cm), (data, _version) in self.kube.config_maps.items():
+            if not cm.startswith("taobrev-retained"):
+                continue
+            for name, raw in data.items():
+                record = json.loads(raw)
+                if record.get("job") != f"{job.namespace}/{job.name}":
+                    continue
+                for inst in [*self.brev.by_name(name), *self.brev.gone.values()]:
+                    if inst.name == name and record.get("id") in (None, inst.id):
+                        kept.add(inst.id)
+        return kept
 
     def _check_released(self, job: Job) -> None:
         kept = self._kept(job)
@@ -394,3 +461,17 @@ def run_seed(seed: int) -> Simulation:
     with quiet_logs():
         sim.run()
     return sim
+
+
+def _violations_of(seed: int) -> tuple[int, list[str]]:
+    return seed, run_seed(seed).violations
+
+
+def run_seeds(seeds: Iterable[int], *, jobs: int = 1) -> Iterator[tuple[int, list[str]]]:
+    """(seed, violations) for each seed, in order; `jobs` worker processes (each seed is a pure
+    function of its number, so where it runs changes nothing)."""
+    if jobs <= 1:
+        yield from map(_violations_of, seeds)
+        return
+    with multiprocessing.get_context("fork").Pool(jobs) as pool:
+        yield from pool.imap(_violations_of, seeds, chunksize=4)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import copy
 import random
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, fields
@@ -126,6 +125,7 @@ class SimBrev(FakeBrev):
         self.sim = sim
         self.clock: SimClock = sim.clock
         self.exec_faulted_at = {}
+        self.listing_log: list[tuple[float, str, frozenset[str]]] = []  # (taken at, by, ids shown)
 
     async def _call(self, op: str, target: str, call: Callable[[], Awaitable[T]], *, mutates: bool) -> T:
         sim = self.sim
@@ -154,9 +154,27 @@ class SimBrev(FakeBrev):
                 victim = rng.choice(sorted(self.instances))
                 self._omit[victim] = max(1, self._omit.get(victim, 0))
                 self.sim.trace(f"brev ls omits {victim}")
-            return await FakeBrev.list_instances(self)
+            listed = await FakeBrev.list_instances(self)
+            caller = process()
+            who = caller.deployment.name if caller is not None else ""
+            self.listing_log.append((self.clock.monotonic(), who, frozenset(i.id for i in listed)))
+            return listed
 
         return await self._call("ls", "", call, mutates=False)
+
+    def omitted_listings(self, instance_id: str, deployment: str, spacing: float) -> int:
+        """How many of `deployment`'s listings since the last one that showed `instance_id` left
+        it out, counting only listings taken `spacing` seconds after the last counted (distinct
+        evidence; the count lives in the job's status, so every replica's listings count)."""
+        count, last = 0, None
+        for taken, who, shown in reversed(self.listing_log):
+            if who != deployment:
+                continue
+            if instance_id in shown:
+                break
+            if last is None or last - taken >= spacing:
+                count, last = count + 1, taken
+        return count
 
     async def create_instance(self, request: CreateRequest) -> CreateResult:
         k = self.sim.knobs
@@ -432,7 +450,9 @@ class SimKube(FakeKube):
 
     def snapshot(self, namespace: str, name: str) -> dict[str, Any] | None:
         obj = self.objects.get((namespace, name))
-        return None if obj is None else copy.deepcopy(obj.body())
+        # body() builds new metadata each time and statuses are replaced, never mutated
+        # (tests/fakes/kube.py): a watch event's body needs no deep copy.
+        return None if obj is None else obj.body()
 
 
 class SimLeaseStore:
