@@ -7,6 +7,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export GOTOOLCHAIN ?= local
+# Seeds of the simulation slice `make test` runs (chosen to fit ~2 minutes on a 2-core CI machine).
+SIM_CI_SEEDS ?= 500
 
 ##@ Newcomer path
 .PHONY: demo
@@ -14,7 +16,7 @@ demo: $(STAMP) native-deps ## Run a sample TaoBrevJob end to end on the local st
 	$(PY) -m tests.devenv demo
 
 .PHONY: test
-test: $(STAMP) lint typecheck system-deps ## What CI runs: lint + typecheck, then the whole test suite (builds/reuses kube-apiserver + etcd)
+test: $(STAMP) lint typecheck system-deps simulate-ci ## What CI runs: lint + typecheck + a simulation slice, then the whole test suite (builds/reuses kube-apiserver + etcd)
 	$(PY) -m pytest tests
 
 ##@ Development
@@ -70,6 +72,21 @@ test-integration: $(STAMP) system-deps ## Client + simulator + S3 as real subpro
 .PHONY: test-e2e
 test-e2e: $(STAMP) system-deps ## End-to-end against the real control plane and the operator process
 	$(PY) -m pytest tests/e2e
+
+# The whole operator on a virtual clock (tests/simulation/README.md): every seed one interleaving.
+SIM_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
+.PHONY: simulate
+simulate: $(STAMP) ## Deterministic simulation of the whole operator: SEEDS=N [START=S] seeds, or SEED=n to replay one with its trace
+	@if [ -n "$(SEED)" ]; then $(PY) -m tests.simulation --seed $(SEED); \
+	else $(PY) -m tests.simulation --seeds $(or $(SEEDS),1000) --start $(or $(START),0) --jobs $(SIM_JOBS); fi
+
+.PHONY: simulate-ci
+simulate-ci: $(STAMP) ## The slice CI runs before pytest (SIM_CI_SEEDS seeds, fixed, from seed 0)
+	$(PY) -m tests.simulation --seeds $(SIM_CI_SEEDS) --jobs $(SIM_JOBS)
+
+.PHONY: simulate-long
+simulate-long: $(STAMP) ## 100,000 seeds (hours on 2 cores; START=S to resume)
+	$(PY) -m tests.simulation --seeds 100000 --start $(or $(START),0) --jobs $(SIM_JOBS)
 
 .PHONY: flake-hunt
 flake-hunt: $(STAMP) system-deps ## Integration + e2e tiers RUNS times (default 5, PARALLEL at once) beside a busy loop per core; lists every test that failed (ARGS=--load W | paths | -- pytest args)

@@ -19,6 +19,7 @@ import random
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from controller import logs
@@ -234,7 +235,13 @@ class Simulation:
         if n <= (before.get("absentListings") or 0) or not instance_id or proc is None:
             return
         spacing = proc.deployment.settings.tunables().poll_interval
-        omitted = self.brev.omitted_listings(instance_id, proc.deployment.name, spacing * 0.99)
+        since = after.get("absentSince")
+        start = 0.0
+        if isinstance(since, str):
+            ago = (self.clock.now() - datetime.fromisoformat(since.replace("Z", "+00:00"))).total_seconds()
+            start = self.clock.monotonic() - ago - 1.0  # whole seconds in status
+        # Status keeps whole seconds (absentCheckedAt): a poll interval less up to 2 s apart.
+        omitted = self.brev.omitted_listings(instance_id, proc.deployment.name, start, spacing - 2.0)
         if omitted < n:
             self.violation(
                 f"{job.name}: absence of {instance_id} counted {n} times, but only {omitted} distinct "

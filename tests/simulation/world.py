@@ -162,17 +162,16 @@ class SimBrev(FakeBrev):
 
         return await self._call("ls", "", call, mutates=False)
 
-    def omitted_listings(self, instance_id: str, deployment: str, spacing: float) -> int:
-        """How many of `deployment`'s listings since the last one that showed `instance_id` left
-        it out, counting only listings taken `spacing` seconds after the last counted (distinct
-        evidence; the count lives in the job's status, so every replica's listings count)."""
+    def omitted_listings(self, instance_id: str, deployment: str, since: float, spacing: float) -> int:
+        """How many of `deployment`'s listings taken from `since` on left `instance_id` out,
+        counting only listings `spacing` seconds after the last counted (distinct evidence; the
+        count lives in the job's status, so every replica's listings count; one that showed it
+        but that no pass of the job read resets nothing)."""
         count, last = 0, None
-        for taken, who, shown in reversed(self.listing_log):
-            if who != deployment:
+        for taken, who, shown in self.listing_log:
+            if who != deployment or taken < since - 1e-6 or instance_id in shown:
                 continue
-            if instance_id in shown:
-                break
-            if last is None or last - taken >= spacing:
+            if last is None or taken - last >= spacing:
                 count, last = count + 1, taken
         return count
 
