@@ -34,7 +34,7 @@ from controller.brev.childwatch import raise_open_files_limit, use_pidfd_watcher
 from controller.errors import PermanentError, TransientError
 from controller.health import serve_health
 from controller.kube import GROUP, PLURAL, VERSION, resolve_connection
-from controller.leadership import NotLeading
+from controller.leadership import NotLeading, lead_or_stop
 from controller.logs import redact_text
 from controller.metrics import serve_metrics
 from controller.reconciler import JobRef
@@ -221,9 +221,9 @@ async def drive(stopped: kopf.DaemonStopped, body: kopf.Body, memo: kopf.Memo, *
         while not stopped:
             if body.metadata.get("deletionTimestamp"):
                 return  # the delete handler takes over
-            # A standby idles here (no I/O, nothing the watchdog waits for); the bounded wait
-            # re-checks `stopped` and deletion.
-            if not await app.leadership.wait_leading(timeout=1.0):
+            # A standby idles here (no I/O, no timer, nothing the watchdog waits for) until it
+            # leads or kopf stops the daemon (deletion stops it too); then the loop re-checks.
+            if not await lead_or_stop(app.leadership, stopped.wait):
                 app.watchdog.forget(key)
                 continue
             app.watchdog.pass_started(key)

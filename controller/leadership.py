@@ -126,6 +126,26 @@ class SoleLeader:
         return await work
 
 
+async def lead_or_stop(leadership: Leadership, stopped: Callable[[], Awaitable[object]]) -> bool:
+    """Wait until this replica leads (True) or `stopped()` completes (False), with no periodic
+    wake-up: a standby holding 1,000 jobs' daemons would otherwise wake 1,000 times a second."""
+    if leadership.is_leading():
+        return True
+
+    async def stop() -> None:
+        await stopped()
+
+    lead = asyncio.ensure_future(leadership.wait_leading())
+    halt = asyncio.ensure_future(stop())
+    try:
+        done, _ = await asyncio.wait({lead, halt}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        lead.cancel()
+        halt.cancel()
+    # Stopped wins a tie: a daemon being stopped must not start a pass.
+    return halt not in done and bool(lead.result())
+
+
 @dataclass
 class _Term:
     number: int

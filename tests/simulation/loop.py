@@ -74,7 +74,8 @@ class SimLoop(asyncio.BaseEventLoop):
                 ready.append(handle)
         batch = list(ready)
         ready.clear()
-        self.rng.shuffle(batch)
+        if len(batch) > 1:  # a shuffle of one draws nothing from the RNG: same seed, same run
+            self.rng.shuffle(batch)
         switch = self.switch
         for handle in batch:
             if handle._cancelled:

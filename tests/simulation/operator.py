@@ -18,7 +18,7 @@ from controller.directory import InstanceDirectory
 from controller.fleet import Fleet, quotas_from
 from controller.handlers import event_text
 from controller.lanes import LANES, Lane, Lanes
-from controller.leadership import LeaderElector, NotLeading, Timing
+from controller.leadership import LeaderElector, NotLeading, Timing, lead_or_stop
 from controller.metrics import Recorder
 from controller.orphans import Policy
 from controller.reconciler import JobRef, Reconciler
@@ -194,8 +194,12 @@ class Process:
             body = self.bodies.get(key)
             if body is None or body["metadata"].get("deletionTimestamp"):
                 return
-            if not await self.elector.wait_leading(timeout=1.0):
+            if not await lead_or_stop(self.elector, stopped.wait):
                 continue
+            # kopf's daemon body is live: after a wait it is what the watch delivered last.
+            body = self.bodies[key]
+            if body["metadata"].get("deletionTimestamp"):
+                return
             try:
                 delay = await self.elector.while_leading(
                     self.reconciler.reconcile(JobRef.from_body(body, deleting=False))

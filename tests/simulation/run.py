@@ -36,6 +36,7 @@ CLUSTER_ID = "sim-cluster-0001"
 ACTIVE_S = 3600.0
 ABSENT_LISTINGS = Tunables().absent_listings
 DRAIN_S = 2 * 3600.0
+SWEEP_S = 1200.0  # after the drain: the sweeper's grace (600 s) and two intervals (300 s)
 
 
 @dataclass
@@ -386,7 +387,10 @@ class Simulation:
                 for inst_id in sorted(self.brev.instances):
                     if rng.random() < unreachable_rate:
                         self.unreachable_ids.add(inst_id)
-        await asyncio.sleep(max(0.0, ACTIVE_S - self.clock.monotonic()))
+        # Faults keep firing until ACTIVE_S, or until every job has finished (what is left to
+        # go wrong then is the drain's, and it runs next): most seeds need far less than an hour.
+        while self.clock.monotonic() < ACTIVE_S and not self._all_finished():  # noqa: ASYNC110
+            await asyncio.sleep(min(30.0, ACTIVE_S - self.clock.monotonic()))
         # Heal: faults stop, every replica is up, every job is deleted; then drain.
         self.healed = True
         self.knobs = Knobs(latency_max=self.knobs.latency_max, watch_lag_max=self.knobs.watch_lag_max)
@@ -401,14 +405,26 @@ class Simulation:
             await asyncio.sleep(10)
         for ns, name in sorted(self.kube.objects):
             self.violation(f"job {ns}/{name} not gone {DRAIN_S:.0f} s after the heal (finalizer kept)")
-        # The sweeper's grace and interval for anything unowned.
-        await asyncio.sleep(1200)
-        kept = set().union(*(self._kept(j) for j in self.jobs.values())) if self.jobs else set()
-        for inst in sorted(self.brev.instances.values(), key=lambda i: i.id):
-            if inst.delete_accepted_at is None and inst.id not in kept:
-                self.violation(f"instance {inst.name} ({inst.id}) leaked: live after the drain")
+        # The sweeper's grace and interval for anything unowned (only while something is).
+        swept_by = self.clock.monotonic() + SWEEP_S
+        while self._unowned() and self.clock.monotonic() < swept_by:  # noqa: ASYNC110
+            await asyncio.sleep(30)
+        for inst in self._unowned():
+            self.violation(f"instance {inst.name} ({inst.id}) leaked: live after the drain")
         for proc in self.processes.values():
             proc.crash("end of the run")
+
+    def _all_finished(self) -> bool:
+        return all(obj.status.get("finishedAt") for obj in self.kube.objects.values())
+
+    def _unowned(self) -> list[Any]:
+        """Live instances no Retain job keeps (and no accepted delete is taking away)."""
+        kept = set().union(*(self._kept(j) for j in self.jobs.values())) if self.jobs else set()
+        return [
+            inst
+            for inst in sorted(self.brev.instances.values(), key=lambda i: i.id)
+            if inst.delete_accepted_at is None and inst.id not in kept
+        ]
 
     def _create_job(self, namespace: str, name: str) -> None:
         rng = self.rng

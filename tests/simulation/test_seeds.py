@@ -22,6 +22,7 @@ FOUND = {
     26: "an exit 0 whose upload failed: Succeeded turns Failed UploadFailed until issue 32",
     63: "a Provisioning instance confirmed lost by delete after three distinct omitted listings",
     225: "a delete handler retried with the body of its first event (kopf gives the latest)",
+    291: "the lost healthy run of seed 0, as the simulation interleaves it now",
 }
 
 
@@ -38,9 +39,11 @@ def test_a_seed_replays_exactly() -> None:
 
 
 def test_the_simulation_finds_the_lost_healthy_run_without_the_probe(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The invariant that caught seed 0 is live: with the operator's fix taken out, it fires."""
+    """The invariant that caught seed 0 is live: with the operator's fix taken out, it fires
+    (at seed 291 of the simulation as it is now: seeds follow the simulation's code, and seed 0
+    no longer meets the same interleaving since the daemons read kopf's live body)."""
     monkeypatch.setattr(absence, "_probe_first", lambda p: False)
-    sim = run_seed(0)
+    sim = run_seed(291)
     assert any("ended InstanceNotListed while" in v for v in sim.violations), sim.violations
 
 

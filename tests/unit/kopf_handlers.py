@@ -17,11 +17,12 @@ from controller import handlers
 
 
 class StopFlag(Protocol):
-    """What `drive` uses of `kopf.DaemonStopped`: falsy until stopped, and a bounded wait."""
+    """What `drive` uses of `kopf.DaemonStopped`: falsy until stopped, and a wait (bounded, or
+    until stopped)."""
 
     def __bool__(self) -> bool: ...
 
-    async def wait(self, delay: float, /) -> object: ...
+    async def wait(self, delay: float | None = None, /) -> object: ...
 
 
 class _Daemon(Protocol):

@@ -122,12 +122,12 @@ class Stopped:
     """Stands in for kopf.DaemonStopped: falsy until set; wait() returns at once."""
 
     def __init__(self) -> None:
-        self.waits: list[float] = []
+        self.waits: list[float | None] = []
 
     def __bool__(self) -> bool:
         return False
 
-    async def wait(self, delay: float) -> None:
+    async def wait(self, delay: float | None = None) -> None:
         self.waits.append(delay)
 
 
@@ -148,7 +148,7 @@ class Patching(Stopped):
         super().__init__()
         self.raw, self.after = raw, after
 
-    async def wait(self, delay: float) -> None:
+    async def wait(self, delay: float | None = None) -> None:
         await super().wait(delay)
         if len(self.waits) == self.after:
             self.raw["metadata"]["finalizers"] = [FINALIZER]

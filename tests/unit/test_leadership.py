@@ -4,6 +4,7 @@ that enforces resourceVersion preconditions like the API server. No I/O, no slee
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
@@ -25,6 +26,7 @@ from controller.leadership import (
     SoleLeader,
     Timing,
     identity,
+    lead_or_stop,
 )
 from controller.metrics import Recorder
 from controller.reconciler import FINALIZER, JobRef
@@ -488,3 +490,55 @@ async def test_daemon_on_a_standby_waits_and_acts_once_it_leads() -> None:
     assert await app.leadership.tick()
     await daemon
     assert app.reconciler.passes == ["job"]
+
+
+class StopFlag:
+    """kopf.DaemonStopped as drive() uses it, set by the test."""
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+
+    def __bool__(self) -> bool:
+        return self.event.is_set()
+
+    async def wait(self, timeout: float | None = None) -> None:  # noqa: ASYNC109
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.event.wait(), timeout)
+
+
+@in_loop
+async def test_a_standby_daemon_wakes_for_nothing_and_ends_when_stopped() -> None:
+    """No periodic wake-up per job on a standby (it used to re-check every second): only its
+    Lease or kopf's stop wakes it, and a stop ends it without a pass."""
+    store, clock = FakeStore(), Clock()
+    app = FakeApp(standby(store, clock))
+    await app.leadership.tick()
+    waits: list[float | None] = []
+    real_wait = app.leadership.wait_leading
+
+    async def counted(timeout: float | None = None) -> bool:  # noqa: ASYNC109
+        waits.append(timeout)
+        return await real_wait(timeout)
+
+    app.leadership.wait_leading = counted  # type: ignore[method-assign]
+    stopped = StopFlag()
+    daemon = asyncio.ensure_future(drive(stopped=stopped, body=BODY, memo=kopf.Memo(app=app)))
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert waits == [None], "one unbounded wait, no polling"
+    stopped.event.set()
+    await asyncio.wait_for(daemon, 1)
+    assert app.reconciler.passes == []
+
+
+@in_loop
+async def test_lead_or_stop_says_who_came_first() -> None:
+    store, clock = FakeStore(), Clock()
+    leader = elector(store, clock, "me")
+    assert await leader.tick()
+    assert await lead_or_stop(leader, asyncio.Event().wait) is True  # leading: no wait at all
+    other = standby(FakeStore(), clock)
+    await other.tick()
+    stop = asyncio.Event()
+    stop.set()
+    assert await lead_or_stop(other, stop.wait) is False
