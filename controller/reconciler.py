@@ -392,6 +392,10 @@ class Reconciler:
             # Nothing was asked of Brev yet (a queued job among them): no listing to read.
             return obs.with_(instance_known=True, instance=None)
         seen = await self._directory.find(name, status.instance_id, max_age=self._listing_max_age)
+        # The listing's age is measured after it came back: take it from a clock read now, not
+        # from obs.now (read before a listing this pass may have waited seconds for: one slow
+        # `brev ls` then looked like two listings a poll interval apart and counted twice).
+        seen_at = self._clock()
         price: float | None = None
         inst = seen.instance
         if self._prices is not None and inst is not None and inst.instance_type and status.instance_created:
@@ -401,7 +405,7 @@ class Reconciler:
             instance=seen.instance,
             instance_ambiguous=seen.ambiguous,
             identity=seen.identity,
-            listed_at=None if seen.age is None else obs.now - timedelta(seconds=seen.age),
+            listed_at=None if seen.age is None else seen_at - timedelta(seconds=seen.age),
             price_per_hour=price,
         )
 

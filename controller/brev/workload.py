@@ -881,6 +881,9 @@ class Workload:
             run += ["--region", shlex.quote(region)]
         target = f"{results_uri.rstrip('/')}/checkpoints"
         run += ["s3", "sync", "/job/results", shlex.quote(target), "--only-show-errors"]
+        # TAO's `*_latest.pth` is a symlink to the checkpoint being written next: never copied
+        # (as a link or as the file it names); the numbered checkpoints are what a resume reads.
+        run += ["--no-follow-symlinks", "--exclude", shlex.quote("*_latest.pth")]
         command = (
             f"mkdir -p {self._path('results')} {self._path('ckpt')} || exit $?; "
             "st=$(docker inspect --format "
@@ -963,7 +966,9 @@ class Workload:
         ckpt = shlex.quote(self.job_id + CKPT_SUFFIX)
         path = self._path()
         command = (
-            f"docker rm -f {name} {ckpt} >/dev/null 2>&1; c=0; docker inspect {name} >/dev/null 2>&1 && c=1; "
+            f"docker rm -f {name} {ckpt} >/dev/null 2>&1; c=0; "
+            # Both must be gone: the checkpoint sync's container config carries the S3 keys.
+            f"docker inspect {name} >/dev/null 2>&1 && c=1; docker inspect {ckpt} >/dev/null 2>&1 && c=1; "
             f"rm -rf {path} 2>/dev/null || sudo -n rm -rf {path}; f=0; test -e {path} && f=1; "
             f"echo {_CLEARED} $c $f"
         )

@@ -57,3 +57,18 @@ def test_a_real_absence_is_still_confirmed_after_three_distinct_listings() -> No
     assert run(h.run_until(lambda h: bool(h.brev.deletes), seconds=300))
     # Three listings without it (the third decides), none counted twice.
     assert h.directory.listings - listings_before >= 3
+
+
+def test_one_slow_listing_counts_once() -> None:
+    """A `brev ls` that takes longer than the poll interval (real ones take seconds): its age was
+    subtracted from a clock read before the pass waited for it, so the same listing looked like
+    two taken a poll interval apart and counted twice (found by the simulation, seed 194)."""
+    h = Harness(faults=Faults(deploy_s=30, sshd_lag_s=400))
+    assert run(h.run_until(seen_in(Phase.WAITING_EXEC)))
+    h.brev.set_faults(list_s=7.0)
+    h.brev.omit(str(h.instance_name), listings=1)
+    run(h.run(seconds=120))
+    counted = [int(w.status["absentListings"]) for w in h.kube.writes if w.status.get("absentListings")]
+    assert counted and max(counted) == 1, counted
+    assert h.brev.deletes == [], [d.outcome for d in h.brev.deletes]
+    assert h.phase == str(Phase.WAITING_EXEC), h.status.get("message")

@@ -87,6 +87,7 @@ class Faults:
     Counters ("next N calls") count down as calls hit them; set a huge count for "broken"."""
 
     list_failures: int = 0  # next N `brev ls` calls fail (transient)
+    list_s: float = 0.0  # a `brev ls` takes this long (the listing is of when it was sent)
     listing_lag_s: float = 0.0  # a new instance is absent from listings this long after create
     capacity_errors: int = 0  # next N creates answer "no capacity" (transient, nothing created)
     create_s: float = 0.0  # a create call runs this long; the instance exists from its start
@@ -466,6 +467,8 @@ class FakeBrev:
 
     async def list_instances(self) -> Sequence[Instance]:
         self._settle()
+        if self.faults.list_s:
+            self.clock.advance(self.faults.list_s)
         if self.faults.list_failures > 0:
             self.set_faults(list_failures=self.faults.list_failures - 1)
             raise BrevTransientError("brev ls failed", cli_message="context deadline exceeded")

@@ -60,6 +60,11 @@ def test_sync_then_restore_on_a_new_instance(
         assert await one.start_container(TAO, "classification_pyt", "train")
         while (await one.wait_exit_with_tail(5)).code is None:
             pass
+        # Real TAO keeps `<arch>_latest.pth` as a symlink to the checkpoint it writes (the
+        # simulator's TAO leaves a plain file there): neither is copied.
+        train = brev_sim.instance_files(first) / "taobrev" / job_id / "results" / "train"
+        (train / "model_latest.pth").unlink()
+        (train / "model_latest.pth").symlink_to(train / "model_epoch_003.pth")
         started = await sync()
         finished = await _until_reported(one, sync)
         await one.clear()
@@ -73,6 +78,7 @@ def test_sync_then_restore_on_a_new_instance(
     assert finished.epoch == 3
     keys_in_s3 = [o["Key"] for o in s3_server.client().list_objects_v2(Bucket=bucket).get("Contents", [])]
     assert f"runs/job-{tag}/checkpoints/train/model_epoch_003.pth" in keys_in_s3
+    assert not [k for k in keys_in_s3 if k.endswith("_latest.pth")], keys_in_s3  # the link is never copied
     assert restored.epoch == 3  # type: ignore[attr-defined]
     assert restored.latest == "results/train/model_epoch_003.pth"  # type: ignore[attr-defined]
     on_disk = (

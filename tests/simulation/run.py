@@ -119,6 +119,7 @@ class Simulation:
         self.processes: dict[tuple[str, int], Process] = {}
         self.incarnations: dict[tuple[str, int], int] = {}
         self.loop = SimLoop(self.clock, self.rng, _Switch())
+        self.loop.set_exception_handler(self._loop_exception)
 
     # -- the trace -------------------------------------------------------------------------------
 
@@ -131,6 +132,14 @@ class Simulation:
 
     def unexpected(self, proc: Process, what: str) -> None:
         self.trace(f"{proc.name} unexpected exception: {what}")
+
+    def _loop_exception(self, _loop: Any, context: dict[str, Any]) -> None:
+        """A task of a crashed replica dies with Crashed, never awaited: expected, not printed.
+        Anything else goes into the trace (asyncio would print it to stderr)."""
+        exc = context.get("exception")
+        if isinstance(exc, Crashed):
+            return
+        self.trace(f"loop: {context.get('message')}: {exc!r}")
 
     # -- hooks the world calls -------------------------------------------------------------------
 

@@ -21,6 +21,7 @@ FOUND = {
     25: "a Retain job's instance kept by its retained record (by name: the create never returned)",
     26: "an exit 0 whose upload failed: Succeeded turns Failed UploadFailed until issue 32",
     63: "a Provisioning instance confirmed lost by delete after three distinct omitted listings",
+    194: "one slow `brev ls` counted as two absences (listing age taken from the pass's start)",
     225: "a delete handler retried with the body of its first event (kopf gives the latest)",
     291: "the lost healthy run of seed 0, as the simulation interleaves it now",
 }

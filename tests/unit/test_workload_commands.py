@@ -557,6 +557,9 @@ def test_clear_removes_containers_and_files_in_one_call_and_checks_each() -> Non
     (command,) = client.commands
     assert command.startswith("docker rm -f job-1234abcd job-1234abcd-ckpt >/dev/null 2>&1; ")
     assert 'rm -rf "$HOME"/taobrev/job-1234abcd' in command
+    # Each container is checked gone, the checkpoint sync's too (its config has the S3 keys).
+    assert "docker inspect job-1234abcd >/dev/null 2>&1 && c=1" in command
+    assert "docker inspect job-1234abcd-ckpt >/dev/null 2>&1 && c=1" in command
 
 
 @pytest.mark.parametrize(
