@@ -340,6 +340,19 @@ class Simulation:
                 and rec.id not in self._kept(job)
             ):
                 self.violation(f"brev create {rec.name} ({rec.id}) landed after job {job.name} was gone")
+            if rec.accepted and job is not None:
+                self._check_one_live(job, rec.id)
+
+    def _check_one_live(self, job: Job, created: str | None) -> None:
+        """At most one live instance per job, except an older attempt already being deleted."""
+        live = [
+            inst.id
+            for name in sorted(job.instance_names)
+            for inst in self.brev.by_name(name)
+            if inst.delete_accepted_at is None
+        ]
+        if len(live) > 1:
+            self.violation(f"job {job.name} has {len(live)} live instances {live} (create {created})")
 
     _seen_creates = 0
 
