@@ -253,13 +253,15 @@ async def drive(stopped: kopf.DaemonStopped, body: kopf.Body, memo: kopf.Memo, *
 @kopf.on.delete(*RESOURCE, retries=None, backoff=1.0)
 async def teardown(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     app = memo["app"]
-    ref = JobRef.from_body(body, deleting=True)
     key = _job_key(body)
     while True:
         # Waiting up to one lease duration lets a takeover continue here at once, while a
         # long-idle standby still hands the object back to kopf (finalizer kept) now and then.
         if not await app.leadership.wait_leading(timeout=float(app.settings.leader_lease_duration)):
             raise kopf.TemporaryError("not the leader: the leader replica tears this job down", delay=1)
+        # Read after the wait: kopf's body is live, and a new term's reconciler knows only what
+        # it says (one read before a wait for the Lease redid a finished teardown; seed 194).
+        ref = JobRef.from_body(body, deleting=True)
         app.watchdog.pass_started(key)
         try:
             delay = await app.leadership.while_leading(app.reconciler.reconcile(ref))

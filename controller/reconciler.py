@@ -12,6 +12,7 @@ objects): the status last written is kept pickled (~2 KiB, exact), and both are 
 from __future__ import annotations
 
 import asyncio
+import functools
 import pickle
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -134,6 +135,8 @@ class Reconciler:
         self._locks: dict[str, asyncio.Lock] = {}
         # The status last written per uid, as sent (the watch may lag behind it): pickled.
         self._written: dict[str, _Written] = {}
+        # uid -> the status patch on its way (it outlives a cancelled pass)
+        self._sending: dict[str, asyncio.Future[bool]] = {}
         # uid -> (consecutive failed passes, reason of the last one)
         self._api_failures: dict[str, tuple[int, str | None]] = {}
 
@@ -164,6 +167,9 @@ class Reconciler:
     async def _reconcile_locked(self, ref: JobRef) -> float | None:
         lock = self._locks.setdefault(ref.uid, asyncio.Lock())
         async with lock:
+            sending = self._sending.get(ref.uid)
+            if sending is not None:
+                await asyncio.wait({sending})  # a cancelled pass's patch still on its way
             started = time.monotonic()
             phase, instance = self._where(ref)
             # Every log line of this pass (the brev client's too) carries the job's identity.
@@ -478,18 +484,36 @@ class Reconciler:
                 await self._retained.record(record)
         old_k8s, new_k8s = old.to_k8s(), new.to_k8s()
         if _comparable(new_k8s) != _comparable(old_k8s):
-            # Serialised once where it leaves; fields cleared since the last write go as null.
-            if not await self._kube.patch_status(ref.namespace, ref.name, merge_patch(old_k8s, new_k8s)):
-                self._written.pop(ref.uid, None)
+            # Shielded: a pass cancelled while its patch is on the way (kopf stops a daemon 2 s
+            # after deletion) must still learn what the server now holds, and the next pass waits
+            # for it; else that pass starts from the status before the patch (a Succeeded turned
+            # Canceled; found by the simulation, seed 365).
+            send = asyncio.ensure_future(self._send(ref, merge_patch(old_k8s, new_k8s), new))
+            self._sending[ref.uid] = send
+            send.add_done_callback(functools.partial(self._sent, ref.uid))
+            if not await asyncio.shield(send):
                 log.info("object is gone; stopping this pass")
                 return False
-            self._written[ref.uid] = _Written.of(new)
         elif ref.uid in self._written:
             # Nothing to send: the new status equals the written one in every field that is
             # serialised; condition times are carried over while their status holds, and the
             # next pass starts from this one exactly.
             self._written[ref.uid] = _Written.of(new)
         return True
+
+    async def _send(self, ref: JobRef, patch: Mapping[str, Any], new: TaoBrevJobStatus) -> bool:
+        """Serialised once where it leaves; fields cleared since the last write go as null."""
+        if not await self._kube.patch_status(ref.namespace, ref.name, patch):
+            self._written.pop(ref.uid, None)
+            return False
+        self._written[ref.uid] = _Written.of(new)
+        return True
+
+    def _sent(self, uid: str, send: asyncio.Future[bool]) -> None:
+        if self._sending.get(uid) is send:
+            del self._sending[uid]
+        if not send.cancelled():
+            send.exception()  # retrieved: a cancelled pass's caller is gone, its next pass retries
 
     def _gauges(self, ref: JobRef, status: TaoBrevJobStatus, spec: TaoBrevJobSpec | None) -> None:
         """Per-job gauges follow status on every pass (also right after an operator restart)."""

@@ -219,11 +219,11 @@ class Process:
     async def _delete_handler(self, key: tuple[str, str], body: dict[str, Any]) -> None:
         s = self.deployment.settings
         while True:
-            # kopf retries a handler with the body its watch delivered last, not the first one.
-            ref = JobRef.from_body(self.bodies.get(key, body), deleting=True)
             if not await self.elector.wait_leading(timeout=float(s.leader_lease_duration)):
                 await asyncio.sleep(1.0)  # kopf.TemporaryError(delay=1)
                 continue
+            # As controller/handlers.teardown: kopf's live body, read after the wait for the Lease.
+            ref = JobRef.from_body(self.bodies.get(key, body), deleting=True)
             try:
                 delay = await self.elector.while_leading(self.reconciler.reconcile(ref))
             except NotLeading:

@@ -73,11 +73,12 @@ class _Switch:
 
 
 class Simulation:
-    def __init__(self, seed: int, *, verbose: bool = False) -> None:
+    def __init__(self, seed: int, *, verbose: bool = False, knobs: Knobs | None = None) -> None:
         self.seed = seed
         self.rng = random.Random(seed)  # noqa: S311 - a simulation's seeded RNG, not crypto
         self.clock = SimClock()
-        self.knobs = Knobs.draw(self.rng)
+        drawn = Knobs.draw(self.rng)  # drawn either way: the rest of the seed's draws stay put
+        self.knobs = knobs if knobs is not None else drawn
         self.healed = False
         self.lines: list[str] = []
         self.violations: list[str] = []
@@ -501,8 +502,9 @@ def _attempt_ended(status: dict[str, Any], name: str, instance_id: str) -> bool:
     return False
 
 
-def run_seed(seed: int) -> Simulation:
-    sim = Simulation(seed)
+def run_seed(seed: int, knobs: Knobs | None = None) -> Simulation:
+    """One seed; `knobs` fixes the faults instead of drawing them (a directed search)."""
+    sim = Simulation(seed, knobs=knobs)
     with quiet_logs():
         sim.run()
     return sim
