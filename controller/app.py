@@ -205,9 +205,13 @@ def add_leader_election(app: App, new_reconciler: Callable[[], Reconciler]) -> N
 
     def changed(leading: bool) -> None:
         app.recorder.leader(leading)
-        if leading:
+        resumed = app.elector is not None and app.elector.resumed
+        if leading and not resumed:
             # A new term starts from what the API server says, not from the status this replica
             # remembered writing in an earlier term: the other leader has moved the jobs on since.
+            # A term that re-took our own Lease (nobody led in between) keeps what it knows: the
+            # watch may not have delivered our last writes yet, and a status from before them
+            # would redo a finished step (found by the simulation, seeds 740 and 1513).
             app.reconciler = new_reconciler()
 
     store = KubeLeaseStore(

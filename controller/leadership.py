@@ -179,6 +179,9 @@ class LeaderElector:
         self._sleep = sleep
         self._on_change = on_change
         self._observed: LeaseRecord | None = None
+        self._own_record = False
+        # Whether the current term re-took this replica's own Lease (see _begin).
+        self.resumed = False
         self._observed_at = 0.0
         self._renewed_at: float | None = None  # clock() when the last successful write was SENT
         self._term: _Term | None = None
@@ -286,6 +289,7 @@ class LeaderElector:
         if current is None:
             fresh = LeaseRecord(self.identity, self.timing.lease_duration, wall, wall, 0)
             self._observe(await self._store.create(fresh), started)
+            self._own_record = False
             return True
         self._observe(current, started)
         if current.holder != self.identity:
@@ -295,6 +299,7 @@ class LeaderElector:
             if current.holder and not expired:
                 return False
         ours = current.holder == self.identity
+        self._own_record = ours
         wanted = replace(
             current,
             holder=self.identity,
@@ -312,6 +317,9 @@ class LeaderElector:
             self._observed_at = at
 
     def _begin(self) -> None:
+        # Re-taken while the Lease still named us: every acquisition writes its holder, so no
+        # other replica led since our last renewal, and what this replica remembers is current.
+        self.resumed = self._own_record
         self._terms += 1
         self._term = _Term(self._terms, asyncio.Event())
         self._acquired.set()

@@ -119,7 +119,7 @@ class Process:
 
     def _leadership_changed(self, leading: bool) -> None:
         self.sim.trace(f"{self.name} {'leads' if leading else 'lost the lead'}")
-        if leading:
+        if leading and not self.elector.resumed:  # as controller/app.add_leader_election
             self.reconciler = self._new_reconciler()
 
     def _event(self, ref: JobRef, type_: str, reason: str, message: str) -> None:

@@ -542,3 +542,30 @@ async def test_lead_or_stop_says_who_came_first() -> None:
     stop = asyncio.Event()
     stop.set()
     assert await lead_or_stop(other, stop.wait) is False
+
+
+@in_loop
+async def test_a_term_that_retakes_its_own_lease_is_resumed_and_one_after_another_leader_is_not() -> None:
+    """`resumed` tells the app whether this replica's memory of the jobs is current: nobody led
+    between its last renewal and the new term (the Lease still named it), or somebody did."""
+    store, clock = FakeStore(), Clock()
+    me, other = elector(store, clock, "me"), elector(store, clock, "other")
+    assert await me.tick()
+    assert me.resumed is False  # a first term: nothing to resume
+    store.fail = TimeoutError("cut off")
+    clock.t += TIMING.renew_deadline + 1
+    assert not await me.tick()  # the renew deadline passed: the term ends
+    store.fail = None
+    assert await me.tick()  # the Lease still names "me": nobody took it in between
+    assert me.resumed is True
+
+    store.fail = TimeoutError("cut off")
+    clock.t += TIMING.renew_deadline + 1
+    assert not await me.tick()
+    store.fail = None
+    assert not await other.tick()  # the other replica sees the Lease held ...
+    clock.t += TIMING.lease_duration + 1
+    assert await other.tick()  # ... takes it once expired ...
+    await other.release()
+    assert await me.tick()  # ... and lets it go: "me" leads again, but after someone else
+    assert me.resumed is False
