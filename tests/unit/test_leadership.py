@@ -443,12 +443,18 @@ class FakeApp:
     recorder: Any = None
 
 
-class NeverStopped:
+class StopFlag:
+    """kopf.DaemonStopped as drive() uses it, set by the test."""
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+
     def __bool__(self) -> bool:
-        return False
+        return self.event.is_set()
 
     async def wait(self, timeout: float | None = None) -> None:  # noqa: ASYNC109
-        await asyncio.Event().wait()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.event.wait(), timeout)
 
 
 RAW: kopf.RawBody = {
@@ -481,7 +487,7 @@ async def test_daemon_on_a_standby_waits_and_acts_once_it_leads() -> None:
     store, clock = FakeStore(), Clock()
     app = FakeApp(standby(store, clock))
     await app.leadership.tick()
-    daemon = asyncio.ensure_future(drive(stopped=NeverStopped(), body=BODY, memo=kopf.Memo(app=app)))
+    daemon = asyncio.ensure_future(drive(stopped=StopFlag(), body=BODY, memo=kopf.Memo(app=app)))
     for _ in range(20):
         await asyncio.sleep(0)  # let the daemon run up to its wait
     assert app.reconciler.passes == [], "no pass while standing by"
@@ -490,20 +496,6 @@ async def test_daemon_on_a_standby_waits_and_acts_once_it_leads() -> None:
     assert await app.leadership.tick()
     await daemon
     assert app.reconciler.passes == ["job"]
-
-
-class StopFlag:
-    """kopf.DaemonStopped as drive() uses it, set by the test."""
-
-    def __init__(self) -> None:
-        self.event = asyncio.Event()
-
-    def __bool__(self) -> bool:
-        return self.event.is_set()
-
-    async def wait(self, timeout: float | None = None) -> None:  # noqa: ASYNC109
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self.event.wait(), timeout)
 
 
 @in_loop
