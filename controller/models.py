@@ -642,7 +642,9 @@ MAX_ATTEMPTS_LIMIT = 10
 class RecoverySpec(_SpecModel):
     """Resume on a new instance when the instance is lost, goes to FAILURE, stops unexpectedly or
     never accepts commands. Checkpoints under the results directory are synced to
-    `<resultsUri>/checkpoints/` while the job runs and restored on the next attempt's instance.
+    `<resultsUri>/checkpoints/<job id>/` while the job runs and restored on the next attempt's
+    instance (the job id, name plus a digest of the uid, keeps a reused resultsUri from resuming
+    another job's run).
     A job on a reused instance (spec.instance.reuse) is never moved to a new instance."""
 
     max_attempts: int = Field(
@@ -657,7 +659,7 @@ class RecoverySpec(_SpecModel):
         le=CHECKPOINT_INTERVAL_MAX,
         description=(
             "How often the results directory is synced (only new or changed files) to "
-            "<resultsUri>/checkpoints/ while the container runs; each sync is one brev call."
+            "<resultsUri>/checkpoints/<job id>/ while the container runs; each sync is one brev call."
         ),
     )
     retry_on_exit_codes: list[Annotated[int, Field(ge=1, le=255)]] = Field(
@@ -836,7 +838,7 @@ class AttemptRecord(_StatusModel):
         default=None, description="When deletion of the instance was confirmed (absent: pending)."
     )
     restored_at: Timestamp | None = Field(
-        default=None, description="When <resultsUri>/checkpoints/ was restored onto this instance."
+        default=None, description="When <resultsUri>/checkpoints/<job id>/ was restored onto this instance."
     )
     resumed_from: str | None = Field(
         default=None,
@@ -852,7 +854,7 @@ class AttemptRecord(_StatusModel):
 
 
 class CheckpointStatus(_StatusModel):
-    """The checkpoint sync to <resultsUri>/checkpoints/ (what each attempt resumed from is in
+    """The checkpoint sync to <resultsUri>/checkpoints/<job id>/ (what each attempt resumed from is in
     attempts[])."""
 
     epoch: int | None = Field(default=None, description="Latest epoch found in the synced files.")

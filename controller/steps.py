@@ -164,7 +164,7 @@ class SyncCheckpoints:
 
 @dataclass(frozen=True)
 class RestoreCheckpoints:
-    """Copy <resultsUri>/checkpoints/ into the results directory before the container starts."""
+    """Copy <resultsUri>/checkpoints/<job id>/ into the results directory before the container starts."""
 
     instance: str
 

@@ -70,6 +70,8 @@ _MIN_CALL_S = 1.0
 _ZERO_TIME_PREFIX = "0001-01-01"
 # Checkpoint sync (a detached aws-cli container named <job>-ckpt) and restore markers.
 CKPT_SUFFIX = "-ckpt"
+# Uploaded as <resultsUri>/logs/taobrev-job, holding the job id: whose results/ a restore may resume.
+OWNER_MARK = "taobrev-job"
 _SYNC_RUNNING = "TAOBREV_SYNC_RUNNING"
 _SYNC_NONE = "TAOBREV_SYNC_NONE"
 _SYNC_PREV = "TAOBREV_SYNC_PREV"
@@ -797,6 +799,7 @@ class Workload:
         listing = self._aws(list_args, [], endpoint, region)
         command = (
             f"echo {_STEP} upload; mkdir -p {self._path('results')} {logs_dir} && {save_log} && "
+            f"echo {name} > {self._path('logs/' + OWNER_MARK)} && "
             f"{copy_results} 2>&1 && {copy_logs} 2>&1 || exit $?; "
             f"echo {_STEP} verify; cd {self._path()} && "
             f"find results logs -type f -printf 'F\\t%s\\t%p\\n' && "
@@ -855,6 +858,11 @@ class Workload:
             "| sed -n 's/^\\(.*_epoch_\\([0-9][0-9]*\\)\\.pth\\)$/\\2 \\1/p' | sort -n | tail -1"
         )
 
+    def checkpoint_prefix(self, results_uri: str) -> str:
+        """Where this job's checkpoints live: under its own job id (name + uid digest), so a
+        resultsUri another job used before never resumes that job's run (issue 25, scenario 11)."""
+        return f"{results_uri.rstrip('/')}/checkpoints/{self.job_id}"
+
     async def sync_checkpoints(
         self,
         results_uri: str,
@@ -866,7 +874,7 @@ class Workload:
     ) -> SyncReport:
         """ONE short call per interval: report how the previous detached sync ended (and remove
         its container, whose config carried the S3 keys), then start the next one, detached:
-        `aws s3 sync` of results/ to <uri>/checkpoints/ copies only new or changed files. The copy
+        `aws s3 sync` of results/ to <uri>/checkpoints/<job id>/ copies only new or changed files. The copy
         never blocks this call, so exit notice and teardown are never delayed by it. The S3 keys
         file exists only while this command runs (docker reads --env-file at `docker run`)."""
         split_s3_uri(results_uri, "resultsUri")
@@ -879,7 +887,7 @@ class Workload:
             run += ["--endpoint-url", shlex.quote(endpoint)]
         if region:
             run += ["--region", shlex.quote(region)]
-        target = f"{results_uri.rstrip('/')}/checkpoints"
+        target = self.checkpoint_prefix(results_uri)
         run += ["s3", "sync", "/job/results", shlex.quote(target), "--only-show-errors"]
         # TAO's `*_latest.pth` is a symlink to the checkpoint being written next: never copied
         # (as a link or as the file it names); the numbered checkpoints are what a resume reads.
@@ -917,26 +925,32 @@ class Workload:
         credentials: S3Credentials,
         deadline: datetime | None = None,
     ) -> RestoreReport:
-        """Copy <uri>/results/ and <uri>/checkpoints/ into results/ (before the container starts)
-        and report the latest checkpoint by epoch number; empty prefixes restore nothing (not an
-        error: training starts from scratch)."""
+        """Copy <uri>/results/ (when this job uploaded it) and <uri>/checkpoints/<job id>/ into
+        results/ (before the container starts) and report the latest checkpoint by epoch number;
+        empty prefixes restore nothing (not an error: training starts from scratch)."""
         split_s3_uri(results_uri, "resultsUri")
         base = results_uri.rstrip("/")
-        source = f"{base}/checkpoints"
-        mounts = [f"{self._path('results')}:/job/results"]
-        # results/ holds what an earlier attempt uploaded when it exited with a retried code;
-        # checkpoints/ what the periodic sync copied. Either may be the newer.
+        source = self.checkpoint_prefix(results_uri)
+        mounts = [f"{self._path('results')}:/job/results", f"{self._path('owner')}:/job/owner"]
+        # results/ holds what an earlier attempt uploaded when it exited with a retried code, but
+        # only if its owner mark (logs/taobrev-job, written by upload_results) names this job:
+        # another job's results under a reused resultsUri are no checkpoint of this run.
+        # checkpoints/<job id>/ is what this job's periodic sync copied. Either may be the newer.
+        owner = self._aws(
+            ["s3", "cp", f"{base}/logs/{OWNER_MARK}", "/job/owner/job", "--only-show-errors"],
+            mounts,
+            endpoint,
+            region,
+        )
         copy = [
-            self._aws(
-                ["s3", "sync", f"{base}/{sub}", "/job/results", "--only-show-errors"],
-                mounts,
-                endpoint,
-                region,
-            )
-            for sub in ("results", "checkpoints")
+            self._aws(["s3", "sync", src, "/job/results", "--only-show-errors"], mounts, endpoint, region)
+            for src in (f"{base}/results", source)
         ]
+        mine = f'[ "$(cat {self._path("owner/job")} 2>/dev/null)" = {shlex.quote(self.job_id)} ]'
         command = (
-            f"mkdir -p {self._path('results')} && {copy[0]} 2>&1 && {copy[1]} 2>&1 || exit $?; "
+            f"mkdir -p {self._path('results')} {self._path('owner')} || exit $?; "
+            f"{owner} >/dev/null 2>&1; if {mine}; then {copy[0]} 2>&1 || exit $?; fi; "
+            f"rm -rf {self._path('owner')}; {copy[1]} 2>&1 || exit $?; "
             f"cd {self._path()} && echo {_RESTORED} $(find results -type f | wc -l) && "
             f"echo {_LATEST} $({self._latest_checkpoint()})"
         )

@@ -8,6 +8,7 @@ so `aws s3 cp /job/results s3://b/p --recursive` really uploads the instance's f
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -53,7 +54,7 @@ _VALUED = frozenset(
 
 
 def checkpoint_sync(args: list[str]) -> str | None:
-    """`to` for `aws s3 sync <local> s3://.../checkpoints/`, `from` for the reverse, else None."""
+    """`to` for `aws s3 sync <local> s3://.../checkpoints[/<job>]/`, `from` for the reverse, else None."""
     if "s3" not in args:
         return None
     rest = args[args.index("s3") + 1 :]
@@ -72,11 +73,15 @@ def checkpoint_sync(args: list[str]) -> str | None:
     if len(paths) != 2:
         return None
     src, dst = paths
-    if dst.startswith("s3://") and dst.rstrip("/").endswith("/checkpoints"):
+    if dst.startswith("s3://") and _CHECKPOINTS.search(dst):
         return "to"
-    if src.startswith("s3://") and src.rstrip("/").endswith("/checkpoints"):
+    if src.startswith("s3://") and _CHECKPOINTS.search(src):
         return "from"
     return None
+
+
+# `.../checkpoints/` or a job's own `.../checkpoints/<job id>/`.
+_CHECKPOINTS = re.compile(r"/checkpoints(/[^/]+)?/?$")
 
 
 def main(state: str, instance_id: str, mounts: list[dict[str, Any]], rootfs: str, argv: list[str]) -> int:

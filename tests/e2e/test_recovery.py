@@ -129,8 +129,9 @@ def assert_lost_at_3_resumed_at_4(stack: Stack, name: str, first: str, status: d
     expected = {f"{name}/results/train/model_epoch_{n:03d}.pth" for n in range(1, EPOCHS + 1)}
     assert expected <= set(keys)
     assert f"{name}/results/train/model_latest.pth" in keys
+    # The periodic sync's copy lives under the job's own id (checkpoints/<job id>/).
     assert any(
-        k.startswith(f"{name}/checkpoints/train/model_epoch_003.pth")
+        k.endswith("/train/model_epoch_003.pth") and k.count("/") == 4
         for k in s3_keys(stack, f"{name}/checkpoints/")
     )
 

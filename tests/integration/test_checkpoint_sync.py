@@ -13,7 +13,7 @@ import pytest
 
 from controller.brev.cli import BrevCLI
 from controller.brev.envfile import S3Credentials
-from controller.brev.workload import SyncReport, Workload, WorkloadSettings
+from controller.brev.workload import RestoreReport, SyncReport, Workload, WorkloadSettings
 from controller.versions import load_versions
 from tests.brevsim.harness import BrevSim
 from tests.devenv.s3 import S3Server
@@ -77,7 +77,7 @@ def test_sync_then_restore_on_a_new_instance(
     assert finished.state == "ok", finished.message
     assert finished.epoch == 3
     keys_in_s3 = [o["Key"] for o in s3_server.client().list_objects_v2(Bucket=bucket).get("Contents", [])]
-    assert f"runs/job-{tag}/checkpoints/train/model_epoch_003.pth" in keys_in_s3
+    assert f"runs/job-{tag}/checkpoints/{job_id}/train/model_epoch_003.pth" in keys_in_s3
     assert not [k for k in keys_in_s3 if k.endswith("_latest.pth")], keys_in_s3  # the link is never copied
     assert restored.epoch == 3  # type: ignore[attr-defined]
     assert restored.latest == "results/train/model_epoch_003.pth"  # type: ignore[attr-defined]
@@ -94,3 +94,42 @@ def test_sync_then_restore_on_a_new_instance(
                 assert keys.secret_access_key not in data, path
         for container in brev_sim.containers(name):
             assert keys.secret_access_key.decode() not in json.dumps(container)
+
+
+def test_a_reused_results_uri_never_resumes_another_jobs_run(
+    brev_sim: BrevSim, s3_server: S3Server, sim_client: BrevCLI
+) -> None:
+    """Issue 25 scenario 11: checkpoints live under the job's own id, and results/ an earlier
+    attempt uploaded is restored only when its owner mark names this job."""
+    tag = secrets.token_hex(5)
+    keys = S3Credentials(f"AKIA{tag.upper()}".encode(), f"s3-secret-{tag}".encode())
+    bucket = f"reuse-{tag}"
+    s3_server.create_bucket(bucket)
+    uri = f"s3://{bucket}/shared-results"
+    names = {who: f"tbj-reuse-{tag}-{who}" for who in ("old", "new", "again")}
+    for name in names.values():
+        brev_sim.add_instance(name)
+    old_job, new_job = f"old-{tag}", f"new-{tag}"
+    old = Workload(sim_client, names["old"], old_job, settings=WorkloadSettings())
+    new = Workload(sim_client, names["new"], new_job, settings=WorkloadSettings())
+    again = Workload(sim_client, names["again"], old_job, settings=WorkloadSettings())
+    train = brev_sim.instance_files(names["old"]) / "taobrev" / old_job / "results" / "train"
+    train.mkdir(parents=True)
+    (train / "model_epoch_007.pth").write_bytes(b"checkpoint 7\n")
+    s3_server.client().put_object(
+        Bucket=bucket, Key="shared-results/checkpoints/train/model_epoch_009.pth", Body=b"checkpoint 9\n"
+    )  # where every job's checkpoints went before they were scoped
+
+    async def scenario() -> tuple[RestoreReport, RestoreReport]:
+        await old.upload_results(uri, s3_server.endpoint_url, "us-east-1", credentials=keys)
+        other = await new.restore_checkpoints(uri, s3_server.endpoint_url, "us-east-1", credentials=keys)
+        own = await again.restore_checkpoints(uri, s3_server.endpoint_url, "us-east-1", credentials=keys)
+        return other, own
+
+    other, own = asyncio.run(scenario())
+    marks = s3_server.client().get_object(Bucket=bucket, Key="shared-results/logs/taobrev-job")
+    assert marks["Body"].read().decode().strip() == old_job
+    assert other.epoch is None and other.latest is None, other
+    assert not (brev_sim.instance_files(names["new"]) / "taobrev" / new_job / "results" / "train").exists()
+    assert own.epoch == 7, own
+    assert own.latest == "results/train/model_epoch_007.pth"

@@ -32,7 +32,7 @@ def test_sync_starts_a_detached_named_copy_of_results_to_checkpoints_with_keys_o
     client, report = _sync("TAOBREV_SYNC_NONE\nTAOBREV_SYNC_STARTED\n")
     (command,) = client.commands
     assert "docker run -d --name job-1234abcd-ckpt" in command
-    assert "s3 sync /job/results s3://bucket/out/checkpoints --only-show-errors" in command
+    assert "s3 sync /job/results s3://bucket/out/checkpoints/job-1234abcd --only-show-errors" in command
     # TAO's *_latest.pth symlink names the checkpoint being written: never copied.
     assert "--no-follow-symlinks --exclude '*_latest.pth'" in command
     assert ":/job/results:ro" in command
@@ -75,14 +75,18 @@ def test_a_sync_that_could_not_start_is_a_transient_failure() -> None:
         parse_sync_report(ExecResult(1, "TAOBREV_SYNC_NONE\ndocker: Error response from daemon\n"))
 
 
-def test_restore_copies_results_and_checkpoints_then_names_the_latest_epoch() -> None:
+def test_restore_copies_its_own_results_and_checkpoints_then_names_the_latest_epoch() -> None:
     out = "TAOBREV_RESTORED 9\nTAOBREV_LATEST 010 results/train/model_epoch_010.pth\n"
     client = FakeClient(answer=lambda _c: (0, out))
     got = asyncio.run(_job(client).restore_checkpoints(URI, None, "us-east-1", credentials=CREDS))
     (command,) = client.commands
     assert "s3 sync s3://bucket/out/results /job/results" in command
-    assert "s3 sync s3://bucket/out/checkpoints /job/results" in command
-    assert command.index("out/results /job") < command.index("out/checkpoints /job")
+    assert "s3 sync s3://bucket/out/checkpoints/job-1234abcd /job/results" in command
+    assert command.index("out/results /job") < command.index("out/checkpoints/job-1234abcd /job")
+    # results/ only when the owner mark an upload left names this job (scenario 11).
+    assert "s3 cp s3://bucket/out/logs/taobrev-job /job/owner/job" in command
+    owner_check = command.index("= job-1234abcd ]; then")
+    assert command.index("logs/taobrev-job") < owner_check < command.index("out/results /job")
     assert _trap_removes(command) == ["HOME/taobrev/job-1234abcd/secrets/s3.env"]
     assert got.epoch == 10
     assert got.objects == 9
