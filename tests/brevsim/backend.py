@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import random
 import string
+import time
 from typing import Any
 
 from tests.brevsim import catalog, container, launch
@@ -141,6 +142,9 @@ class Backend:
     # -- lifecycle actions (the server's side of create/delete/stop/start) --------------------------
     def create(self, sess: Session, name: str, itype: str, disk: float) -> dict[str, Any]:
         store = self.store
+        slow = store.delay("create_s", NOMINAL["create_s"])
+        if slow > 0:  # slow at Brev: nothing exists (or is listed) until the request is served
+            time.sleep(slow)
         fails = store.fault("create_fails")
         if fails:
             raise CLIError(f"500 Internal Server Error: {fails}")

@@ -38,6 +38,7 @@ _DURATION_DOCS: dict[str, str] = {
     "epoch_seconds": "one TAO epoch (a job's spec `simulation.epoch_seconds` wins)",
     "upload_s": "an `aws s3 cp/sync/mv` upload takes this long",
     "create_poll_s": "`brev create`/`brev start` poll interval while waiting",
+    "create_s": "a create request takes this long at the server before the instance exists (unlisted)",
     "ssh_wait_interval_s": "WaitForSSHToBeAvailable sleep between ssh probes",
     "device_login_s": "the device-flow login waits this long, then times out",
 }

@@ -25,6 +25,7 @@ NOMINAL: dict[str, float] = {
     "epoch_seconds": 20.0,  # one TAO epoch
     "upload_s": 0.0,  # an upload through the aws-cli image (a test stretches it)
     "create_poll_s": 5.0,  # brev create/start poll interval
+    "create_s": 0.0,  # the server makes a created instance this late (a test stretches it)
     "ssh_wait_interval_s": 1.0,  # WaitForSSHToBeAvailable sleep
     "device_login_s": 300.0,  # login device flow poll timeout
 }
