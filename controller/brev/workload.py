@@ -798,7 +798,11 @@ class Workload:
         list_args += ["--query", "Contents[].[Key,Size]", "--output", "json"]
         listing = self._aws(list_args, [], endpoint, region)
         command = (
-            f"echo {_STEP} upload; mkdir -p {self._path('results')} {logs_dir} && {save_log} && "
+            # A checkpoint sync still copying is ended first: this upload copies everything, and
+            # the parts a killed sync left are aborted (the next attempt's restore does the same).
+            f"echo {_STEP} upload; docker rm -f {shlex.quote(self.job_id + CKPT_SUFFIX)} >/dev/null 2>&1; "
+            f"{self._abort_incomplete_uploads(results_uri, endpoint, region, [])}; "
+            f"mkdir -p {self._path('results')} {logs_dir} && {save_log} && "
             f"echo {name} > {self._path('logs/' + OWNER_MARK)} && "
             f"{copy_results} 2>&1 && {copy_logs} 2>&1 || exit $?; "
             f"echo {_STEP} verify; cd {self._path()} && "
@@ -856,6 +860,27 @@ class Workload:
         return (
             "find results -type f -name '*_epoch_*.pth' 2>/dev/null "
             "| sed -n 's/^\\(.*_epoch_\\([0-9][0-9]*\\)\\.pth\\)$/\\2 \\1/p' | sort -n | tail -1"
+        )
+
+    def _abort_incomplete_uploads(
+        self, results_uri: str, endpoint: str | None, region: str | None, mounts: Sequence[str]
+    ) -> str:
+        """Shell: abort every incomplete multipart upload under this job's checkpoints/. A sync
+        killed mid-copy (the instance lost, the container removed) leaves its parts stored, and
+        billed by S3, yet in no listing; `aws s3 sync` never resumes them."""
+        bucket, key_prefix = split_s3_uri(self.checkpoint_prefix(results_uri), "resultsUri")
+        query = ["--query", "Uploads[].[Key,UploadId]", "--output", "text"]
+        listing = self._aws(
+            ["s3api", "list-multipart-uploads", "--bucket", bucket, "--prefix", f"{key_prefix}/", *query],
+            mounts,
+            endpoint,
+            region,
+        )
+        abort = self._aws(["s3api", "abort-multipart-upload", "--bucket", bucket], mounts, endpoint, region)
+        return (
+            f"{{ {listing} 2>/dev/null | while IFS=\"$(printf '\\t')\" read -r k u; do "
+            f'if [ -n "$u" ] && [ "$k" != None ]; then '
+            f'{abort} --key "$k" --upload-id "$u" >/dev/null 2>&1; fi; done; }}'
         )
 
     def checkpoint_prefix(self, results_uri: str) -> str:
@@ -949,6 +974,7 @@ class Workload:
         mine = f'[ "$(cat {self._path("owner/job")} 2>/dev/null)" = {shlex.quote(self.job_id)} ]'
         command = (
             f"mkdir -p {self._path('results')} {self._path('owner')} || exit $?; "
+            f"{self._abort_incomplete_uploads(results_uri, endpoint, region, mounts)}; "
             f"{owner} >/dev/null 2>&1; if {mine}; then {copy[0]} 2>&1 || exit $?; fi; "
             f"rm -rf {self._path('owner')}; {copy[1]} 2>&1 || exit $?; "
             f"cd {self._path()} && echo {_RESTORED} $(find results -type f | wc -l) && "

@@ -133,3 +133,38 @@ def test_a_reused_results_uri_never_resumes_another_jobs_run(
     assert not (brev_sim.instance_files(names["new"]) / "taobrev" / new_job / "results" / "train").exists()
     assert own.epoch == 7, own
     assert own.latest == "results/train/model_epoch_007.pth"
+
+
+def test_the_parts_a_killed_sync_left_are_aborted_by_the_next_restore_and_the_final_upload(
+    brev_sim: BrevSim, s3_server: S3Server, sim_client: BrevCLI
+) -> None:
+    """Issue 25 scenario 11: a sync killed mid-copy leaves an incomplete multipart upload (stored
+    and billed by S3, in no listing). The next attempt's restore and the final upload abort every
+    one under the job's checkpoints/; another job's are left alone."""
+    tag = secrets.token_hex(5)
+    keys = S3Credentials(f"AKIA{tag.upper()}".encode(), f"s3-secret-{tag}".encode())
+    bucket = f"parts-{tag}"
+    s3_server.create_bucket(bucket)
+    uri = f"s3://{bucket}/runs/job-{tag}"
+    job_id = f"job-{tag}"
+    s3 = s3_server.client()
+
+    def leave_parts(key: str) -> None:
+        upload = s3.create_multipart_upload(Bucket=bucket, Key=key)
+        s3.upload_part(Bucket=bucket, Key=key, UploadId=upload["UploadId"], PartNumber=1, Body=b"x" * 1024)
+
+    def pending() -> list[str]:
+        return sorted(u["Key"] for u in s3.list_multipart_uploads(Bucket=bucket).get("Uploads", []))
+
+    mine = f"runs/job-{tag}/checkpoints/{job_id}/train/model_epoch_004.pth"
+    theirs = f"runs/job-{tag}/checkpoints/other-{tag}/train/model_epoch_009.pth"
+    leave_parts(mine)
+    leave_parts(theirs)
+    name = f"tbj-parts-{tag}"
+    brev_sim.add_instance(name)
+    job = Workload(sim_client, name, job_id, settings=WorkloadSettings())
+    asyncio.run(job.restore_checkpoints(uri, s3_server.endpoint_url, "us-east-1", credentials=keys))
+    assert pending() == [theirs]
+    leave_parts(mine)
+    asyncio.run(job.upload_results(uri, s3_server.endpoint_url, "us-east-1", credentials=keys))
+    assert pending() == [theirs]
