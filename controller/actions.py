@@ -306,7 +306,8 @@ class ActionRunner:
             data.results_uri, data.s3_endpoint_url, data.s3_region, credentials=creds, deadline=deadline
         )
         path = container_path(got.latest) if got.latest else None
-        return obs.with_(restored=CheckpointRestore(got.objects, path, got.epoch))
+        skipped = tuple(container_path(u) for u in got.unreadable)
+        return obs.with_(restored=CheckpointRestore(got.objects, path, got.epoch, skipped))
 
     async def _wait(
         self, action: WaitForExit, job: JobContext, obs: Observation, deadline: datetime | None

@@ -381,6 +381,13 @@ def fold_restore(p: Pass) -> None:
         msg = f"attempt {rec.attempt} resumes from {got.path} (epoch {got.epoch}; {got.objects} objects)"
     else:
         msg = f"attempt {rec.attempt}: no checkpoint found under checkpoints/; training starts from scratch"
+    if got.unreadable:
+        # A newer checkpoint cut short (copied while TAO wrote it, or by a killed copy): resuming
+        # from it would fail the run; the previous whole one is used instead, and said so.
+        passed = ", ".join(got.unreadable)
+        msg += f"; passed over {len(got.unreadable)} unreadable newer checkpoint(s): {passed}"
+        p.events.append(EventNote("Warning", reasons.CHECKPOINT_RESTORED, clip(msg)))
+        return
     p.events.append(EventNote("Normal", reasons.CHECKPOINT_RESTORED, msg))
 
 

@@ -53,6 +53,7 @@ class CheckpointRestore:
     objects: int
     path: str | None = None
     epoch: int | None = None
+    unreadable: tuple[str, ...] = ()  # newer checkpoints passed over (no whole zip archive)
 
 
 @dataclass(frozen=True)

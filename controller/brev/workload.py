@@ -81,6 +81,7 @@ _SYNC_STARTED = "TAOBREV_SYNC_STARTED"
 _RESTORED = "TAOBREV_RESTORED"
 _CLEARED = "TAOBREV_CLEARED"  # followed by: container left (0/1), files left (0/1)
 _LATEST = "TAOBREV_LATEST"
+_UNREADABLE = "TAOBREV_UNREADABLE"
 
 _AUTH_MARKERS = ("unauthorized", "denied", "forbidden", "incorrect username or password", "401", "403")
 _NETWORK_MARKERS = ("timeout", "timed out", "connection refused", "no such host", "tls handshake", "eof")
@@ -152,6 +153,9 @@ class RestoreReport:
     objects: int
     latest: str | None
     epoch: int | None
+    # Newer checkpoints passed over because they are no whole zip archive (TAO still writing it
+    # when a sync copied it, or a killed copy): the resume falls back to `latest`.
+    unreadable: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -883,6 +887,19 @@ class Workload:
             f'{abort} --key "$k" --upload-id "$u" >/dev/null 2>&1; fi; done; }}'
         )
 
+    def _newest_whole_checkpoint(self) -> str:
+        """Shell: newest first, print `TAOBREV_LATEST <epoch> <path>` for the first numbered
+        checkpoint that is a whole zip archive (torch.save writes `.pth` files as zips, the
+        end-of-central-directory record last, so a file cut short has none) and
+        `TAOBREV_UNREADABLE <path>` for each newer one passed over."""
+        eocd = "$(printf 'PK\\005\\006')"
+        return (
+            "find results -type f -name '*_epoch_*.pth' 2>/dev/null "
+            "| sed -n 's/^\\(.*_epoch_\\([0-9][0-9]*\\)\\.pth\\)$/\\2 \\1/p' | sort -rn "
+            '| while read -r e p; do if tail -c 65558 "$p" | LC_ALL=C grep -qa "' + eocd + '"; then '
+            f'echo "{_LATEST} $e $p"; break; else echo "{_UNREADABLE} $p"; fi; done'
+        )
+
     def checkpoint_prefix(self, results_uri: str) -> str:
         """Where this job's checkpoints live: under its own job id (name + uid digest), so a
         resultsUri another job used before never resumes that job's run (issue 25, scenario 11)."""
@@ -978,7 +995,7 @@ class Workload:
             f"{owner} >/dev/null 2>&1; if {mine}; then {copy[0]} 2>&1 || exit $?; fi; "
             f"rm -rf {self._path('owner')}; {copy[1]} 2>&1 || exit $?; "
             f"cd {self._path()} && echo {_RESTORED} $(find results -type f | wc -l) && "
-            f"echo {_LATEST} $({self._latest_checkpoint()})"
+            f"{self._newest_whole_checkpoint()}"
         )
         result = await self._with_s3_keys(
             command,
@@ -1055,13 +1072,16 @@ def parse_sync_report(result: ExecResult) -> SyncReport:
 
 def parse_restore_report(stdout: str) -> RestoreReport:
     objects, latest, epoch = 0, None, None
+    unreadable: list[str] = []
     for line in stdout.splitlines():
         words = line.split()
         if words[:1] == [_RESTORED] and len(words) > 1 and words[1].isdigit():
             objects = int(words[1])
         if words[:1] == [_LATEST] and len(words) == 3 and words[1].isdigit():
             epoch, latest = int(words[1]), words[2]
-    return RestoreReport(objects=objects, latest=latest, epoch=epoch)
+        if words[:1] == [_UNREADABLE] and len(words) == 2:
+            unreadable.append(words[1])
+    return RestoreReport(objects=objects, latest=latest, epoch=epoch, unreadable=tuple(unreadable))
 
 
 def _finished_at(state_text: str) -> datetime | None:

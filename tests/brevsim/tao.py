@@ -17,6 +17,7 @@ the process form. `main()` is that process form: a thin wrapper turning SIGTERM 
 from __future__ import annotations
 
 import datetime as dt
+import io
 import json
 import math
 import os
@@ -25,6 +26,7 @@ import signal
 import sys
 import threading
 import time
+import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
@@ -52,22 +54,39 @@ SIGTERM_EXIT = 128 + signal.SIGTERM
 KILLED_EXIT = 137  # the VM died under the container
 RESUME_KEY = "resume_training_checkpoint_path"
 CHECKPOINT_NAME = re.compile(r"_epoch_(\d+)\.pth$")
+CHECKPOINT_MEMBER = "archive/data.pkl"  # torch.save's pickle inside the zip
 
 
 class CheckpointError(Exception):
     """A resume checkpoint that cannot be loaded; the text is what TAO (Lightning/torch) prints."""
 
 
+def checkpoint_bytes(epoch: int | None) -> bytes:
+    """A checkpoint as torch.save writes one: a zip archive (its central directory last), here
+    holding `checkpoint N` (`final checkpoint` for the last model)."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr(CHECKPOINT_MEMBER, "final checkpoint\n" if epoch is None else f"checkpoint {epoch}\n")
+    return buf.getvalue()
+
+
+def checkpoint_text(data: bytes) -> str:
+    """What a checkpoint holds, or "" when it is no whole archive (cut short, or not one)."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as z:
+            return z.read(CHECKPOINT_MEMBER).decode()
+    except (zipfile.BadZipFile, KeyError, UnicodeDecodeError):
+        return ""
+
+
 def checkpoint_epoch(ctr_path: str, host: Path) -> int:
     """The epoch of a checkpoint the stand-in wrote: from its name (`*_epoch_NNN.pth`), verified
-    against its content (`checkpoint N`). Stricter than TAO: a mismatch is a corrupt file."""
+    against its content (`checkpoint N` in a whole zip archive). Stricter than TAO: a mismatch
+    is a corrupt file."""
     if not host.is_file():
         raise CheckpointError(f"FileNotFoundError: Checkpoint at {ctr_path} not found. Aborting training.\n")
     named = CHECKPOINT_NAME.search(host.name)
-    try:
-        content = host.read_bytes().decode()
-    except UnicodeDecodeError:
-        content = ""
+    content = checkpoint_text(host.read_bytes())
     if named is None or content != f"checkpoint {int(named.group(1))}\n":
         raise CheckpointError(
             f"RuntimeError: Error(s) in loading checkpoint {ctr_path}: PytorchStreamReader failed "
@@ -301,7 +320,7 @@ def run(
         loss = round(1.0 / math.sqrt(epoch), 4)
         con.log(f"Epoch {epoch}/{epochs}: loss={loss} lr=0.0001")
         if action in ("train", "retrain"):
-            (out_dir / f"model_epoch_{epoch:03d}.pth").write_bytes(f"checkpoint {epoch}\n".encode())
+            (out_dir / f"model_epoch_{epoch:03d}.pth").write_bytes(checkpoint_bytes(epoch))
         _status(status, "RUNNING", f"Epoch {epoch} finished", epoch=epoch, max_epoch=epochs, loss=loss)
         # Faults are re-read: a test may aim one at an instance id after the container started.
         written = time.time()  # a sync created after this sees epoch's checkpoint
@@ -322,7 +341,7 @@ def run(
         _status(status, "FAILURE", f"{action} failed")
         return exit_code
     if action in ("train", "retrain"):
-        (out_dir / "model_latest.pth").write_bytes(b"final checkpoint\n")
+        (out_dir / "model_latest.pth").write_bytes(checkpoint_bytes(None))
     _status(status, "SUCCESS", f"{action} finished successfully")
     con.log(f"{action} finished successfully")
     return 0

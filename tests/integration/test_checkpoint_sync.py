@@ -16,6 +16,7 @@ from controller.brev.envfile import S3Credentials
 from controller.brev.workload import RestoreReport, SyncReport, Workload, WorkloadSettings
 from controller.versions import load_versions
 from tests.brevsim.harness import BrevSim
+from tests.brevsim.tao import checkpoint_bytes
 from tests.devenv.s3 import S3Server
 
 pytestmark = pytest.mark.integration
@@ -115,9 +116,9 @@ def test_a_reused_results_uri_never_resumes_another_jobs_run(
     again = Workload(sim_client, names["again"], old_job, settings=WorkloadSettings())
     train = brev_sim.instance_files(names["old"]) / "taobrev" / old_job / "results" / "train"
     train.mkdir(parents=True)
-    (train / "model_epoch_007.pth").write_bytes(b"checkpoint 7\n")
+    (train / "model_epoch_007.pth").write_bytes(checkpoint_bytes(7))
     s3_server.client().put_object(
-        Bucket=bucket, Key="shared-results/checkpoints/train/model_epoch_009.pth", Body=b"checkpoint 9\n"
+        Bucket=bucket, Key="shared-results/checkpoints/train/model_epoch_009.pth", Body=checkpoint_bytes(9)
     )  # where every job's checkpoints went before they were scoped
 
     async def scenario() -> tuple[RestoreReport, RestoreReport]:
@@ -168,3 +169,30 @@ def test_the_parts_a_killed_sync_left_are_aborted_by_the_next_restore_and_the_fi
     leave_parts(mine)
     asyncio.run(job.upload_results(uri, s3_server.endpoint_url, "us-east-1", credentials=keys))
     assert pending() == [theirs]
+
+
+def test_a_restore_passes_over_a_newest_checkpoint_cut_short_and_resumes_from_the_one_before(
+    brev_sim: BrevSim, s3_server: S3Server, sim_client: BrevCLI
+) -> None:
+    """Issue 25 scenario 11: TAO writes a `.pth` in place, so a sync may copy one cut short (and
+    a killed copy leaves one). The restore resumes from the newest whole archive and says which
+    newer ones it passed over; resuming from the cut one would fail the run at its first step."""
+    tag = secrets.token_hex(5)
+    keys = S3Credentials(f"AKIA{tag.upper()}".encode(), f"s3-secret-{tag}".encode())
+    bucket = f"cut-{tag}"
+    s3_server.create_bucket(bucket)
+    uri = f"s3://{bucket}/runs/job-{tag}"
+    job_id = f"job-{tag}"
+    prefix = f"runs/job-{tag}/checkpoints/{job_id}/train"
+    s3 = s3_server.client()
+    for epoch in (1, 2):
+        key = f"{prefix}/model_epoch_{epoch:03d}.pth"
+        s3.put_object(Bucket=bucket, Key=key, Body=checkpoint_bytes(epoch))
+    s3.put_object(Bucket=bucket, Key=f"{prefix}/model_epoch_003.pth", Body=checkpoint_bytes(3)[:-40])
+    name = f"tbj-cut-{tag}"
+    brev_sim.add_instance(name)
+    job = Workload(sim_client, name, job_id, settings=WorkloadSettings())
+    got = asyncio.run(job.restore_checkpoints(uri, s3_server.endpoint_url, "us-east-1", credentials=keys))
+    assert got.latest == "results/train/model_epoch_002.pth", got
+    assert got.epoch == 2
+    assert got.unreadable == ("results/train/model_epoch_003.pth",)

@@ -16,6 +16,7 @@ import pytest
 
 from tests.brevsim import catalog, tao
 from tests.brevsim.harness import BrevSim
+from tests.brevsim.tao import checkpoint_bytes, checkpoint_text
 from tests.devenv.s3 import S3Server
 from tests.fixtures.polling import wait_until
 from tests.integration.test_sim_contract import (
@@ -97,7 +98,7 @@ def in_process(
 def write_checkpoints(train_dir: Path, upto: int) -> None:
     train_dir.mkdir(parents=True, exist_ok=True)
     for n in range(1, upto + 1):
-        (train_dir / f"model_epoch_{n:03d}.pth").write_bytes(f"checkpoint {n}\n".encode())
+        (train_dir / f"model_epoch_{n:03d}.pth").write_bytes(checkpoint_bytes(n))
 
 
 def trained_epochs(text: str) -> list[int]:
@@ -111,7 +112,7 @@ def test_run_in_process_writes_to_the_given_streams_and_returns_the_exit_code(br
     assert run.run() == 0
     assert trained_epochs(run.out.getvalue()) == [1, 2]
     assert "train finished successfully" in run.out.getvalue()
-    assert (train_dir / "model_latest.pth").read_bytes() == b"final checkpoint\n"
+    assert checkpoint_text((train_dir / "model_latest.pth").read_bytes()) == "final checkpoint\n"
 
 
 def test_run_in_process_stops_on_the_event_like_sigterm(brev_sim: BrevSim) -> None:
@@ -139,7 +140,7 @@ def test_resume_override_trains_only_the_epochs_after_the_checkpoint(brev_sim: B
     assert sorted(p.name for p in train_dir.glob("model_epoch_*.pth")) == [
         f"model_epoch_{n:03d}.pth" for n in range(1, 7)
     ]
-    assert (train_dir / "model_epoch_003.pth").read_bytes() == b"checkpoint 3\n"  # not rewritten
+    assert (train_dir / "model_epoch_003.pth").read_bytes() == checkpoint_bytes(3)  # not rewritten
     statuses = [json.loads(line) for line in (train_dir / "status.json").read_text().splitlines()]
     assert statuses[0]["resumed_from_epoch"] == 3
     assert [s["epoch"] for s in statuses if s["status"] == "RUNNING"] == [4, 5, 6]
@@ -177,9 +178,11 @@ def test_resume_from_a_missing_checkpoint_fails_like_tao(brev_sim: BrevSim) -> N
 @pytest.mark.parametrize(
     ("name", "content"),
     [
-        ("model_epoch_003.pth", b"checkpoint 2\n"),  # the name and the content disagree
+        ("model_epoch_003.pth", checkpoint_bytes(2)),  # the name and the content disagree
         ("model_epoch_003.pth", b"\x00garbage"),
-        ("model_best.pth", b"checkpoint 3\n"),  # no epoch in the name
+        ("model_epoch_003.pth", checkpoint_bytes(3)[:-30]),  # cut short: no central directory
+        ("model_epoch_003.pth", b"checkpoint 3\n"),  # the right text, but no zip archive
+        ("model_best.pth", checkpoint_bytes(3)),  # no epoch in the name
     ],
 )
 def test_resume_from_a_corrupt_checkpoint_fails_like_torch(
@@ -309,7 +312,7 @@ def test_restore_finds_nothing_copies_nothing(brev_sim: BrevSim, s3_server: S3Se
     inst = ready_instance(brev_sim)
     s3_server.create_bucket("ckpt")
     s3_server.client().put_object(
-        Bucket="ckpt", Key="p/checkpoints/train/model_epoch_001.pth", Body=b"checkpoint 1\n"
+        Bucket="ckpt", Key="p/checkpoints/train/model_epoch_001.pth", Body=checkpoint_bytes(1)
     )
     restore = ("s3", "sync", "s3://ckpt/p/checkpoints/", "/job/results")
     results = brev_sim.instance_files(inst) / "taobrev" / "u" / "results"
@@ -321,7 +324,7 @@ def test_restore_finds_nothing_copies_nothing(brev_sim: BrevSim, s3_server: S3Se
     brev_sim.set_faults(restore_finds_nothing=False)
     full = aws_on(brev_sim, s3_server, inst, *restore)
     assert full.returncode == 0, full.stderr
-    assert (results / "train" / "model_epoch_001.pth").read_bytes() == b"checkpoint 1\n"
+    assert (results / "train" / "model_epoch_001.pth").read_bytes() == checkpoint_bytes(1)
 
 
 # -- prices --------------------------------------------------------------------------------------

@@ -346,6 +346,19 @@ def test_attempt_two_restores_checkpoints_before_the_container_starts_and_resume
     assert waits[0].resume_path == path
 
 
+def test_a_restore_that_passed_over_an_unreadable_checkpoint_resumes_from_the_one_before_and_warns() -> None:
+    listed = inst(name=A2, id_="i-2")
+    path, cut = "/workspace/results/train/model_epoch_002.pth", "/workspace/results/train/model_epoch_003.pth"
+    restored = CheckpointRestore(objects=3, path=path, epoch=2, unreadable=(cut,))
+    d = step(attempt_two(Phase.PULLING), instance=listed, prepared=True, restored=restored)
+    (start,) = d.actions
+    assert isinstance(start, StartContainer)
+    assert start.resume_path == path
+    (note,) = [e for e in d.events if e.reason == "CheckpointRestored"]
+    assert note.type == "Warning"
+    assert cut in note.message and "unreadable" in note.message
+
+
 def test_a_restore_that_finds_nothing_starts_from_scratch() -> None:
     listed = inst(name=A2, id_="i-2")
     d = step(attempt_two(Phase.PULLING), instance=listed, prepared=True, restored=CheckpointRestore(0))

@@ -94,6 +94,15 @@ def test_restore_copies_its_own_results_and_checkpoints_then_names_the_latest_ep
     assert container_path(got.latest) == "/workspace/results/train/model_epoch_010.pth"
 
 
+def test_a_restore_report_names_the_newer_checkpoints_it_passed_over() -> None:
+    got = parse_restore_report(
+        "TAOBREV_RESTORED 4\nTAOBREV_UNREADABLE results/train/model_epoch_004.pth\n"
+        "TAOBREV_LATEST 3 results/train/model_epoch_003.pth\n"
+    )
+    assert (got.epoch, got.latest) == (3, "results/train/model_epoch_003.pth")
+    assert got.unreadable == ("results/train/model_epoch_004.pth",)
+
+
 def test_a_restore_that_finds_nothing_names_no_checkpoint() -> None:
     got = parse_restore_report("TAOBREV_RESTORED 0\nTAOBREV_LATEST\n")
     assert got.latest is None
