@@ -68,7 +68,8 @@ class Process:
         lanes = Lanes(sizes, clock=sim.clock.now)
         self.runner = SimRunner(sim.brev, self.directory, lanes)
         self.retained = RetainedStore(sim.kube, deployment.operator_namespace)
-        self.recorder = Recorder(CollectorRegistry(), clock=sim.clock.unix)
+        self.registry = CollectorRegistry()  # scraped for secrets at the end (run.py)
+        self.recorder = Recorder(self.registry, clock=sim.clock.unix)
         self.elector = LeaderElector(
             sim.leases[deployment.name],
             self.identity,
@@ -119,6 +120,8 @@ class Process:
 
     def _leadership_changed(self, leading: bool) -> None:
         self.sim.trace(f"{self.name} {'leads' if leading else 'lost the lead'}")
+        if leading:  # a new term: the sweeper starts its memory (and grace) afresh
+            self.sim.term_started[self.deployment.name] = self.sim.clock.monotonic()
         if leading and not self.elector.resumed:  # as controller/app.add_leader_election
             self.reconciler = self._new_reconciler()
 

@@ -13,21 +13,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import json
+import logging
 import multiprocessing
 import random
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
+from typing import Any, TextIO, cast
+
+import structlog
+from prometheus_client import generate_latest
 
 from controller import logs
 from controller.reconciler import JobRef
 from controller.settings import Settings
 from controller.tunables import Tunables
 from tests.fakes.harness import job_spec
-from tests.fakes.quiet import quiet_logs
 from tests.simulation.loop import Deadlock, SimLoop
 from tests.simulation.operator import Deployment, Process
 from tests.simulation.world import CURRENT, Crashed, Knobs, SimBrev, SimClock, SimKube, SimLeaseStore
@@ -37,6 +41,18 @@ ACTIVE_S = 3600.0
 ABSENT_LISTINGS = Tunables().absent_listings
 DRAIN_S = 2 * 3600.0
 SWEEP_S = 1200.0  # after the drain: the sweeper's grace (600 s) and two intervals (300 s)
+# Bounds on billing the README states, checked every BOUNDS_EVERY_S while the world runs. An
+# instance that went silent after a non-zero exit: exit_answer_timeout (300 s) past the settle
+# listings, then its delete; with margin for crashes, partitions and queued lanes (scenario 5).
+SILENT_BOUND_S = 900.0
+# An instance no unfinished job names and no Retain job keeps: the sweeper's grace (600 s) from
+# the current leader's first sweep, two intervals (300 s each) and margin (scenario 3).
+UNOWNED_BOUND_S = 1500.0
+BOUNDS_EVERY_S = 30.0
+S3_SECRET = "sim-s3-secret-value"  # every job's S3 Secret (the NGC key is each job's own)
+# Billing is counted from the earlier of Brev's boot and the attempt's first create marker (what
+# the operator counts from), so the only slack is status's whole seconds.
+BUDGET_MARGIN_S = 2.0
 
 
 @dataclass
@@ -46,6 +62,8 @@ class Job:
     uid: str
     retain: bool
     secret: str
+    budget_s: float | None = None  # spec.budget.maxBilledSeconds
+    near_budget: bool = False  # its run exits just inside the budget (Knobs.near_budget)
     instance_names: set[str] = field(default_factory=set)
     released_at: float | None = None
     final_status: dict[str, Any] = field(default_factory=dict)
@@ -88,6 +106,10 @@ class Simulation:
         self.jobs: dict[str, Job] = {}
         self.by_instance_name: dict[str, Job] = {}
         self.retained_ids: set[str] = set()
+        self._unowned_since = {}
+        self._flagged = set()
+        self.every_process: list[Process] = []
+        self.term_started: dict[str, float] = {}  # deployment -> when its current leader's term began
         self.unreachable_ids: set[str] = set()
         settings = dict(
             cluster_id=CLUSTER_ID,
@@ -232,8 +254,10 @@ class Simulation:
                 f"{job.name}: finishedAt changed {before.get('finishedAt')} -> {after.get('finishedAt')}"
             )
         self._check_attempts_ended(job, before, after)
+        self._check_budget(job, before, after)
+        self._check_quota()
         self._check_absence(job, proc, before, after)
-        if job.secret in repr(after):
+        if job.secret in repr(after) or S3_SECRET in repr(after):
             self.violation(f"{job.name}: a secret value in status (written by {proc.name if proc else '?'})")
         job.final_status = after
 
@@ -280,11 +304,119 @@ class Simulation:
                     f"while {inst.name} ({inst.id}) is live and its container runs"
                 )
 
+    def _check_budget(self, job: Job, before: dict[str, Any], after: dict[str, Any]) -> None:
+        """A run whose container exited 0 inside its budget is no BudgetExceeded, however late the
+        exit was seen (scenario 8: after downtime the budget was judged before the exit)."""
+        if job.budget_s is None or after.get("reason") != "BudgetExceeded":
+            return
+        if before.get("reason") == "BudgetExceeded":
+            return
+        if len(after.get("attempts") or ()) > 1:
+            return  # several attempts share the budget: not judged here
+        for inst in self._instances_of(job):
+            container = next(iter(inst.containers.values()), None)
+            if container is None or container.exited_at is None or container.final_code != 0:
+                continue
+            # Billing counts from the attempt's first create marker (the operator cannot know
+            # which marked create reached Brev: the listing has no timestamps), or Brev's boot.
+            billed = container.exited_at - min(inst.created_at, self._marker(after, inst.created_at))
+            if billed < job.budget_s - BUDGET_MARGIN_S:
+                self.violation(
+                    f"{job.name}: Failed BudgetExceeded, but its container exited 0 inside its budget "
+                    f"(billed {billed:.0f} s of {job.budget_s:.0f} s at the exit)"
+                )
+
+    def _check_quota(self) -> None:
+        """Admitted jobs never exceed a quota: a job holds its slot from admittedAt until
+        finishedAt (its instance confirmed deleted or released), whichever replica admitted it."""
+        for d in self.deployments:
+            cap = d.settings.max_instances
+            holding = sorted(
+                f"{o.namespace}/{o.name}"
+                for o in self.kube.objects.values()
+                if o.namespace in d.namespaces
+                and o.status.get("admittedAt")
+                and not o.status.get("finishedAt")
+            )
+            if cap and len(holding) > cap and ("quota", *holding) not in self._flagged:
+                self._flagged.add(("quota", *holding))
+                self.violation(f"deployment {d.name}: {len(holding)} jobs hold slots {holding} (quota {cap})")
+
+    def check_text(self, where: str, text: str) -> None:
+        """No secret value in anything an operator process emits (log lines, metrics)."""
+        if S3_SECRET in text:
+            self.violation(f"the S3 secret key in {where}: {text[:200]!r}")
+        for job in self.jobs.values():
+            if job.secret in text:
+                self.violation(f"a secret value of {job.name} in {where}: {text[:200]!r}")
+
+    def _check_metrics(self) -> None:
+        for proc in self.every_process:
+            self.check_text(f"the metrics of {proc.name}", generate_latest(proc.registry).decode())
+
+    def _marker(self, status: dict[str, Any], default: float) -> float:
+        """The first attempt's createRequestedAt, on the loop's clock."""
+        first = (status.get("attempts") or [{}])[0].get("createRequestedAt")
+        if not isinstance(first, str):
+            return default
+        ago = (self.clock.now() - datetime.fromisoformat(first.replace("Z", "+00:00"))).total_seconds()
+        return self.clock.monotonic() - ago - 1.0  # whole seconds in status
+
+    def _instances_of(self, job: Job) -> list[Any]:
+        every = [*self.brev.instances.values(), *self.brev.gone.values()]
+        return sorted((i for i in every if i.name in job.instance_names), key=lambda i: i.id)
+
+    def _check_bounds(self) -> None:
+        """Billing bounds (every BOUNDS_EVERY_S): a live instance silent since a non-zero exit is
+        deleted within SILENT_BOUND_S (scenario 5); one that no unfinished job of any deployment
+        names and no Retain job keeps is deleted within UNOWNED_BOUND_S of the current leader's
+        term (scenario 3: a finished job's name hid it from the sweeper)."""
+        now = self.clock.monotonic()
+        names: set[str] = set()
+        ids: set[str] = set()
+        for obj in self.kube.objects.values():
+            if obj.status.get("finishedAt"):
+                continue
+            for entry in (obj.status, *(obj.status.get("attempts") or ())):
+                names.add(entry.get("instanceName") or "")
+                ids.add(entry.get("instanceId") or "")
+        kept = set().union(*(self._kept(j) for j in self.jobs.values())) if self.jobs else set()
+        for inst in sorted(self.brev.instances.values(), key=lambda i: i.id):
+            if inst.delete_accepted_at is not None or inst.id in kept:
+                self._unowned_since.pop(inst.id, None)
+                continue  # going, or a Retain job's to keep (silent or not)
+            if self.unreachable(inst) and inst.id not in self._flagged:
+                exits = [c.exited_at for c in inst.containers.values() if c.exited_at is not None]
+                silent = now - min(exits) if exits else 0.0
+                if silent > SILENT_BOUND_S:
+                    self._flagged.add(inst.id)
+                    self.violation(
+                        f"instance {inst.name} ({inst.id}) has not answered for {silent:.0f} s since its "
+                        f"container exited non-zero and still bills (bound {SILENT_BOUND_S:.0f} s)"
+                    )
+            if inst.name in names or inst.id in ids:
+                self._unowned_since.pop(inst.id, None)
+                continue
+            since = self._unowned_since.setdefault(inst.id, now)
+            job = self.by_instance_name.get(inst.name)
+            term = self.term_started.get("a" if job is None or job.namespace == "team-a" else "b", 0.0)
+            unowned = now - max(since, term)
+            if unowned > UNOWNED_BOUND_S and ("unowned", inst.id) not in self._flagged:
+                self._flagged.add(("unowned", inst.id))
+                finished = f" (named by finished job {job.name})" if job is not None else ""
+                self.violation(
+                    f"instance {inst.name} ({inst.id}) bills owned by no one for {unowned:.0f} s{finished} "
+                    f"(bound {UNOWNED_BOUND_S:.0f} s)"
+                )
+
+    async def _watch_bounds(self) -> None:
+        while True:
+            await asyncio.sleep(BOUNDS_EVERY_S)
+            self._check_bounds()
+
     def event_posted(self, proc: Process, ref: JobRef, type_: str, reason: str, message: str) -> None:
         self.trace(f"{proc.name} event {ref.namespace}/{ref.name} {type_} {reason}")
-        for job in self.jobs.values():
-            if job.secret in message or job.secret in reason:
-                self.violation(f"a secret value in an Event of {ref.name} ({reason})")
+        self.check_text(f"an Event of {ref.name} ({reason})", f"{reason} {message}")
 
     def released(self, obj: Any) -> None:
         """The finalizer is gone: nothing of the job may be live unless it retains it."""
@@ -320,6 +452,17 @@ class Simulation:
 
     def _check_released(self, job: Job) -> None:
         kept = self._kept(job)
+        for attempt in _superseded(job.final_status):
+            for inst in self._instances_of(job):
+                match = inst.id == attempt.get("instanceId") or (
+                    not attempt.get("instanceId") and inst.name == attempt.get("instanceName")
+                )
+                if match and inst.delete_accepted_at is None:
+                    self.violation(
+                        f"job {job.namespace}/{job.name} keeps {inst.name} ({inst.id}) of attempt "
+                        f"{attempt.get('attempt')}, which recovery ended (superseded) before the run did"
+                    )
+                    kept.discard(inst.id)
         for name in sorted(job.instance_names):
             for inst in self.brev.by_name(name):
                 if inst.delete_accepted_at is None and inst.id not in kept:
@@ -356,9 +499,24 @@ class Simulation:
             self.violation(f"job {job.name} has {len(live)} live instances {live} (create {created})")
 
     _seen_creates = 0
+    _unowned_since: dict[str, float]
+    _flagged: set[Any]
 
     def container_started(self, job_id: str, instance: str) -> None:
         self.trace(f"container {job_id} started on {instance}")
+        if self.rng.random() < self.knobs.unreachable_after_exit:
+            # Per container: its instance stops answering once it exited non-zero.
+            self.unreachable_ids.update(i.id for i in self.brev.by_name(instance))
+
+    def run_near_budget(self, job_id: str, instance: str) -> float | None:
+        """For a job drawn to end near its budget: a run length that exits 5-30 s before the
+        budget (billed from Brev's boot) runs out."""
+        job = next((j for j in self.jobs.values() if j.name in job_id), None)
+        booted = [i.created_at for i in self.brev.by_name(instance)]
+        if job is None or not job.near_budget or job.budget_s is None or not booted:
+            return None
+        left = job.budget_s - (self.clock.monotonic() - min(booted)) - self.rng.uniform(5, 30)
+        return left if left > 10 else None
 
     def printed_secret(self, job_id: str) -> str | None:
         for job in self.jobs.values():
@@ -380,6 +538,7 @@ class Simulation:
         self.incarnations[key] = n
         proc = Process(self, deployment, replica, n)
         self.processes[key] = proc
+        self.every_process.append(proc)
         proc.start()
 
     async def main(self) -> None:  # noqa: PLR0912 - one script of the run, read top to bottom
@@ -387,6 +546,7 @@ class Simulation:
         for d in self.deployments:
             for r in range(d.replicas):
                 self._restart(d, r)
+        bounds = asyncio.ensure_future(self._watch_bounds())
         self.trace(f"seed {self.seed} knobs: {self.knobs.describe()}")
         n_jobs = rng.randint(2, 6)
         plan: list[tuple[float, str, Any]] = []
@@ -396,8 +556,9 @@ class Simulation:
             plan.append((at, "create", (ns, f"job{i}")))
             if rng.random() < 0.5:
                 plan.append((at + rng.uniform(1, 3000), "delete", (ns, f"job{i}")))
+            if rng.random() < self.knobs.cancel_soon:
+                plan.append((at + rng.uniform(1, 300), "delete", (ns, f"job{i}")))
         plan.sort(key=lambda p: p[0])
-        unreachable_rate = self.knobs.unreachable_after_exit
         for at, what, (ns, name) in plan:
             if at > self.clock.monotonic():
                 await asyncio.sleep(at - self.clock.monotonic())
@@ -406,10 +567,6 @@ class Simulation:
             elif (ns, name) in self.kube.objects:
                 self.trace(f"kubectl delete {ns}/{name}")
                 self.kube.request_delete(ns, name)
-            if unreachable_rate > 0:
-                for inst_id in sorted(self.brev.instances):
-                    if rng.random() < unreachable_rate:
-                        self.unreachable_ids.add(inst_id)
         # Faults keep firing until ACTIVE_S, or until every job has finished (what is left to
         # go wrong then is the drain's, and it runs next): most seeds need far less than an hour.
         while self.clock.monotonic() < ACTIVE_S and not self._all_finished():  # noqa: ASYNC110
@@ -434,6 +591,8 @@ class Simulation:
             await asyncio.sleep(30)
         for inst in self._unowned():
             self.violation(f"instance {inst.name} ({inst.id}) leaked: live after the drain")
+        bounds.cancel()
+        self._check_metrics()
         for proc in self.processes.values():
             proc.crash("end of the run")
 
@@ -462,7 +621,7 @@ class Simulation:
         self.kube.add_secret(
             namespace,
             f"s3-{name}",
-            {"AWS_ACCESS_KEY_ID": b"AKIASIM", "AWS_SECRET_ACCESS_KEY": b"sim-s3-secret-value"},
+            {"AWS_ACCESS_KEY_ID": b"AKIASIM", "AWS_SECRET_ACCESS_KEY": S3_SECRET.encode()},
         )
         spec = job_spec(
             credentials={"ngcApiKey": {"name": secret_name, "key": "api-key"}, "s3": {"name": f"s3-{name}"}},
@@ -470,8 +629,15 @@ class Simulation:
             recovery={"maxAttempts": rng.choice((1, 2, 3)), "retryOnExitCodes": [1]},
         )
         if rng.random() < 0.3:
-            spec["budget"] = {"maxBilledSeconds": rng.choice((600, 1800, 3600))}
+            job.budget_s = rng.choice((600, 1800, 3600))
+        job.near_budget = rng.random() < self.knobs.near_budget
+        if job.near_budget:
+            job.budget_s = job.budget_s or 1800
+        if job.budget_s is not None:
+            spec["budget"] = {"maxBilledSeconds": job.budget_s}
         spec["timeouts"]["runningSeconds"] = 7200
+        if rng.random() < self.knobs.tight_timeouts:
+            spec["timeouts"]["provisioningSeconds"] = 120
         self.trace(f"kubectl create {namespace}/{name} uid={uid} retain={retain}")
         self.kube.create(namespace, name, uid, spec)
 
@@ -492,6 +658,17 @@ class Simulation:
         return self.violations
 
 
+def _superseded(status: dict[str, Any]) -> list[dict[str, Any]]:
+    """Attempts recovery ended before the run did (the run's own end stamps its attempt at
+    runEndedAt): their instances are deleted whatever onCompletion says (scenario 9)."""
+    run_ended = status.get("runEndedAt")
+    return [
+        a
+        for a in status.get("attempts") or ()
+        if a.get("endedAt") and (not run_ended or a["endedAt"] < run_ended)
+    ]
+
+
 def _attempt_ended(status: dict[str, Any], name: str, instance_id: str) -> bool:
     """Whether the job's status records the attempt on this instance as ended."""
     for attempt in status.get("attempts") or ():
@@ -502,10 +679,37 @@ def _attempt_ended(status: dict[str, Any], name: str, instance_id: str) -> bool:
     return False
 
 
+class _LogSink(io.TextIOBase):
+    """Where the operator's own logging setup writes (controller.logs.configure_logging: the
+    production chain, redaction included): every line is checked for secrets, then dropped."""
+
+    def __init__(self, sim: Simulation) -> None:
+        self.sim = sim
+
+    def write(self, text: str) -> int:
+        self.sim.check_text("a log line", text)
+        return len(text)
+
+
+@contextlib.contextmanager
+def operator_logs(sim: Simulation) -> Iterator[None]:
+    """The operator's logging as production configures it (JSON, INFO), into a checking sink;
+    the previous structlog and root-logger setup is restored afterwards."""
+    saved = structlog.get_config()
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    logs.configure_logging(json=True, level="INFO", stream=cast(TextIO, _LogSink(sim)))
+    try:
+        yield
+    finally:
+        structlog.configure(**saved)
+        root.handlers[:], root.level = handlers, level
+
+
 def run_seed(seed: int, knobs: Knobs | None = None) -> Simulation:
     """One seed; `knobs` fixes the faults instead of drawing them (a directed search)."""
     sim = Simulation(seed, knobs=knobs)
-    with quiet_logs():
+    with operator_logs(sim):
         sim.run()
     return sim
 

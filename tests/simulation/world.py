@@ -25,11 +25,13 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from controller.actions import ActionRunner, JobContext
+from controller.brev import output
 from controller.brev.client import CreateRequest, CreateResult, ExecResult, Instance
 from controller.brev.logtail import TAIL_LINES
+from controller.brev.runner import RunResult
 from controller.brev.workload import ContainerNotFound, ExitInfo, Workload
 from controller.directory import InstanceDirectory
-from controller.errors import KubeUnavailable
+from controller.errors import BrevTransientError, KubeUnavailable
 from controller.kube import redact_status
 from controller.lanes import Lanes
 from controller.leadership import LeaseConflict, LeaseRecord
@@ -72,9 +74,12 @@ class Knobs:
     lease_partition: float = 0.0  # per Lease call: the replica is cut off for 5-60 s
     patch_conflict: float = 0.0  # per status patch: 409 / 5xx, nothing written
     print_secrets: float = 0.0  # per container: the training prints a secret it was given
-    exit_nonzero: float = 0.0  # per container: exits 1
+    exit_nonzero: float = 0.0  # per container: exits 1 or 137
     unreachable_after_exit: float = 0.0  # per container: the instance stops answering once it exited
     watch_lag_max: float = 0.5  # s: how late a replica's watch sees a change
+    cancel_soon: float = 0.0  # per job: `kubectl delete` 1-300 s after its create (mid-provisioning)
+    tight_timeouts: float = 0.0  # per job: spec.timeouts.provisioningSeconds 120 (a slow create overruns it)
+    near_budget: float = 0.0  # per job: a budget, and a run that exits 5-30 s before it runs out
 
     @classmethod
     def draw(cls, rng: random.Random) -> Knobs:
@@ -192,6 +197,10 @@ class SimBrev(FakeBrev):
 
         try:
             return await self._call("create", request.name, call, mutates=True)
+        except BrevTransientError as exc:
+            # What the CLI printed, classified by the operator's own parser (controller.brev.output),
+            # as the real client does: the fallback's lines decide refusal vs "may exist" (scenario 7).
+            raise _classified(request.name, exc, skipped_first=rng.random() < 0.5) from None
         finally:
             self.set_faults(create_s=0.0, create_timeouts=0, capacity_errors=0)
 
@@ -258,6 +267,39 @@ class SimBrev(FakeBrev):
     exec_faulted_at: dict[str, float]  # instance id -> when an exec to it last hung or failed
 
 
+# `brev create`'s type fallback (tests/brevsim/cli.py, shared/design/brev-cli.md): a type the CLI's
+# availability check skips sends no request; a request that reached Brev and failed may have made it.
+_TYPES = ("g6e.xlarge", "g6e.2xlarge")
+_SKIP = (
+    'Skipping: instance type "{t}" is currently unavailable (no capacity); '
+    "try again later or run 'brev search' to find another type\n\n"
+    "Type {t} had failures, trying next type...\n"
+)
+
+
+def _classified(name: str, fake: BrevTransientError, *, skipped_first: bool) -> Exception:
+    """The error the real client raises for the CLI output of a failed create: every type
+    skipped for capacity (FakeBrev's refusal), or a request that failed after Brev took it (the
+    fake's timeout), with the first type skipped for capacity before it or not."""
+    lines = [f"Instance types to try: {', '.join(_TYPES)}\n"]
+    if fake.reason == "InsufficientCapacity":
+        lines += [_SKIP.format(t=t) for t in _TYPES]
+    else:
+        if skipped_first:
+            lines.append(_SKIP.format(t=_TYPES[0]))
+        t = _TYPES[1]
+        lines += [
+            f"[Worker 1] Trying {t} for instance '{name}'...\n",
+            f"[Worker 1] {t} Failed: {fake.cli_message or 'context deadline exceeded'}\n",
+        ]
+    lines += ["Warning: Only created 0/1 instances\n", "Error: could only create 0/1 instances\n"]
+    try:
+        output.create_outcome(name, RunResult(1, "", "".join(lines), 0.0))
+    except Exception as exc:  # whatever the parser makes of it is what the real client raises
+        return exc
+    return AssertionError(f"a failed create classified as a success: {lines}")
+
+
 class SimWorkload(FakeWorkload):
     """The fake remote job; every remote call pays its time on the loop, and `docker wait`
     waits on the loop (other passes run meanwhile) instead of moving the clock."""
@@ -305,9 +347,12 @@ class SimWorkload(FakeWorkload):
         world = self.world
         sim = world.sim
         rng = sim.rng
+        run_s = rng.choice((60.0, 300.0, 1800.0, 5000.0))
         world.set_faults(
-            run_s=rng.choice((60.0, 300.0, 1800.0, 5000.0)),
-            exit_code=1 if rng.random() < sim.knobs.exit_nonzero else 0,
+            run_s=sim.run_near_budget(self.job_id, self.instance) or run_s,
+            # 1 is in the jobs' retryOnExitCodes (upload, then the next attempt); 137 is not (the
+            # operator asks whether the instance is lost or the training failed).
+            exit_code=rng.choice((1, 137)) if rng.random() < sim.knobs.exit_nonzero else 0,
         )
         started: bool = await _paid(FakeWorkload.start_container)(self, *args, **kwargs)
         if started:
