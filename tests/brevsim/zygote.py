@@ -168,8 +168,6 @@ def run_worker(req: Request, conn: socket.socket) -> None:
                 continue
             with contextlib.suppress(OSError, ValueError):
                 signal.signal(sig, signal.SIG_IGN if sig in req.ignored else signal.SIG_DFL)
-        if signal.SIGINT not in req.ignored:
-            signal.signal(signal.SIGINT, signal.default_int_handler)
         # an interpreter ignores these at start-up, whatever it inherited
         signal.signal(signal.SIGPIPE, signal.SIG_IGN)
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
@@ -179,9 +177,14 @@ def run_worker(req: Request, conn: socket.socket) -> None:
         os.environ.update(env)
         sys.argv = list(req.argv) or [req.program]
         fresh_stdio(env)
-        signal.pthread_sigmask(signal.SIG_SETMASK, req.blocked)
-        module = importlib.import_module(PROGRAMS[req.program])
         try:
+            # Caught SIGINT only from here on: a KeyboardInterrupt anywhere after it (the
+            # program's imports included, as in an interpreter) ends below as death by SIGINT.
+            # Installed earlier, a SIGINT in between died as exit 1 (a flake under load).
+            if signal.SIGINT not in req.ignored:
+                signal.signal(signal.SIGINT, signal.default_int_handler)
+            signal.pthread_sigmask(signal.SIG_SETMASK, req.blocked)
+            module = importlib.import_module(PROGRAMS[req.program])
             code = int(module.main(*req.baked, sys.argv[1:])) & 0xFF
         except SystemExit as e:
             code = exit_code(e)
