@@ -65,8 +65,9 @@ def checkpoint_bytes(epoch: int | None) -> bytes:
     """A checkpoint as torch.save writes one: a zip archive (its central directory last), here
     holding `checkpoint N` (`final checkpoint` for the last model)."""
     buf = io.BytesIO()
+    member = zipfile.ZipInfo(CHECKPOINT_MEMBER, date_time=(1980, 1, 1, 0, 0, 0))  # same bytes every time
     with zipfile.ZipFile(buf, "w") as z:
-        z.writestr(CHECKPOINT_MEMBER, "final checkpoint\n" if epoch is None else f"checkpoint {epoch}\n")
+        z.writestr(member, "final checkpoint\n" if epoch is None else f"checkpoint {epoch}\n")
     return buf.getvalue()
 
 
