@@ -37,6 +37,15 @@ async def _until_reported(job: Workload, sync: object) -> SyncReport:
     raise AssertionError("the checkpoint sync never finished")
 
 
+def _fresh_bucket(s3_server: S3Server, kind: str) -> tuple[str, S3Credentials, str]:
+    """A tag, S3 keys named after it and a new bucket `<kind>-<tag>`, for one test."""
+    tag = secrets.token_hex(5)
+    keys = S3Credentials(f"AKIA{tag.upper()}".encode(), f"s3-secret-{tag}".encode())
+    bucket = f"{kind}-{tag}"
+    s3_server.create_bucket(bucket)
+    return tag, keys, bucket
+
+
 def test_sync_then_restore_on_a_new_instance(
     brev_sim: BrevSim, s3_server: S3Server, sim_client: BrevCLI
 ) -> None:
@@ -102,10 +111,7 @@ def test_a_reused_results_uri_never_resumes_another_jobs_run(
 ) -> None:
     """Issue 25 scenario 11: checkpoints live under the job's own id, and results/ an earlier
     attempt uploaded is restored only when its owner mark names this job."""
-    tag = secrets.token_hex(5)
-    keys = S3Credentials(f"AKIA{tag.upper()}".encode(), f"s3-secret-{tag}".encode())
-    bucket = f"reuse-{tag}"
-    s3_server.create_bucket(bucket)
+    tag, keys, bucket = _fresh_bucket(s3_server, "reuse")
     uri = f"s3://{bucket}/shared-results"
     names = {who: f"tbj-reuse-{tag}-{who}" for who in ("old", "new", "again")}
     for name in names.values():
@@ -142,10 +148,7 @@ def test_the_parts_a_killed_sync_left_are_aborted_by_the_next_restore_and_the_fi
     """Issue 25 scenario 11: a sync killed mid-copy leaves an incomplete multipart upload (stored
     and billed by S3, in no listing). The next attempt's restore and the final upload abort every
     one under the job's checkpoints/; another job's are left alone."""
-    tag = secrets.token_hex(5)
-    keys = S3Credentials(f"AKIA{tag.upper()}".encode(), f"s3-secret-{tag}".encode())
-    bucket = f"parts-{tag}"
-    s3_server.create_bucket(bucket)
+    tag, keys, bucket = _fresh_bucket(s3_server, "parts")
     uri = f"s3://{bucket}/runs/job-{tag}"
     job_id = f"job-{tag}"
     s3 = s3_server.client()
@@ -177,10 +180,7 @@ def test_a_restore_passes_over_a_newest_checkpoint_cut_short_and_resumes_from_th
     """Issue 25 scenario 11: TAO writes a `.pth` in place, so a sync may copy one cut short (and
     a killed copy leaves one). The restore resumes from the newest whole archive and says which
     newer ones it passed over; resuming from the cut one would fail the run at its first step."""
-    tag = secrets.token_hex(5)
-    keys = S3Credentials(f"AKIA{tag.upper()}".encode(), f"s3-secret-{tag}".encode())
-    bucket = f"cut-{tag}"
-    s3_server.create_bucket(bucket)
+    tag, keys, bucket = _fresh_bucket(s3_server, "cut")
     uri = f"s3://{bucket}/runs/job-{tag}"
     job_id = f"job-{tag}"
     prefix = f"runs/job-{tag}/checkpoints/{job_id}/train"
