@@ -19,7 +19,8 @@ namespace is a strict FIFO: once its head waits for a namespace limit, the jobs 
 (no backfilling that could starve a large job). A job that waits for the cluster-wide cap does not
 hold back other namespaces' jobs that fit — there are none while the cluster is full anyway.
 A job that could never fit (more GPUs than its namespace's limit) waits without blocking anyone.
-A suspended job (spec.suspend) is outside the queue: it neither waits in line nor blocks.
+A suspended job (spec.suspend) is outside the queue: it neither waits in line nor blocks; so is
+a job whose pre-flight fails (status.preflight.failingSince), until it passes.
 """
 
 from __future__ import annotations
@@ -69,6 +70,9 @@ class JobFacts:
     deleting: bool = False
     creates_instance: bool = True
     gpus: int = 1
+    # Its pre-flight fails (a Secret, bucket or input not there yet): outside the queue, like a
+    # suspended job, so it never holds back the jobs behind it (controller/preflight.py).
+    inputs_pending: bool = False
 
     @property
     def holds_slot(self) -> bool:
@@ -76,7 +80,7 @@ class JobFacts:
 
     @property
     def waiting(self) -> bool:
-        return not self.admitted and not self.finished and not self.deleting
+        return not self.admitted and not self.finished and not self.deleting and not self.inputs_pending
 
     def order_key(self) -> tuple[int, datetime, str, str, str]:
         return (-self.priority, self.created, self.name, self.namespace, self.uid)
@@ -102,6 +106,7 @@ class JobFacts:
             deleting=bool(meta.get("deletionTimestamp")),
             creates_instance=not instance.get("reuse"),
             gpus=gpus_of(spec),
+            inputs_pending=phase in (None, "Pending") and bool(_map(status, "preflight").get("failingSince")),
         )
 
 

@@ -11,8 +11,10 @@ import os
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
+from typing import Any
 
 import structlog
 from prometheus_client import CollectorRegistry
@@ -29,9 +31,12 @@ from controller.leadership import KubeLeaseStore, LeaderElector, Leadership, Sol
 from controller.logs import register_secret
 from controller.metrics import Recorder, RedactingRegistry
 from controller.orphans import Policy
+from controller.preflight import Preflight, SecretLoader
 from controller.pricing import PriceBook
 from controller.reconciler import EventSink, Reconciler
 from controller.retained import RetainedStore
+from controller.s3_checks import S3Checks
+from controller.secret_arrivals import SecretArrivals
 from controller.settings import Settings
 from controller.sweeper import Sweeper
 from controller.versions import load_versions
@@ -105,6 +110,19 @@ def build(settings: Settings, events: EventSink) -> App:
             slots=settings.max_concurrent_brev_calls,
         )
     prices = PriceBook(brev)
+    s3_checks = S3Checks()
+
+    def new_preflight(load_secrets: SecretLoader, read_secret: Callable[[str, str], Any]) -> Preflight:
+        return Preflight(
+            load_secrets=load_secrets,
+            read_secret=read_secret,
+            s3=s3_checks,
+            prices=prices,
+            arrivals=SecretArrivals(read_secret, settings.secret_poll_interval),
+            max_age=settings.preflight_max_age,
+            clock=lambda: datetime.now(UTC),
+        )
+
     runner = ActionRunner(
         brev,
         directory,
@@ -139,6 +157,7 @@ def build(settings: Settings, events: EventSink) -> App:
             prices=prices,
             fleet=fleet,
             wake_queued=True,
+            preflight=new_preflight if settings.preflight else None,
         )
 
     watchdog = Watchdog(grace=settings.liveness_grace, pass_ceiling=settings.pass_ceiling())

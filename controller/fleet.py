@@ -117,6 +117,15 @@ class Fleet:
         """A status this process wrote: admissions and finishes are known before any listing."""
         admitted = status.admitted_at is not None
         finished = status.finished_at is not None
+        preflight = status.preflight
+        inputs_pending = preflight is not None and preflight.failing_since is not None and not admitted
+        job = self._jobs.get(uid)
+        if job is not None and job.inputs_pending != inputs_pending:
+            # Leaving the queue may let the jobs behind it go; joining it changes their places.
+            self._jobs[uid] = replace(job, inputs_pending=inputs_pending)
+            self._dirty = True
+            if inputs_pending:
+                self._wake()
         if admitted and uid not in self._admitted:
             self._admitted.add(uid)
             self._update(uid)

@@ -628,6 +628,12 @@ class Timeouts(_SpecModel):
     running_seconds: int = _timeout(86400, "Max run time of the TAO container")
     uploading_seconds: int = _timeout(1800, "Max time to upload results and logs to S3")
     deleting_seconds: int = _timeout(900, "Max time for `brev delete` to be confirmed")
+    pending_seconds: int = _timeout(
+        3600,
+        "Max time the pre-flight may keep failing before the job fails (a Secret, bucket or input "
+        "that is not there yet); counted from its first failure, not from creation, so time in "
+        "the quota queue never counts. The default is one External Secrets refresh interval",
+    )
 
 
 # --- spec.recovery / spec.budget -------------------------------------------------------------
@@ -869,6 +875,34 @@ class CheckpointStatus(_StatusModel):
     last_error: str | None = Field(default=None, description="Why the last sync failed.")
 
 
+class PreflightProblem(_StatusModel):
+    """One thing the pre-flight found that keeps the job from starting."""
+
+    field: str = Field(description="The spec field at fault, e.g. spec.data.resultsUri.")
+    reason: str = Field(description="CamelCase reason, e.g. ResultsBucketNotFound.")
+    message: str = Field(description="What is wrong and how to fix it.")
+
+
+class PreflightStatus(_StatusModel):
+    """The checks made before `brev create` (Secrets, S3, inputs, instance selection, image)."""
+
+    checked_at: Timestamp | None = Field(default=None, description="When the pre-flight last ran.")
+    passed_at: Timestamp | None = Field(default=None, description="When it last found nothing wrong.")
+    failing_since: Timestamp | None = Field(
+        default=None,
+        description="Start of the current streak of failed checks (spec.timeouts.pendingSeconds "
+        "counts from here).",
+    )
+    problems: list[PreflightProblem] = Field(
+        default_factory=list, max_length=8, description="What the last check found (empty: nothing)."
+    )
+    candidates: list[str] = Field(
+        default_factory=list,
+        max_length=16,
+        description="Instance types `brev create` would try, in order, with their hourly price.",
+    )
+
+
 class TaoBrevJobStatus(_StatusModel):
     """Written only by the operator, through the status subresource."""
 
@@ -988,6 +1022,9 @@ class TaoBrevJobStatus(_StatusModel):
         description="Every instance the job used, with why it ended and what it billed.",
     )
     checkpoint: CheckpointStatus | None = Field(default=None, description="Checkpoint sync and resume.")
+    preflight: PreflightStatus | None = Field(
+        default=None, description="The checks made before anything is created (Pending)."
+    )
     billed_seconds: int | None = Field(
         default=None, ge=0, description="Billed instance seconds over all attempts."
     )

@@ -67,3 +67,23 @@ RECOVERING = "Recovering"
 ATTEMPT_STARTED = "AttemptStarted"
 CHECKPOINT_SYNC_FAILED = "CheckpointSyncFailed"
 CHECKPOINT_RESTORED = "CheckpointRestored"
+
+# --- pre-flight (controller/preflight.py): why a Pending job waits instead of creating --------
+# In status.reason, the Ready condition and a Warning Event while the job waits; the outcome's
+# reason if the problem outlives spec.timeouts.pendingSeconds.
+SECRET_NOT_FOUND = "SecretNotFound"  # noqa: S105 - a reason, not a password
+SECRET_NOT_READABLE = "SecretNotReadable"  # noqa: S105 - a reason, not a password
+S3_CREDENTIALS_INVALID = "S3CredentialsInvalid"
+S3_UNREACHABLE = "S3Unreachable"
+RESULTS_BUCKET_NOT_FOUND = "ResultsBucketNotFound"
+RESULTS_NOT_WRITABLE = "ResultsNotWritable"
+INPUT_NOT_FOUND = "InputNotFound"
+INPUT_NOT_READABLE = "InputNotReadable"
+INSTANCE_TYPE_UNKNOWN = "InstanceTypeUnknown"
+GPU_NAME_UNKNOWN = "GPUNameUnknown"
+NO_INSTANCE_TYPE_MATCHES = "NoInstanceTypeMatches"
+PRICE_UNKNOWN = "PriceUnknown"
+CATALOG_UNAVAILABLE = "CatalogUnavailable"
+IMAGE_REFERENCE_INVALID = "ImageReferenceInvalid"
+# Events: the pre-flight found nothing wrong (after problems), and waiting ran out.
+PREFLIGHT_PASSED = "PreflightPassed"

@@ -35,6 +35,8 @@ from controller.kube import KubeAccess
 from controller.logs import register_secret
 from controller.metrics import Recorder
 from controller.models import Phase, TaoBrevJobSpec, TaoBrevJobStatus, merge_patch
+from controller.preflight import Preflight, SecretLoader
+from controller.preflight_checks import Verdict
 from controller.pricing import PriceBook
 from controller.retained import RetainedStore, record_for
 from controller.secret_cache import SecretCache
@@ -86,6 +88,12 @@ class JobRef:
         )
 
 
+class PreflightFactory(Protocol):
+    """Builds the pre-flight around the reconciler's own Secret loading (one cache, one masking)."""
+
+    def __call__(self, load_secrets: SecretLoader, read_secret: Callable[[str, str], Any]) -> Preflight: ...
+
+
 class EventSink(Protocol):
     def __call__(self, ref: JobRef, type_: str, reason: str, message: str) -> None: ...
 
@@ -108,9 +116,13 @@ class Reconciler:
         prices: PriceBook | None = None,
         fleet: Fleet | None = None,
         wake_queued: bool = False,
+        preflight: PreflightFactory | None = None,
     ) -> None:
         self._kube = kube
         self._secrets = SecretCache(kube.read_secret, secret_max_age)
+        # Checks before anything bills (controller/preflight.py); None: not wired, and a missing
+        # Secret fails a Pending job at once as it did before.
+        self._preflight = preflight(self._load_secrets, self._secrets.get) if preflight else None
         # Admission under the quotas (None: none wired, every job is admitted at once).
         self._fleet = fleet
         # A queued job's pass waits (unlocked) for a released slot instead of the whole poll
@@ -147,16 +159,25 @@ class Reconciler:
         self._quota_warned.pop(ref.uid, None)
         if self._fleet is not None:
             self._fleet.forget(ref.uid)
+        if self._preflight is not None:
+            self._preflight.forget(ref.uid)
         self._recorder.job_forgotten(ref.namespace, ref.name)
 
     async def reconcile(self, ref: JobRef) -> float | None:
         """One pass. Returns seconds until the next pass, or None once the job is finished."""
         if ref.deleting and self._fleet is not None:
             self._fleet.interrupt(ref.uid)  # the daemon's queued wait ends: deletion goes first
+        if ref.deleting and self._preflight is not None:
+            self._preflight.interrupt(ref.uid)  # ... and so does a wait for a missing Secret
         delay = await self._reconcile_locked(ref)
         if delay and self._fleet is not None and self._wake_queued and self._queued(ref.uid):
             # Outside the lock, so the delete handler's pass never waits behind this.
             await self._fleet.wait_for_release(delay, ref.uid)
+            return 0.0
+        preflight = self._preflight
+        if delay and not ref.deleting and preflight is not None and preflight.waits_for_secrets(ref.uid):
+            # Pending for a missing Secret: the job checks again the moment it appears.
+            await preflight.wait(ref.uid, delay)
             return 0.0
         return delay
 
@@ -229,27 +250,14 @@ class Reconciler:
         status = self._status(ref)
         spec, spec_error = self._spec(ref)
 
-        admission = await self._admission(ref, spec, status)
+        verdict = await self._preflight_verdict(ref, spec, status)
+        admission = await self._admission(ref, spec, status) if verdict is None or verdict.passed else None
         # A queued job reads no Secrets on each pass (its first pass checked them already).
         queued = admission is not None and not admission.admitted
-        secrets: JobSecrets | None = None
-        blocker: ActionFailure | None = None
-        trouble: ActionFailure | None = None
-        if (
-            spec is not None
-            and status.phase in _SECRETS_NEEDED
-            and not status.outcome
-            and not ref.deleting
-            and not queued
-        ):
-            try:
-                secrets = await self._load_secrets(ref.namespace, spec)
-            except PermanentError as exc:
-                blocker = ActionFailure("ReadSecrets", exc.reason, str(exc), permanent=True)
-            except TransientError as exc:
-                trouble = ActionFailure("ReadSecrets", exc.reason, _secret_trouble(ref.namespace, exc), False)
-
-        obs = (await self._observe(status, ref, blocker)).with_(failure=trouble, admission=admission)
+        secrets, blocker, trouble = await self._pass_secrets(ref, spec, status, queued)
+        obs = (await self._observe(status, ref, blocker)).with_(
+            failure=trouble, admission=admission, preflight=verdict
+        )
         requeue: float | None = None
         held: TaoBrevJobStatus | None = None  # the status last written, while a newer one is held back
         for step in range(MAX_STEPS_PER_PASS):
@@ -275,9 +283,11 @@ class Reconciler:
                 held = held or status
                 status = decision.status
                 try:
-                    admission = await self._admission(ref, spec, status)
+                    verdict = await self._preflight_verdict(ref, spec, status)
+                    passed = verdict is None or verdict.passed
+                    admission = await self._admission(ref, spec, status) if passed else None
                     obs = (await self._observe(status, ref, blocker)).with_(
-                        failure=trouble, admission=admission
+                        failure=trouble, admission=admission, preflight=verdict
                     )
                 except TransientError:
                     # The retried pass starts from the server's status: let it start from this.
@@ -320,6 +330,28 @@ class Reconciler:
             obs = await self._observe(status, ref, blocker, base=after)
         return requeue
 
+    async def _pass_secrets(
+        self, ref: JobRef, spec: TaoBrevJobSpec | None, status: TaoBrevJobStatus, queued: bool
+    ) -> tuple[JobSecrets | None, ActionFailure | None, ActionFailure | None]:
+        """The job's Secrets for a pass before the run: (secrets, a permanent blocker, a transient
+        trouble). A job in pre-flight had them read (or found missing) by the pre-flight."""
+        if (
+            spec is None
+            or status.phase not in _SECRETS_NEEDED
+            or status.outcome
+            or ref.deleting
+            or queued
+            or (self._preflight is not None and status.phase in (None, Phase.PENDING))
+        ):
+            return None, None, None
+        try:
+            return await self._load_secrets(ref.namespace, spec), None, None
+        except PermanentError as exc:
+            return None, ActionFailure("ReadSecrets", exc.reason, str(exc), permanent=True), None
+        except TransientError as exc:
+            trouble = ActionFailure("ReadSecrets", exc.reason, _secret_trouble(ref.namespace, exc), False)
+            return None, None, trouble
+
     def _spec_loader(self, ref: JobRef) -> Callable[[], TaoBrevJobSpec]:
         """Parses the spec when an action reads it; teardown actions read only the job id and
         instance name, so a spec that does not parse gives them a blank one."""
@@ -328,6 +360,17 @@ class Reconciler:
             return self._spec(ref)[0] or _teardown_only_spec()
 
         return load
+
+    async def _preflight_verdict(
+        self, ref: JobRef, spec: TaoBrevJobSpec | None, status: TaoBrevJobStatus
+    ) -> Verdict | None:
+        """The pre-flight's verdict for a Pending job that may be admitted next (None: not due).
+        Only once the job's names are assigned: the S3 marker is named for the job id."""
+        if self._preflight is None or spec is None or ref.deleting or not ref.has_finalizer:
+            return None
+        if status.phase != Phase.PENDING or status.outcome or is_admitted(status) or not status.job_id:
+            return None
+        return await self._preflight.verdict(ref.namespace, spec, status.job_id, ref.uid)
 
     async def _admission(
         self, ref: JobRef, spec: TaoBrevJobSpec | None, status: TaoBrevJobStatus

@@ -8,9 +8,11 @@ import zlib
 
 from controller import admission, naming, reasons, recovery
 from controller.absence import instance_fate
+from controller.backoff import exponential
 from controller.brev.client import DELETING, FAILURE, RUNNING, STOPPED, STOPPING, CreateRequest
 from controller.decision_pass import Pass
-from controller.models import Outcome, Phase
+from controller.models import Outcome, Phase, PreflightProblem, PreflightStatus
+from controller.preflight_checks import MAX_PROBLEMS
 from controller.status_text import clip, log_lines
 from controller.steps import (
     CreateInstance,
@@ -40,6 +42,10 @@ def pending(p: Pass, namespace: str, name: str, uid: str) -> None:
         p.s.message = "waiting for the finalizer before creating anything"
         p.requeue = min(p.tun.poll_interval, 1.0)
         return
+    if not _preflight_passed(p):
+        if p.s.outcome:  # the problems outlived spec.timeouts.pendingSeconds
+            pending(p, namespace, name, uid)
+        return
     if not _admitted(p):
         return
     # Nothing exists on Brev yet: names follow the current spec (an edit may switch reuse and
@@ -48,6 +54,65 @@ def pending(p: Pass, namespace: str, name: str, uid: str) -> None:
     reuse = p.spec.instance.reuse if p.spec is not None else None
     p.enter(Phase.PROVISIONING, f"{'creating' if reuse is None else 'reusing'} instance {p.instance}")
     p.requeue = 0.0
+
+
+def _preflight_passed(p: Pass) -> bool:
+    """Nothing is asked of Brev before what can be checked without a GPU was checked (issue 32):
+    the reconciler's pre-flight verdict comes in the observation (None: no pre-flight wired).
+    A failing check keeps the job Pending and out of the queue, with the problem as the Ready
+    condition's reason (kstatus InProgress, not Stalled: a Secret, a bucket or an input may still
+    arrive, and the spec may be edited while Pending), a Warning Event per new reason and a
+    re-check with backoff. The job fails only when problems outlive spec.timeouts.pendingSeconds,
+    counted from the first failure of the current streak."""
+    verdict = p.obs.preflight
+    if verdict is None or p.s.admitted_at is not None or p.spec is None:
+        return True
+    record = (p.s.preflight or PreflightStatus()).model_copy()
+    record.checked_at = verdict.checked_at
+    record.candidates = [_priced(t, price) for t, price in verdict.candidates[:16]]
+    if verdict.passed:
+        if record.failing_since is not None:
+            p.events.append(EventNote("Normal", reasons.PREFLIGHT_PASSED, "pre-flight checks passed"))
+            p.s.reason = None
+            p.s.retries = 0
+        record.failing_since = None
+        record.problems = []
+        record.passed_at = verdict.checked_at
+        p.s.preflight = record
+        return True
+    first = verdict.problems[0]
+    found = clip("; ".join(problem.message for problem in verdict.problems))
+    if record.failing_since is None:
+        record.failing_since = verdict.checked_at
+    record.problems = [
+        PreflightProblem(field=pr.field, reason=pr.reason, message=clip(pr.message, 1024))
+        for pr in verdict.problems[:MAX_PROBLEMS]
+    ]
+    p.s.preflight = record
+    limit = p.spec.timeouts.pending_seconds
+    waited = int((p.now - record.failing_since).total_seconds())
+    if waited > limit:
+        p.end_run(
+            Outcome.FAILED,
+            first.reason,
+            f"{found}; still failing after {waited}s (spec.timeouts.pendingSeconds={limit}); "
+            "nothing was created",
+        )
+        return False
+    if p.s.reason != first.reason:
+        p.events.append(EventNote("Warning", first.reason, found))
+    p.s.reason = first.reason
+    p.s.retries += 1
+    p.requeue = exponential(p.s.retries, base=p.tun.backoff_base, cap=p.tun.backoff_max)
+    p.s.message = clip(
+        f"waiting, nothing created: {found} (checked again in {int(p.requeue)}s and when a missing "
+        f"Secret appears; fails {limit - waited}s from now, spec.timeouts.pendingSeconds)"
+    )
+    return False
+
+
+def _priced(instance_type: str, price: float | None) -> str:
+    return f"{instance_type} (${price:.2f}/h)" if price is not None else f"{instance_type} (price unknown)"
 
 
 def _admitted(p: Pass) -> bool:

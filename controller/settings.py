@@ -116,6 +116,17 @@ class Settings(BaseModel):
         description="how long a Secret read is shared by the jobs' passes (a rotated or deleted "
         "Secret is seen within this; 0: read on every pass)",
     )
+    preflight: bool = Field(
+        True,
+        description="check Secrets, S3 (results writable, inputs present), the instance selection "
+        "and the image before `brev create`; a Pending job waits while a check fails (issue 32)",
+    )
+    preflight_max_age: float = Field(
+        300.0, ge=0, le=3600, description="how long a passed pre-flight holds for a queued job's admission"
+    )
+    secret_poll_interval: float = Field(
+        2.0, ge=0.1, le=300, description="how often a Secret a Pending job waits for is looked for"
+    )
     create_settle: float = Field(120.0, ge=0, le=3600, description="grace for an ambiguous create to appear")
     backoff_max: float = Field(60.0, ge=1, le=3600, description="cap of the transient-error backoff")
     exec_timeout: float = Field(

@@ -12,6 +12,7 @@ from datetime import datetime
 from controller.admission import Admission
 from controller.brev.client import CreateRequest, Instance
 from controller.models import TaoBrevJobStatus
+from controller.preflight_checks import Verdict
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,9 @@ class Observation:
     # the reconciler from the fleet under its lock). None: no admission control is wired (unit
     # tests of the machine alone); the job is admitted at once.
     admission: Admission | None = None
+    # The pre-flight's verdict for a Pending job (controller/preflight.py). None: no pre-flight
+    # wired (unit tests of the machine alone) or not due in this pass; the job goes on.
+    preflight: Verdict | None = None
     # A permanent problem found while observing (missing Secret, unsupported spec field, ...).
     blocker: ActionFailure | None = None
     # The instance as the shared listing shows it; `instance_known` is False if listing failed.

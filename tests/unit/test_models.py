@@ -412,7 +412,7 @@ def test_api_field_names_match_the_contract() -> None:
     }  # fmt: skip
     assert set(props["timeouts"]["properties"]) == {
         "provisioningSeconds", "waitingExecSeconds", "pullingSeconds", "runningSeconds",
-        "uploadingSeconds", "deletingSeconds",
+        "uploadingSeconds", "deletingSeconds", "pendingSeconds",
     }  # fmt: skip
     status = crdgen.openapi_schema()["properties"]["status"]["properties"]
     assert set(status) == {
@@ -425,7 +425,7 @@ def test_api_field_names_match_the_contract() -> None:
         "deleteAcceptedAt", "absentListings", "absentSince", "absentCheckedAt", "stalledReason",
         "stalledMessage", "attempt", "attempts", "checkpoint", "billedSeconds", "estimatedCostDollars",
         "costKnown",
-        "admittedAt", "queueReason", "queueMessage", "queuePosition",
+        "admittedAt", "queueReason", "queueMessage", "queuePosition", "preflight",
     }  # fmt: skip
     assert set(props["recovery"]["properties"]) == {
         "maxAttempts", "checkpointIntervalSeconds", "retryOnExitCodes",

@@ -1,0 +1,237 @@
+"""The pre-flight's pure half (issue 32): the checks that need no I/O, and what decide() makes of a
+verdict — a Pending job that waits (not Stalled, out of the queue, re-checked with backoff) and
+fails only when its problems outlive spec.timeouts.pendingSeconds. The S3 calls are tested against
+a real S3 server (tests/integration/test_s3_checks.py), the whole path on the real control plane
+(tests/e2e/test_preflight.py)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from controller import reasons
+from controller.admission import JobFacts, admit
+from controller.brev.client import SearchResult
+from controller.models import EphemeralInstance, Outcome, Phase, TaoBrevJobSpec, TaoBrevJobStatus
+from controller.preflight_checks import Problem, Verdict, image_problems, marker_key, selection_problems
+from tests.unit.test_admission import job, per_ns
+from tests.unit.test_machine import EPHEMERAL, T0, cond, decide
+
+# --- the image reference ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "image",
+    [
+        "nvcr.io/nvidia/tao/tao-toolkit:6.26.3-pyt",
+        "nvcr.io/nvidia/tao/tao-toolkit@sha256:" + "a" * 64,
+        "localhost:5000/tao:dev",
+        "ubuntu",
+        "Registry.Example.com/team/tao:1",  # a registry host may have capitals; the path may not
+    ],
+)
+def test_valid_image_references_pass(image: str) -> None:
+    assert image_problems(image) == []
+
+
+@pytest.mark.parametrize(
+    "image",
+    [
+        "TAO/toolkit:6",  # no registry: the repository must be lowercase
+        "nvcr.io/nvidia/TAO/tao-toolkit:6",  # a path component in uppercase
+        "nvcr.io/nvidia/tao/tao-toolkit:",  # an empty tag
+        "nvcr.io//tao:6",  # an empty path component
+        "nvcr.io/" + "a" * 260 + ":1",  # a name over 255 characters
+    ],
+)
+def test_malformed_image_references_name_the_field_and_the_fix(image: str) -> None:
+    (problem,) = image_problems(image)
+    assert problem.field == "spec.task.image"
+    assert problem.reason == reasons.IMAGE_REFERENCE_INVALID
+    assert "spec.task.image" in problem.message
+
+
+# --- where the marker goes --------------------------------------------------------------------
+
+
+def test_the_marker_is_written_under_the_results_prefix_named_for_the_job() -> None:
+    assert marker_key("s3://bucket/runs/one", "job-1") == ("bucket", "runs/one/.taobrev-preflight-job-1")
+    assert marker_key("s3://bucket/runs/one/", "job-1") == ("bucket", "runs/one/.taobrev-preflight-job-1")
+    assert marker_key("s3://bucket", "job-1") == ("bucket", ".taobrev-preflight-job-1")
+
+
+# --- the instance selection ---------------------------------------------------------------------
+
+
+def entry(type_: str, gpu: str = "L40S", price: float = 1.0, provider: str = "aws") -> SearchResult:
+    return SearchResult(
+        type=type_, provider=provider, gpu_name=gpu, gpu_count=1, vram_per_gpu_gb=48, price_per_hour=price
+    )
+
+
+CATALOG = [
+    entry("g6e.xlarge", "L40S", 1.86),
+    entry("g5.xlarge", "A10G", 1.01),
+    entry("a2-highgpu-1g:A100:1", "A100", 3.67, provider="gcp"),
+    entry("odd.type", "H100", 0.0),
+]
+
+
+def ephemeral(**fields: Any) -> EphemeralInstance:
+    return EphemeralInstance.model_validate(fields)
+
+
+def test_named_types_must_all_be_in_the_catalog_each_unknown_one_named_by_index() -> None:
+    problems, candidates = selection_problems(ephemeral(types=["g6e.xlarge", "g6e.xlarg"]), CATALOG)
+    assert [p.field for p in problems] == ["spec.instance.ephemeral.types[1]"]
+    assert problems[0].reason == reasons.INSTANCE_TYPE_UNKNOWN
+    assert "'g6e.xlarg'" in problems[0].message
+    assert candidates == [("g6e.xlarge", 1.86)]
+
+
+def test_named_types_are_tried_in_the_given_order_with_their_prices() -> None:
+    problems, candidates = selection_problems(ephemeral(types=["g5.xlarge", "g6e.xlarge"]), CATALOG)
+    assert problems == []
+    assert candidates == [("g5.xlarge", 1.01), ("g6e.xlarge", 1.86)]
+
+
+def test_an_unknown_gpu_name_is_found_before_anything_is_created() -> None:
+    problems, candidates = selection_problems(ephemeral(gpuName="L40"), CATALOG)
+    assert problems == [] and candidates == [("g6e.xlarge", 1.86)]  # a substring, as brev matches
+    problems, candidates = selection_problems(ephemeral(gpuName="L4OS"), CATALOG)
+    assert [(p.field, p.reason) for p in problems] == [
+        ("spec.instance.ephemeral.gpuName", reasons.GPU_NAME_UNKNOWN)
+    ]
+    assert "L40S" in problems[0].message  # the known names are shown
+    assert candidates == []
+
+
+def test_filters_give_every_match_cheapest_first_and_an_unknown_provider_is_named() -> None:
+    _, candidates = selection_problems(ephemeral(), CATALOG)
+    assert [t for t, _ in candidates] == ["g5.xlarge", "g6e.xlarge", "a2-highgpu-1g:A100:1", "odd.type"]
+    problems, _ = selection_problems(ephemeral(provider="azure"), CATALOG)
+    assert [p.field for p in problems] == ["spec.instance.ephemeral.provider"]
+
+
+def test_a_price_must_be_known_for_a_named_type_and_for_some_filtered_match() -> None:
+    problems, _ = selection_problems(ephemeral(types=["odd.type"]), CATALOG)
+    assert [p.reason for p in problems] == [reasons.PRICE_UNKNOWN]
+    problems, _ = selection_problems(ephemeral(gpuName="H100"), CATALOG)
+    assert [p.reason for p in problems] == [reasons.PRICE_UNKNOWN]
+    problems, _ = selection_problems(ephemeral(), CATALOG)
+    assert problems == []  # the cheapest priced match is known
+
+
+# --- what decide() makes of a verdict ------------------------------------------------------------
+
+PROBLEM = Problem(
+    "spec.data.resultsUri",
+    reasons.RESULTS_BUCKET_NOT_FOUND,
+    "spec.data.resultsUri s3://nope/x: bucket 'nope' does not exist: create it or fix the URI",
+)
+
+
+def pending_job() -> TaoBrevJobStatus:
+    """A new job's status after its first step (names assigned, Pending)."""
+    return decide(TaoBrevJobStatus()).status
+
+
+def failing(at: timedelta = timedelta(0), *problems: Problem) -> Verdict:
+    return Verdict(checked_at=T0 + at, problems=problems or (PROBLEM,))
+
+
+def test_a_failing_preflight_keeps_the_job_pending_in_progress_not_stalled_and_creates_nothing() -> None:
+    d = decide(pending_job(), preflight=failing())
+    s = d.status
+    assert s.phase is Phase.PENDING and s.outcome is None
+    assert d.actions == ()
+    assert s.reason == reasons.RESULTS_BUCKET_NOT_FOUND
+    assert "waiting, nothing created" in (s.message or "") and "spec.data.resultsUri" in (s.message or "")
+    assert s.admitted_at is None
+    assert s.preflight is not None and s.preflight.failing_since == T0
+    assert [p.field for p in s.preflight.problems] == ["spec.data.resultsUri"]
+    # kstatus InProgress: Reconciling, not Stalled; Ready=False says why.
+    assert cond(s, "Reconciling") == "True"
+    assert cond(s, "Stalled") == "False"
+    ready = next(c for c in s.conditions if c.type == "Ready")
+    assert ready.status == "False" and ready.reason == reasons.RESULTS_BUCKET_NOT_FOUND
+    assert [(e.type, e.reason) for e in d.events] == [("Warning", reasons.RESULTS_BUCKET_NOT_FOUND)]
+
+
+def test_rechecks_back_off_and_post_one_event_per_new_reason() -> None:
+    s = pending_job()
+    delays, events = [], []
+    for i in range(6):
+        d = decide(s, preflight=failing(timedelta(seconds=i)), now=T0 + timedelta(seconds=i))
+        s = d.status
+        assert d.requeue_after is not None
+        delays.append(d.requeue_after)
+        events += [e.reason for e in d.events]
+    assert delays == sorted(delays) and delays[0] < delays[-1] <= 60
+    assert events == [reasons.RESULTS_BUCKET_NOT_FOUND]
+    assert s.preflight is not None and s.preflight.failing_since == T0  # the streak's start stays
+    other = Problem("spec.credentials", reasons.SECRET_NOT_FOUND, "Secret ns/ngc does not exist")
+    d = decide(s, preflight=failing(timedelta(seconds=9), other), now=T0 + timedelta(seconds=9))
+    assert [e.reason for e in d.events] == [reasons.SECRET_NOT_FOUND]
+
+
+def test_once_the_problem_is_fixed_the_job_is_admitted_and_provisions() -> None:
+    s = decide(pending_job(), preflight=failing()).status
+    passed = Verdict(checked_at=T0 + timedelta(seconds=30), candidates=(("g6e.xlarge", 1.86),))
+    d = decide(s, preflight=passed, now=T0 + timedelta(seconds=30))
+    assert d.status.phase is Phase.PROVISIONING
+    assert d.status.reason is None
+    assert d.status.admitted_at is not None
+    assert d.status.preflight is not None
+    assert d.status.preflight.failing_since is None and d.status.preflight.problems == []
+    assert d.status.preflight.candidates == ["g6e.xlarge ($1.86/h)"]
+    assert reasons.PREFLIGHT_PASSED in [e.reason for e in d.events]
+
+
+def test_problems_that_outlive_pending_seconds_fail_the_job_with_nothing_created() -> None:
+    spec_ = TaoBrevJobSpec.parse(
+        {**EPHEMERAL.model_dump(by_alias=True, exclude_none=True), "timeouts": {"pendingSeconds": 120}}
+    )
+    s = decide(pending_job(), spec_=spec_, preflight=failing()).status
+    s = decide(
+        s, spec_=spec_, preflight=failing(timedelta(seconds=120)), now=T0 + timedelta(seconds=120)
+    ).status
+    assert s.outcome is None  # at the limit, still waiting
+    d = decide(s, spec_=spec_, preflight=failing(timedelta(seconds=121)), now=T0 + timedelta(seconds=121))
+    assert d.status.outcome is Outcome.FAILED
+    assert d.status.reason == reasons.RESULTS_BUCKET_NOT_FOUND
+    assert "spec.timeouts.pendingSeconds=120" in (d.status.message or "")
+    assert d.status.create_requested_at is None and d.status.admitted_at is None
+    assert d.status.phase is Phase.DELETED and d.status.finished_at is not None
+    assert d.actions == ()
+
+
+def test_a_job_deleted_while_it_waits_is_released_at_once() -> None:
+    s = decide(pending_job(), preflight=failing()).status
+    d = decide(s, deleting=True, now=T0 + timedelta(seconds=3))
+    assert d.status.outcome is Outcome.CANCELED and d.status.finished_at is not None
+    assert d.actions == ()
+
+
+# --- the queue ----------------------------------------------------------------------------------
+
+
+def test_a_job_waiting_for_its_inputs_neither_waits_in_line_nor_blocks_the_jobs_behind_it() -> None:
+    blocked = JobFacts(**{**job("first", at=0).__dict__, "inputs_pending": True})
+    verdicts = admit([blocked, job("second", at=1), job("third", at=2)], per_ns(1))
+    assert "uid-team-a-first" not in verdicts
+    assert verdicts["uid-team-a-second"].admitted
+    assert verdicts["uid-team-a-third"].position == 1
+
+
+def test_the_listing_shows_which_pending_jobs_wait_for_their_inputs() -> None:
+    body = {
+        "metadata": {"namespace": "ns", "name": "j", "uid": "u"},
+        "spec": {},
+        "status": {"phase": "Pending", "preflight": {"failingSince": "2026-11-29T12:00:00Z"}},
+    }
+    assert JobFacts.from_body(body).inputs_pending
+    body["status"] = {"phase": "Pending", "preflight": {"passedAt": "2026-11-29T12:00:00Z"}}
+    assert not JobFacts.from_body(body).inputs_pending
