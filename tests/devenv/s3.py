@@ -13,6 +13,7 @@ Readiness is an HTTP answer from the endpoint, polled until a deadline.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 import sys
@@ -108,6 +109,42 @@ class S3Server:
 
     def create_bucket(self, name: str) -> None:
         self.client().create_bucket(Bucket=name)
+
+    def add_user(self, name: str, actions: list[str]) -> tuple[str, str]:
+        """An IAM user allowed `actions` on every resource; returns its (access key id, secret
+        key). The policy matters only once `require_auth()` was called."""
+        import boto3
+
+        iam = boto3.client(
+            "iam",
+            endpoint_url=self.endpoint_url,
+            aws_access_key_id=DUMMY_ACCESS_KEY,
+            aws_secret_access_key=DUMMY_SECRET_KEY,
+            region_name=REGION,
+        )
+        iam.create_user(UserName=name)
+        policy = {
+            "Version": "2012-10-17",
+            "Statement": [{"Effect": "Allow", "Action": actions, "Resource": "*"}],
+        }
+        iam.put_user_policy(UserName=name, PolicyName="allowed", PolicyDocument=json.dumps(policy))
+        key = iam.create_access_key(UserName=name)["AccessKey"]
+        return str(key["AccessKeyId"]), str(key["SecretAccessKey"])
+
+    def require_auth(self) -> None:
+        """From now on moto checks every request's signature and key against its IAM (users made
+        with `add_user`), as S3 does: unknown keys are refused with InvalidAccessKeyId, a user's
+        policy decides AccessDenied. The dummy keys stop working; use this on a server of its own."""
+        request = urllib.request.Request(  # noqa: S310 - loopback
+            # text/plain: a form body would be parsed by Flask and reach moto empty
+            self.endpoint_url + "/moto-api/reset-auth",
+            data=b"0",
+            method="POST",
+            headers={"Content-Type": "text/plain"},
+        )
+        with urllib.request.urlopen(request, timeout=10) as resp:  # noqa: S310 - loopback
+            if resp.status != 200:
+                raise S3ServerError(f"moto refused to require auth: HTTP {resp.status}")
 
     def stop(self) -> None:
         if self.process.poll() is None:
