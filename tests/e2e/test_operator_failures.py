@@ -1,5 +1,5 @@
-"""Failure handling end to end: missing Secrets, registry entitlement, exec never ready, brev auth
-EOF, and the operator killed with SIGKILL in every phase."""
+"""Failure handling end to end: registry entitlement, exec never ready, brev auth EOF, and the
+operator killed with SIGKILL in every phase (missing Secrets: tests/e2e/test_preflight.py)."""
 
 from __future__ import annotations
 
@@ -16,20 +16,6 @@ def cond(status: dict[str, Any], ctype: str) -> dict[str, Any]:
 
 def brev_calls(stack: Stack, verb: str) -> int:
     return sum(1 for c in stack.sim.calls() if c.program == "brev" and c.argv[:1] == [verb])
-
-
-def test_missing_secret_fails_before_any_instance_is_created(stack: Stack) -> None:
-    job = stack.job_manifest("nosecret")
-    job["spec"]["credentials"]["ngcApiKey"] = {"name": "does-not-exist"}
-    stack.apply(job)
-    status = stack.wait_finished("nosecret")
-    assert status["outcome"] == "Failed"
-    assert status["reason"] == "SecretNotFound"
-    assert "does-not-exist" in status["message"]
-    assert "spec.credentials.ngcApiKey" in status["message"]
-    assert cond(status, "Stalled")["status"] == "True"
-    assert stack.sim.created_count() == 0
-    assert brev_calls(stack, "create") == 0
 
 
 def test_ngc_entitlement_failure_ends_the_job_at_once_and_deletes_the_instance(stack: Stack) -> None:
