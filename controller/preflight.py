@@ -105,9 +105,9 @@ class Preflight:
         try:
             secrets = await self._load_secrets(namespace, spec)
         except PermanentError as exc:
-            # Missing Secret or key, or one the operator is not allowed to use: the message names
-            # the field and the fix (controller/reconciler.py, _load_secrets).
-            problems.append(Problem("spec.credentials", SECRET_NOT_FOUND, str(exc)))
+            # A missing Secret or key (SecretNotFound), or one the operator may not use without
+            # its label (SecretNotAllowed): the message names the field and the fix.
+            problems.append(Problem("spec.credentials", exc.reason or SECRET_NOT_FOUND, str(exc)))
             self._missing[uid] = await self._absent(namespace, spec)
         except KubeAccessDenied as exc:
             problems.append(
