@@ -37,6 +37,16 @@ SUSPENDED = "Suspended"
 TYPES = (READY, RECONCILING, STALLED, SUCCEEDED, INSTANCE_RELEASED, ADMITTED, QUEUED, SUSPENDED)
 
 
+def shown_outcome(status: TaoBrevJobStatus) -> Outcome | None:
+    """status.outcome as users read it (the OUTCOME column, GitOps health, scripts): how the run
+    ended, except that a run that exited 0 is Succeeded only once its results are verified in S3
+    (issue 32: a bucket typo must never show Succeeded first and Failed later)."""
+    run = status.run_outcome
+    if run == Outcome.SUCCEEDED and status.uploaded_at is None:
+        return None
+    return run
+
+
 def _status(ok: bool | None) -> ConditionStatus:
     if ok is None:
         return ConditionStatus.UNKNOWN
@@ -51,7 +61,7 @@ def derive(
     status: TaoBrevJobStatus, previous: Sequence[Condition], generation: int, now: datetime
 ) -> list[Condition]:
     phase = str(status.phase or Phase.PENDING)
-    outcome = status.outcome
+    outcome = status.run_outcome
     reason = status.reason or phase
     message = status.message or ""
     finished = status.finished_at is not None

@@ -59,7 +59,7 @@ class Pass:
         self.s.phase = phase
         self.s.phase_times = {**self.s.phase_times, str(phase): self.now}
         self.s.retries = 0
-        if not self.s.outcome:
+        if not self.s.run_outcome:
             # Once the run has ended, message keeps saying why; phase changes are in Events.
             self.s.message = message
         self.events.append(EventNote("Normal", str(phase), message))
@@ -75,9 +75,9 @@ class Pass:
     # -- outcome, trouble
     def end_run(self, outcome: Outcome, reason: str, message: str) -> None:
         """The run is over (or will never start): remember why; the tail takes over."""
-        if self.s.outcome:
+        if self.s.run_outcome:
             return
-        self.s.outcome = outcome
+        self.s.run_outcome = outcome
         self.s.reason = reason
         self.s.message = message = clip(message)
         self.s.run_ended_at = self.now
@@ -99,7 +99,7 @@ class Pass:
         (reason/message); after, the final reason/message stay and teardownMessage says it."""
         self.s.retries += 1
         note = clip(f"{failure.action}: {failure.message}") + f" (attempt {self.s.retries}, will retry)"
-        if self.s.outcome:
+        if self.s.run_outcome:
             self.s.teardown_message = note
         else:
             self.s.reason = failure.reason
@@ -113,7 +113,7 @@ class Pass:
         if not self.obs.completed or not self.s.retries:
             return
         retries, self.s.retries = self.s.retries, 0
-        if self.s.outcome:
+        if self.s.run_outcome:
             self.s.teardown_message = None
         else:
             # Before the run ended, reason only ever holds a transient problem.

@@ -56,7 +56,7 @@ from controller.status_text import (
     log_lines,
 )
 from controller.steps import ActionFailure, Decision, EventNote, Observation
-from controller.teardown import teardown, upload_failed, uploading
+from controller.teardown import teardown, upload_failed, upload_trouble, uploading
 from controller.transitions import TRANSITIONS, phase_timeout
 from controller.tunables import MIN_ABSENT_LISTINGS, Tunables
 
@@ -130,7 +130,7 @@ def decide(
         assign_names(p, namespace, name, uid)
     if obs.blocker is not None:
         p.end_run(Outcome.FAILED, obs.blocker.reason, obs.blocker.message)
-    if obs.deleting and not p.s.outcome:
+    if obs.deleting and not p.s.run_outcome:
         p.end_run(Outcome.CANCELED, reasons.CANCELED, f"the TaoBrevJob was deleted during {p.phase}")
 
     if not _handle_failure(p):
@@ -142,6 +142,7 @@ def decide(
 
 def _finish(p: Pass, generation: int, requeue: float | None) -> Decision:
     recovery.track(p)
+    p.s.outcome = conditions.shown_outcome(p.s)
     p.s.observed_generation = generation
     p.s.conditions = conditions.derive(p.s, p.prev_conditions, generation, p.now)
     if p.s.finished_at:
@@ -179,9 +180,12 @@ def _handle_failure(p: Pass) -> bool:
     if f.action == "UploadResults" and f.permanent and p.phase == Phase.UPLOADING:
         upload_failed(p, f"upload failed: {f.message}")
         return False
-    if f.permanent and not p.s.outcome:
+    if f.permanent and not p.s.run_outcome:
         p.end_run(Outcome.FAILED, f.reason, f"{f.action}: {f.message}")
         return False
+    if f.action == "UploadResults" and p.phase == Phase.UPLOADING:
+        # Said each streak: what is wrong, the fix, until when the results wait on the instance.
+        f = ActionFailure(f.action, f.reason, upload_trouble(p, f.message), f.permanent)
     # Transient, or permanent after the run ended: back off (never hot-loop), keep the outcome.
     p.transient(f)
     if f.action == "CleanupWorkload" and p.s.retries >= p.tun.cleanup_attempts:
@@ -215,7 +219,7 @@ def _step(p: Pass, *, namespace: str, name: str, uid: str) -> None:
     phase = p.phase
     if phase == Phase.PENDING:
         pending(p, namespace, name, uid)
-    elif p.s.outcome and phase in (Phase.PROVISIONING, Phase.WAITING_EXEC, Phase.PULLING):
+    elif p.s.run_outcome and phase in (Phase.PROVISIONING, Phase.WAITING_EXEC, Phase.PULLING):
         # Nothing ran, so nothing to upload: go straight to teardown.
         p.enter(Phase.DELETED, f"tearing down after {p.s.reason}")
         teardown(p)

@@ -906,8 +906,27 @@ class PreflightStatus(_StatusModel):
 class TaoBrevJobStatus(_StatusModel):
     """Written only by the operator, through the status subresource."""
 
+    @model_validator(mode="before")
+    @classmethod
+    def _run_outcome_from_outcome(cls, data: Any) -> Any:
+        """Status written before runOutcome existed (or built by name in tests) has outcome only:
+        then that is how the run ended."""
+        known = isinstance(data, dict) and (data.get("runOutcome") or data.get("run_outcome"))
+        if isinstance(data, dict) and data.get("outcome") is not None and not known:
+            return {**data, "runOutcome": data["outcome"]}
+        return data
+
     phase: Phase | None = Field(default=None, description="Where the job is.")
-    outcome: Outcome | None = Field(default=None, description="How the run ended (set when it ends).")
+    outcome: Outcome | None = Field(
+        default=None,
+        description="How the job ended, as users read it: Succeeded only once the results are "
+        "verified in S3 (while a run that exited 0 uploads, it is unset and reason says so).",
+    )
+    run_outcome: Outcome | None = Field(
+        default=None,
+        description="How the run ended, set when it ends (the operator's own record; outcome shows "
+        "it once it is final).",
+    )
     reason: str | None = Field(
         default=None, description="CamelCase reason of the outcome or current problem."
     )

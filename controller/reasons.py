@@ -11,7 +11,9 @@ from __future__ import annotations
 from controller.models import Phase
 
 # --- how a run ended (status.reason with status.outcome) -----------------------------------------
+# Only with the results verified in S3; until then a run that exited 0 says RUN_COMPLETED.
 SUCCEEDED = "Succeeded"
+RUN_COMPLETED = "RunCompleted"
 TRAINING_FAILED = "TrainingFailed"
 CANCELED = "Canceled"
 INSTANCE_FAILED = "InstanceFailed"

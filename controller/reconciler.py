@@ -338,7 +338,7 @@ class Reconciler:
         if (
             spec is None
             or status.phase not in _SECRETS_NEEDED
-            or status.outcome
+            or status.run_outcome
             or ref.deleting
             or queued
             or (self._preflight is not None and status.phase in (None, Phase.PENDING))
@@ -368,7 +368,7 @@ class Reconciler:
         Only once the job's names are assigned: the S3 marker is named for the job id."""
         if self._preflight is None or spec is None or ref.deleting or not ref.has_finalizer:
             return None
-        if status.phase != Phase.PENDING or status.outcome or is_admitted(status) or not status.job_id:
+        if status.phase != Phase.PENDING or status.run_outcome or is_admitted(status) or not status.job_id:
             return None
         return await self._preflight.verdict(ref.namespace, spec, status.job_id, ref.uid)
 
@@ -378,7 +378,7 @@ class Reconciler:
         """The fleet's verdict for a Pending job that is not admitted yet and could be now."""
         if self._fleet is None or spec is None or ref.deleting or not ref.has_finalizer:
             return None
-        if status.phase != Phase.PENDING or status.outcome or is_admitted(status):
+        if status.phase != Phase.PENDING or status.run_outcome or is_admitted(status):
             return None
         meta = (ref.body or {}).get("metadata") or {} if isinstance(ref.body, Mapping) else {}
         facts = JobFacts(
@@ -594,8 +594,8 @@ class Reconciler:
                 instance=new.instance_name or "-",
                 message=new.message,
             )
-        if new.outcome and not old.finished_at and new.finished_at:
-            self._recorder.outcome(str(new.outcome), new.reason or "")
+        if new.run_outcome and not old.finished_at and new.finished_at:
+            self._recorder.outcome(str(new.run_outcome), new.reason or "")
             exited = new.container_exited_at
             if exited is not None:
                 self._recorder.exit_to_teardown((now - exited).total_seconds())
@@ -619,7 +619,7 @@ def _holdable(decision: Decision, ref: JobRef) -> bool:
         and decision.requeue_after == 0
         and not ref.deleting
         and s.phase in (Phase.PENDING, Phase.PROVISIONING)
-        and not (s.create_requested_at or s.finished_at or s.outcome)
+        and not (s.create_requested_at or s.finished_at or s.run_outcome)
     )
 
 
@@ -712,7 +712,7 @@ def _deadline(spec: TaoBrevJobSpec | None, status: TaoBrevJobStatus, now: dateti
     if spec is None or status.phase is None:
         return None
     if status.phase in (Phase.WAITING_EXEC, Phase.PULLING):
-        if status.outcome:
+        if status.run_outcome:
             return None  # the run ended: only teardown is left
     elif status.phase != Phase.UPLOADING:
         return None

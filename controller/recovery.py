@@ -64,7 +64,7 @@ def may_retry(p: Pass) -> bool:
     return (
         enabled(p)
         and p.spec is not None
-        and not p.s.outcome
+        and not p.s.run_outcome
         and not p.obs.deleting
         and attempt_no(p) < p.spec.recovery.max_attempts
     )
@@ -138,7 +138,7 @@ def release_previous(p: Pass, released: bool) -> None:
 
 def ended_not_switched(p: Pass) -> bool:
     rec = current(p)
-    return rec is not None and rec.ended_at is not None and p.s.outcome is None
+    return rec is not None and rec.ended_at is not None and p.s.run_outcome is None
 
 
 def _next_attempt(p: Pass) -> None:
@@ -296,7 +296,7 @@ def check_budget(p: Pass) -> None:
     """Before the run ended: a reached budget ends it (stop, upload what exists, tear down).
     Running is judged by run_phases.running instead: it looks for the exit first (an exit 0 inside
     the budget, seen late after downtime, is a success) and judges an exit at its own time."""
-    if p.s.outcome or p.phase not in (Phase.PROVISIONING, Phase.WAITING_EXEC, Phase.PULLING):
+    if p.s.run_outcome or p.phase not in (Phase.PROVISIONING, Phase.WAITING_EXEC, Phase.PULLING):
         return
     message = over_budget(p)
     if message is not None:

@@ -30,7 +30,7 @@ from controller.transitions import phase_timeout
 
 
 def pending(p: Pass, namespace: str, name: str, uid: str) -> None:
-    if p.s.outcome:
+    if p.s.run_outcome:
         # Failed validation or canceled before anything existed (a queued job among them):
         # nothing to tear down, and no queue to stand in any more.
         _leave_queue(p)
@@ -43,7 +43,7 @@ def pending(p: Pass, namespace: str, name: str, uid: str) -> None:
         p.requeue = min(p.tun.poll_interval, 1.0)
         return
     if not _preflight_passed(p):
-        if p.s.outcome:  # the problems outlived spec.timeouts.pendingSeconds
+        if p.s.run_outcome:  # the problems outlived spec.timeouts.pendingSeconds
             pending(p, namespace, name, uid)
         return
     if not _admitted(p):
@@ -217,7 +217,7 @@ def provisioning(p: Pass) -> None:
             p.actions.append(ProbeExec(p.instance))
         elif inst.status in (FAILURE, DELETING) or (inst.status in (STOPPED, STOPPING) and p.ephemeral):
             instance_gone_or_failed(p)
-            if p.s.outcome:
+            if p.s.run_outcome:
                 _step_after_end(p)
         elif inst.status == STOPPED and not p.ephemeral:
             _start(p)
@@ -228,7 +228,7 @@ def provisioning(p: Pass) -> None:
 def _provisioning_absent(p: Pass) -> None:
     if p.s.instance_id is not None:
         # Seen before, missing now: suspected lost, like mid-run.
-        if instance_gone_or_failed(p) and p.s.outcome:
+        if instance_gone_or_failed(p) and p.s.run_outcome:
             _step_after_end(p)
         return
     if not p.ephemeral:
@@ -296,7 +296,7 @@ def _create_request(p: Pass) -> CreateRequest:
 
 def waiting_exec(p: Pass) -> None:
     if instance_gone_or_failed(p):
-        if p.s.outcome:
+        if p.s.run_outcome:
             _step_after_end(p)
         return
     # A probe that succeeded counts even if it came back after the deadline (it was given the
@@ -384,7 +384,7 @@ def _grid_offset(period: float, job_id: str) -> float:
 
 def pulling(p: Pass) -> None:
     if instance_gone_or_failed(p):
-        if p.s.outcome:
+        if p.s.run_outcome:
             _step_after_end(p)
         return
     # Like the probe: a pull + staging that succeeded counts even past the deadline.
@@ -436,7 +436,12 @@ def _judge_exit(p: Pass) -> None:
         _upload_then_retry(p)
         return
     elif code == 0:
-        p.end_run(Outcome.SUCCEEDED, reasons.SUCCEEDED, "training container exited 0")
+        # Not Succeeded yet: that takes the results verified in S3 (teardown.uploading).
+        p.end_run(
+            Outcome.SUCCEEDED,
+            reasons.RUN_COMPLETED,
+            "training exited 0; uploading results (Succeeded once they are verified in S3)",
+        )
     elif recovery.may_retry(p) and not _answers_after_exit(p):
         return  # a failure, or the instance going away? asked, see _answers_after_exit
     else:
@@ -518,7 +523,7 @@ def running(p: Pass) -> None:
     if p.obs.exit_code is not None:
         _exited(p, p.obs.exit_code)
         return
-    if p.s.exit_code is not None and not p.s.outcome and p.s.container_exited_at is not None:
+    if p.s.exit_code is not None and not p.s.run_outcome and p.s.container_exited_at is not None:
         _judge_exit(p)  # exited: uploading before the next attempt, or confirming the instance
         return
     if p.spec is None:
@@ -526,10 +531,10 @@ def running(p: Pass) -> None:
         p.enter(Phase.UPLOADING, "spec does not parse; tearing down")
         uploading(p)
         return
-    if not p.s.outcome and instance_gone_or_failed(p) and not p.s.outcome:
+    if not p.s.run_outcome and instance_gone_or_failed(p) and not p.s.run_outcome:
         return  # confirming a suspected loss with brev delete first, or this attempt ended
-    budget = None if p.s.outcome else recovery.over_budget(p)
-    if not p.s.outcome and (p.timed_out() or budget is not None):
+    budget = None if p.s.run_outcome else recovery.over_budget(p)
+    if not p.s.run_outcome and (p.timed_out() or budget is not None):
         if "WaitForExit" in p.obs.completed:
             # Looked in this pass and it still runs: now it really is over time (or budget).
             if not _check_timeout(p) and budget is not None:
@@ -542,7 +547,7 @@ def running(p: Pass) -> None:
             )
             p.requeue = 0.0
             return
-    if p.s.outcome:
+    if p.s.run_outcome:
         stopping(p)
         return
     # Starting a detached checkpoint sync is one short call; the copy never holds up the wait.

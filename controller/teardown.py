@@ -32,6 +32,8 @@ Every state after the run ended reaches `brev delete` of an owned instance withi
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from controller import reasons
 from controller.absence import instance_fate
 from controller.brev.client import DELETING, RUNNING, Instance
@@ -46,6 +48,7 @@ from controller.steps import (
     UploadResults,
     WaitForExit,
 )
+from controller.timestamps import format_time
 from controller.transitions import phase_timeout
 
 # The run ended because nothing on the instance can be reached any more: no stop, no upload.
@@ -89,9 +92,30 @@ def stopping(p: Pass) -> None:
     p.requeue = 0.0
 
 
+def upload_trouble(p: Pass, error: str) -> str:
+    """What a failed upload attempt tells the user (issue 32): what went wrong, how to fix it, and
+    until when the results stay on the instance. At that deadline (spec.timeouts.uploadingSeconds
+    after the upload began, never before one attempt) the job fails UploadFailed and the instance
+    is deleted with them: billing must stop, and an instance kept for results nobody can reach
+    would bill without end."""
+    entered = p.s.phase_times.get(str(Phase.UPLOADING))
+    limit = phase_timeout(p.spec, Phase.UPLOADING)
+    where = p.spec.data.results_uri if p.spec is not None else "the results location"
+    until = (
+        f"until {format_time(entered + timedelta(seconds=limit))}"
+        if entered is not None and limit is not None
+        else "until spec.timeouts.uploadingSeconds runs out"
+    )
+    secret = f" and the keys in Secret {p.spec.credentials.s3.name}" if p.spec is not None else ""
+    return clip(
+        f"upload to {where} failed: {error}; fix the bucket{secret} (spec.credentials.s3); the "
+        f"results stay on instance {p.instance} {until}, then it is deleted and they are lost"
+    )
+
+
 def upload_failed(p: Pass, message: str) -> None:
     # Billing must stop even if results cannot be saved: tear down, and say so.
-    p.s.outcome = Outcome.FAILED
+    p.s.run_outcome = Outcome.FAILED
     p.s.reason = reasons.UPLOAD_FAILED
     p.s.message = clip(message)
     p.events.append(EventNote("Warning", reasons.UPLOAD_FAILED, p.s.message))
@@ -113,7 +137,7 @@ def upload_skipped(p: Pass) -> None:
         # The files (and secrets) go with the instance: no cleanup call that would hang as the
         # upload did and hold up the delete by its whole timeout.
         p.s.cleaned_up_at = p.now
-    if p.s.outcome != Outcome.CANCELED:
+    if p.s.run_outcome != Outcome.CANCELED:
         upload_failed(p, note)
         return
     p.s.teardown_message = note
@@ -131,6 +155,14 @@ def uploading(p: Pass) -> None:
             objects=p.obs.upload.objects,
             bytes=p.obs.upload.bytes,
         )
+        if p.s.run_outcome == Outcome.SUCCEEDED:
+            # The one place a run becomes Succeeded: its results are verified in S3.
+            p.s.reason = reasons.SUCCEEDED
+            p.s.message = clip(
+                f"training exited 0; results verified in S3 ({p.obs.upload.objects} objects, "
+                f"{p.obs.upload.bytes} bytes)"
+            )
+            p.events.append(EventNote("Normal", reasons.SUCCEEDED, p.s.message))
         p.enter(Phase.DELETED, f"uploaded {p.obs.upload.objects} objects; tearing down")
         teardown(p)
         return
@@ -140,7 +172,7 @@ def uploading(p: Pass) -> None:
     fate = instance_fate(p)
     if fate is not None and attempts:
         # Nothing left to upload from: say so (the results are lost), whatever the run's outcome.
-        p.s.outcome = Outcome.FAILED
+        p.s.run_outcome = Outcome.FAILED
         p.s.reason, message = fate
         p.s.message = f"{message}; the results were not uploaded"
         p.events.append(EventNote("Warning", p.s.reason, p.s.message))
@@ -187,11 +219,17 @@ def teardown(p: Pass) -> None:
         return
     if name and p.deletes_instance() and not _instance_released(p):
         return
+    if p.s.run_outcome == Outcome.SUCCEEDED and p.s.uploaded_at is None:
+        # A run that exited 0 whose results never reached S3 (nothing left to upload from) did
+        # not succeed: never a Succeeded without verified results.
+        p.s.run_outcome = Outcome.FAILED
+        p.s.reason = reasons.UPLOAD_FAILED
+        p.s.message = clip(f"{p.s.message or 'training exited 0'}; the results were not uploaded")
     p.s.finished_at = p.now
     p.s.teardown_message = None
     released = "deleted" if p.deletes_instance() else "left running (retained)"
-    outcome = p.s.outcome or Outcome.CANCELED
-    p.s.outcome = outcome
+    outcome = p.s.run_outcome or Outcome.CANCELED
+    p.s.run_outcome = outcome
     results = f"; results in {p.s.results.uri}" if p.s.uploaded_at and p.s.results else ""
     touched = not p.owned or p.asked_brev()
     instance = f"; instance {name} {released}" if name and touched else ""

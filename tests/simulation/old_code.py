@@ -176,7 +176,7 @@ def _budget_before_exit(mp: pytest.MonkeyPatch) -> None:
 
     def check_budget(p: decision_pass.Pass) -> None:
         running = (Phase.PROVISIONING, Phase.WAITING_EXEC, Phase.PULLING, Phase.RUNNING)
-        if p.s.outcome or p.phase not in running:
+        if p.s.run_outcome or p.phase not in running:
             return
         message = recovery.over_budget(p)
         if message is not None:

@@ -201,7 +201,7 @@ class Simulation:
         name = inst.name if inst is not None else ""
         for obj in self.kube.objects.values():
             st = obj.status
-            if obj.deletion_requested or st.get("outcome") or st.get("finishedAt"):
+            if obj.deletion_requested or st.get("runOutcome") or st.get("outcome") or st.get("finishedAt"):
                 continue
             if st.get("phase") in ("Deleted",):
                 continue
@@ -229,6 +229,7 @@ class Simulation:
             "phase",
             "reason",
             "outcome",
+            "runOutcome",
             "instanceId",
             "absentListings",
             "uploadAttempts",
@@ -244,11 +245,11 @@ class Simulation:
             if after.get(key):
                 job.instance_names.add(after[key])
                 self.by_instance_name[after[key]] = job
-        # Until issue 32 ("Succeeded comes with the verified results"), an exit 0 says Succeeded
-        # before the upload, and a failed upload turns it into Failed UploadFailed.
-        flipped = before.get("outcome") == "Succeeded" and after.get("outcome") != "Succeeded"
-        if flipped and after.get("reason") != "UploadFailed":
+        # Succeeded comes with the verified results (issue 32), and then never flips.
+        if before.get("outcome") == "Succeeded" and after.get("outcome") != "Succeeded":
             self.violation(f"{job.name}: Succeeded flipped to {after.get('outcome')}")
+        if after.get("outcome") == "Succeeded" and not after.get("uploadedAt"):
+            self.violation(f"{job.name}: outcome Succeeded without results verified in S3 (uploadedAt)")
         if before.get("finishedAt") and after.get("finishedAt") != before.get("finishedAt"):
             self.violation(
                 f"{job.name}: finishedAt changed {before.get('finishedAt')} -> {after.get('finishedAt')}"

@@ -253,12 +253,25 @@ def test_a_log_tail_interval_within_one_wait_reads_it_every_wait() -> None:
 def test_exit_zero_uploads_then_deletes_then_finishes_succeeded() -> None:
     d = decide(at(Phase.RUNNING), instance=running(), exit_code=0, log_tail=("epoch 1 loss 0.5",))
     assert d.status.phase is Phase.UPLOADING
-    assert d.status.outcome is Outcome.SUCCEEDED
+    # Exited 0 is not Succeeded yet (issue 32): nothing a user reads says so before the results
+    # are verified in S3.
+    assert d.status.run_outcome is Outcome.SUCCEEDED
+    assert d.status.outcome is None
+    assert d.status.reason == reasons.RUN_COMPLETED
+    assert "uploading results" in (d.status.message or "")
+    assert cond(d.status, "Succeeded") == "Unknown"
+    assert [(e.type, e.reason) for e in d.events if e.reason != "Uploading"] == [
+        ("Normal", reasons.RUN_COMPLETED)
+    ]
     assert d.status.exit_code == 0
     assert d.status.last_log_lines == ["epoch 1 loss 0.5"]
     assert kinds(d) == [UploadResults]
     d = decide(d.status, instance=running(), upload=UploadSummary(objects=3, bytes=300))
     assert d.status.phase is Phase.DELETED
+    assert d.status.outcome is Outcome.SUCCEEDED
+    assert d.status.reason == reasons.SUCCEEDED
+    assert ("Normal", reasons.SUCCEEDED) in [(e.type, e.reason) for e in d.events]
+    assert cond(d.status, "Succeeded") == "True"
     assert d.status.results is not None
     assert d.status.results.objects == 3
     assert kinds(d) == [CleanupWorkload]
@@ -273,7 +286,8 @@ def test_exit_zero_uploads_then_deletes_then_finishes_succeeded() -> None:
     assert d.status.finished_at == T0
     assert d.status.outcome is Outcome.SUCCEEDED
     assert d.status.message == (
-        f"Succeeded: training container exited 0; results in s3://bucket/out; instance {INST} deleted"
+        "Succeeded: training exited 0; results verified in S3 (3 objects, 300 bytes); "
+        f"results in s3://bucket/out; instance {INST} deleted"
     )
     assert cond(d.status, "Ready") == "True"
     assert cond(d.status, "Succeeded") == "True"

@@ -397,7 +397,7 @@ def test_a_container_that_exited_0_during_downtime_succeeds() -> None:
         exit_finished_at=T0 + timedelta(minutes=20),
         completed=("WaitForExit",),
     )
-    assert d.status.outcome is Outcome.SUCCEEDED
+    assert d.status.run_outcome is Outcome.SUCCEEDED
     assert d.status.container_exited_at == T0 + timedelta(minutes=20)
 
 
@@ -429,7 +429,8 @@ def test_uploading_past_its_deadline_after_downtime_still_tries_once() -> None:
 
 def test_succeeded_is_true_only_once_the_results_are_uploaded() -> None:
     d = decide(at(Phase.RUNNING), instance=running(), exit_code=0)
-    assert d.status.outcome is Outcome.SUCCEEDED
+    assert d.status.run_outcome is Outcome.SUCCEEDED
+    assert d.status.outcome is None  # not until the results are verified
     assert cond(d.status, "Succeeded") == "Unknown"
     d = decide(d.status, instance=running(), upload=UploadSummary(objects=1, bytes=1))
     assert cond(d.status, "Succeeded") == "True"
@@ -438,7 +439,7 @@ def test_succeeded_is_true_only_once_the_results_are_uploaded() -> None:
 def test_succeeded_never_flips_back() -> None:
     d = decide(at(Phase.RUNNING), instance=running(), exit_code=0)
     d = decide(d.status, instance=running(), upload=UploadSummary(objects=1, bytes=1))
-    later = d.status.model_copy(update={"outcome": Outcome.FAILED, "reason": reasons.UPLOAD_FAILED})
+    later = d.status.model_copy(update={"run_outcome": Outcome.FAILED, "reason": reasons.UPLOAD_FAILED})
     d = decide(later, instance=running(), now=T0 + P)
     assert cond(d.status, "Succeeded") == "True"
 

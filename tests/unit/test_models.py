@@ -416,7 +416,7 @@ def test_api_field_names_match_the_contract() -> None:
     }  # fmt: skip
     status = crdgen.openapi_schema()["properties"]["status"]["properties"]
     assert set(status) == {
-        "phase", "outcome", "reason", "message", "observedGeneration", "jobId", "instanceName",
+        "phase", "outcome", "runOutcome", "reason", "message", "observedGeneration", "jobId", "instanceName",
         "instanceCreated", "backendRef", "gpu", "phaseTimes", "createRequestedAt", "containerStartedAt",
         "containerExitedAt", "uploadedAt", "deleteRequestedAt", "finishedAt", "exitCode", "lastLogLines",
             "startRequestedAt", "cleanedUpAt", "teardownMessage",

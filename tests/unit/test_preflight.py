@@ -235,3 +235,33 @@ def test_the_listing_shows_which_pending_jobs_wait_for_their_inputs() -> None:
     assert JobFacts.from_body(body).inputs_pending
     body["status"] = {"phase": "Pending", "preflight": {"passedAt": "2026-11-29T12:00:00Z"}}
     assert not JobFacts.from_body(body).inputs_pending
+
+
+# --- an honest outcome while the results are not safe --------------------------------------------
+
+
+def test_a_failing_upload_after_exit_0_never_shows_succeeded_and_says_fix_and_deadline() -> None:
+    from controller.steps import ActionFailure
+    from tests.unit.test_machine import at, running
+
+    d = decide(at(Phase.RUNNING), instance=running(), exit_code=0)
+    assert d.status.phase is Phase.UPLOADING and d.status.outcome is None
+    entered = d.status.phase_times["Uploading"]
+    failure = ActionFailure("UploadResults", "UploadFailed", "NoSuchBucket: the bucket does not exist", False)
+    d = decide(d.status, instance=running(), failure=failure, now=entered + timedelta(seconds=5))
+    s = d.status
+    assert s.outcome is None and s.reason == reasons.RUN_COMPLETED  # still not Succeeded
+    assert cond(s, "Succeeded") == "Unknown"
+    (warning,) = [e for e in d.events if e.type == "Warning"]
+    for text in (warning.message, s.teardown_message or ""):
+        assert "NoSuchBucket" in text
+        assert "s3://bucket/out" in text and "Secret s3" in text  # what to fix
+        assert "until 2026-11-29T12:10:00Z" in text  # uploadingSeconds=600 after the upload began
+        assert "then it is deleted and they are lost" in text
+    # The same streak posts no second Warning.
+    d = decide(s, instance=running(), failure=failure, now=entered + timedelta(seconds=20))
+    assert [e for e in d.events if e.type == "Warning"] == []
+    # Past the deadline: Failed UploadFailed, torn down; it never said Succeeded.
+    d = decide(d.status, instance=running(), now=entered + timedelta(seconds=601))
+    assert d.status.outcome is Outcome.FAILED and d.status.reason == reasons.UPLOAD_FAILED
+    assert d.status.phase is Phase.DELETED

@@ -480,7 +480,7 @@ def test_an_exit_inside_the_budget_seen_after_downtime_succeeds() -> None:
         exit_finished_at=exited,
         completed=("WaitForExit",),
     )
-    assert d.status.outcome is Outcome.SUCCEEDED, (d.status.reason, d.status.message)
+    assert d.status.run_outcome is Outcome.SUCCEEDED, (d.status.reason, d.status.message)
 
 
 def test_an_exit_seen_in_the_pass_after_the_budget_passed_is_judged_at_its_time() -> None:
@@ -494,7 +494,7 @@ def test_an_exit_seen_in_the_pass_after_the_budget_passed_is_judged_at_its_time(
         exit_finished_at=exited,
         completed=("WaitForExit",),
     )
-    assert d.status.outcome is Outcome.SUCCEEDED, (d.status.reason, d.status.message)
+    assert d.status.run_outcome is Outcome.SUCCEEDED, (d.status.reason, d.status.message)
 
 
 def test_an_exit_after_the_budget_passed_is_over_budget() -> None:
