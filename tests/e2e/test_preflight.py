@@ -106,3 +106,43 @@ def test_problems_that_outlive_pending_seconds_fail_the_job_with_nothing_created
     assert "spec.timeouts.pendingSeconds=10" in status["message"]
     assert cond(status, "Stalled")["status"] == "True"
     assert creates(stack) == 0 and stack.sim.created_count() == 0
+
+
+def test_a_run_whose_upload_fails_never_shows_succeeded(stack: Stack) -> None:
+    """The results bucket disappears during the run (after the pre-flight passed): the training
+    exits 0, every upload fails, and nothing a user reads ever says Succeeded."""
+    job = stack.job_manifest(
+        "lostbucket", simulation={"epochs": 3, "epoch_seconds": 3}, timeouts={"uploadingSeconds": 30}
+    )
+    job["spec"]["recovery"] = {"maxAttempts": 1}
+    stack.apply(job)
+    stack.wait_for(
+        "lostbucket",
+        lambda o: ((o or {}).get("status") or {}).get("phase") == "Running",
+        "the job to run",
+    )
+    client = stack.s3.client()
+    for obj in client.list_objects_v2(Bucket=stack.bucket).get("Contents", []):
+        client.delete_object(Bucket=stack.bucket, Key=obj["Key"])
+    client.delete_bucket(Bucket=stack.bucket)
+
+    seen: list[tuple[str | None, str | None]] = []
+
+    def finished(obj: dict[str, Any] | None) -> bool:
+        status = (obj or {}).get("status") or {}
+        seen.append((status.get("outcome"), status.get("reason")))
+        return bool(status.get("finishedAt"))
+
+    obj = stack.wait_for("lostbucket", finished, "the job to finish", timeout=240)
+    assert obj is not None
+    status = obj["status"]
+    assert (status["outcome"], status["reason"]) == ("Failed", "UploadFailed")
+    assert status["runOutcome"] == "Failed"
+    assert ("Succeeded" not in {o for o, _ in seen}) and ("Succeeded" not in {r for _, r in seen}), seen
+    assert (None, "RunCompleted") in seen, "the exit was shown as what it is while uploading"
+    assert cond(status, "Succeeded")["status"] == "False"
+    events = stack.events("lostbucket")
+    assert "Succeeded" not in [e["reason"] for e in events]
+    warnings = [e["message"] for e in events if e["type"] == "Warning"]
+    assert any("then it is deleted and they are lost" in m and "until" in m for m in warnings), warnings
+    assert stack.live_instances() == []
