@@ -73,6 +73,8 @@ class JobFacts:
     # Its pre-flight fails (a Secret, bucket or input not there yet): outside the queue, like a
     # suspended job, so it never holds back the jobs behind it (controller/preflight.py).
     inputs_pending: bool = False
+    # spec.dryRun: a plan only, never admitted; outside the queue too.
+    dry_run: bool = False
 
     @property
     def holds_slot(self) -> bool:
@@ -80,7 +82,8 @@ class JobFacts:
 
     @property
     def waiting(self) -> bool:
-        return not self.admitted and not self.finished and not self.deleting and not self.inputs_pending
+        held = self.inputs_pending or self.dry_run
+        return not self.admitted and not self.finished and not self.deleting and not held
 
     def order_key(self) -> tuple[int, datetime, str, str, str]:
         return (-self.priority, self.created, self.name, self.namespace, self.uid)
@@ -107,6 +110,7 @@ class JobFacts:
             creates_instance=not instance.get("reuse"),
             gpus=gpus_of(spec),
             inputs_pending=phase in (None, "Pending") and bool(_map(status, "preflight").get("failingSince")),
+            dry_run=spec.get("dryRun") is True,
         )
 
 

@@ -120,6 +120,7 @@ def build(settings: Settings, events: EventSink) -> App:
             prices=prices,
             arrivals=SecretArrivals(read_secret, settings.secret_poll_interval),
             max_age=settings.preflight_max_age,
+            helper_images=(load_versions().images.aws_cli,),
             clock=lambda: datetime.now(UTC),
         )
 

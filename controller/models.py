@@ -753,6 +753,15 @@ class TaoBrevJobSpec(_SpecModel):
             "on (delete the job to stop it). Kueue's spec.suspend vocabulary."
         ),
     )
+    dry_run: bool = Field(
+        default=False,
+        description=(
+            "Plan only: the operator runs the pre-flight and writes status.plan (the instance types "
+            "it would ask Brev for with their prices, the images, the cost ceiling, what goes where "
+            "in S3) and creates nothing. Set it to false to run the job as planned. "
+            "`kubectl taobrev plan -f job.yaml` does this for you."
+        ),
+    )
 
     @model_validator(mode="after")
     def _no_env_collision(self) -> Self:
@@ -903,6 +912,33 @@ class PreflightStatus(_StatusModel):
     )
 
 
+class PlanStatus(_StatusModel):
+    """What the operator would do (spec.dryRun), from the pre-flight: nothing was created."""
+
+    planned_at: Timestamp | None = Field(default=None, description="When the plan was made.")
+    instance_types: list[str] = Field(
+        default_factory=list,
+        max_length=16,
+        description="Instance types `brev create` would try, in fallback order, with their hourly price.",
+    )
+    reuse: str | None = Field(default=None, description="The existing instance the job would run on.")
+    images: list[str] = Field(default_factory=list, description="Images pulled on the instance.")
+    inputs: list[str] = Field(default_factory=list, description="S3 inputs and where they are staged.")
+    uploads: list[str] = Field(default_factory=list, description="What is uploaded where in S3.")
+    max_billed_seconds: int | None = Field(
+        default=None,
+        description="The most the job can bill: every phase's timeout and attempt, or the budget.",
+    )
+    cost_ceiling_dollars: float | None = Field(
+        default=None,
+        description="max billed seconds x the dearest candidate's price, capped by "
+        "spec.budget.maxCostDollars.",
+    )
+    ready: bool | None = Field(
+        default=None, description="Whether the pre-flight passed (the job could start)."
+    )
+
+
 class TaoBrevJobStatus(_StatusModel):
     """Written only by the operator, through the status subresource."""
 
@@ -1044,6 +1080,7 @@ class TaoBrevJobStatus(_StatusModel):
     preflight: PreflightStatus | None = Field(
         default=None, description="The checks made before anything is created (Pending)."
     )
+    plan: PlanStatus | None = Field(default=None, description="What the job would do (spec.dryRun).")
     billed_seconds: int | None = Field(
         default=None, ge=0, description="Billed instance seconds over all attempts."
     )

@@ -47,6 +47,7 @@ class Preflight:
         s3: S3Checks,
         prices: PriceBook | None,
         arrivals: SecretArrivals | None = None,
+        helper_images: tuple[str, ...] = (),
         max_age: float = 300.0,
         clock: Callable[[], datetime],
         monotonic: Callable[[], float] = time.monotonic,
@@ -56,6 +57,8 @@ class Preflight:
         self._s3 = s3
         self._prices = prices
         self._arrivals = arrivals
+        # Pulled on the instance besides the job's own image (the aws-cli for S3 transfers).
+        self._helper_images = helper_images
         self._max_age = max_age
         self._clock = clock
         self._monotonic = monotonic
@@ -146,7 +149,12 @@ class Preflight:
             else:
                 found, candidates = selection_problems(ephemeral, catalog)
                 problems += found
-        return Verdict(checked_at=now, problems=tuple(problems), candidates=tuple(candidates))
+        return Verdict(
+            checked_at=now,
+            problems=tuple(problems),
+            candidates=tuple(candidates),
+            images=(spec.task.image, *self._helper_images),
+        )
 
     async def _absent(self, namespace: str, spec: TaoBrevJobSpec) -> tuple[SecretKey, ...]:
         """The Secrets the job names that do not exist: whichever appears, the job checks again

@@ -48,6 +48,8 @@ class Verdict:
     # The instance types `brev create` would be asked for, in fallback order, with their hourly
     # price (None: unknown); empty for a reused instance.
     candidates: tuple[tuple[str, float | None], ...] = ()
+    # The images the run pulls on the instance (the TAO image, then the S3 transfer tool's).
+    images: tuple[str, ...] = ()
 
     @property
     def passed(self) -> bool:

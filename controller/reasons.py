@@ -87,5 +87,7 @@ NO_INSTANCE_TYPE_MATCHES = "NoInstanceTypeMatches"
 PRICE_UNKNOWN = "PriceUnknown"
 CATALOG_UNAVAILABLE = "CatalogUnavailable"
 IMAGE_REFERENCE_INVALID = "ImageReferenceInvalid"
-# Events: the pre-flight found nothing wrong (after problems), and waiting ran out.
+# Events: the pre-flight found nothing wrong (after problems).
 PREFLIGHT_PASSED = "PreflightPassed"
+# spec.dryRun: the plan is in status.plan; nothing is created.
+DRY_RUN = "DryRun"

@@ -251,7 +251,7 @@ class Reconciler:
         spec, spec_error = self._spec(ref)
 
         verdict = await self._preflight_verdict(ref, spec, status)
-        admission = await self._admission(ref, spec, status) if verdict is None or verdict.passed else None
+        admission = await self._admission(ref, spec, status) if _may_admit(spec, verdict) else None
         # A queued job reads no Secrets on each pass (its first pass checked them already).
         queued = admission is not None and not admission.admitted
         secrets, blocker, trouble = await self._pass_secrets(ref, spec, status, queued)
@@ -284,8 +284,9 @@ class Reconciler:
                 status = decision.status
                 try:
                     verdict = await self._preflight_verdict(ref, spec, status)
-                    passed = verdict is None or verdict.passed
-                    admission = await self._admission(ref, spec, status) if passed else None
+                    admission = (
+                        await self._admission(ref, spec, status) if _may_admit(spec, verdict) else None
+                    )
                     obs = (await self._observe(status, ref, blocker)).with_(
                         failure=trouble, admission=admission, preflight=verdict
                     )
@@ -606,6 +607,12 @@ class Reconciler:
             self._recorder.instance_uptime(
                 ref.namespace, ref.name, new.instance_name, (now - created).total_seconds()
             )
+
+
+def _may_admit(spec: TaoBrevJobSpec | None, verdict: Verdict | None) -> bool:
+    """Ask the quotas for a slot only for a job that could start: its pre-flight passed (or none
+    is wired) and it is no dry run (the fleet records an admission the moment it grants one)."""
+    return not (spec is not None and spec.dry_run) and (verdict is None or verdict.passed)
 
 
 def _holdable(decision: Decision, ref: JobRef) -> bool:

@@ -12,7 +12,9 @@ from controller.backoff import exponential
 from controller.brev.client import DELETING, FAILURE, RUNNING, STOPPED, STOPPING, CreateRequest
 from controller.decision_pass import Pass
 from controller.models import Outcome, Phase, PreflightProblem, PreflightStatus
-from controller.preflight_checks import MAX_PROBLEMS
+from controller.plan import build_plan, priced
+from controller.plan import summary as plan_summary
+from controller.preflight_checks import MAX_PROBLEMS, Verdict
 from controller.status_text import clip, log_lines
 from controller.steps import (
     CreateInstance,
@@ -42,6 +44,9 @@ def pending(p: Pass, namespace: str, name: str, uid: str) -> None:
         p.s.message = "waiting for the finalizer before creating anything"
         p.requeue = min(p.tun.poll_interval, 1.0)
         return
+    if p.spec is not None and p.spec.dry_run:
+        _plan_only(p)
+        return
     if not _preflight_passed(p):
         if p.s.run_outcome:  # the problems outlived spec.timeouts.pendingSeconds
             pending(p, namespace, name, uid)
@@ -67,9 +72,7 @@ def _preflight_passed(p: Pass) -> bool:
     verdict = p.obs.preflight
     if verdict is None or p.s.admitted_at is not None or p.spec is None:
         return True
-    record = (p.s.preflight or PreflightStatus()).model_copy()
-    record.checked_at = verdict.checked_at
-    record.candidates = [_priced(t, price) for t, price in verdict.candidates[:16]]
+    record = _recorded(p, verdict)
     if verdict.passed:
         if record.failing_since is not None:
             p.events.append(EventNote("Normal", reasons.PREFLIGHT_PASSED, "pre-flight checks passed"))
@@ -84,10 +87,6 @@ def _preflight_passed(p: Pass) -> bool:
     found = clip("; ".join(problem.message for problem in verdict.problems))
     if record.failing_since is None:
         record.failing_since = verdict.checked_at
-    record.problems = [
-        PreflightProblem(field=pr.field, reason=pr.reason, message=clip(pr.message, 1024))
-        for pr in verdict.problems[:MAX_PROBLEMS]
-    ]
     p.s.preflight = record
     limit = p.spec.timeouts.pending_seconds
     waited = int((p.now - record.failing_since).total_seconds())
@@ -111,8 +110,38 @@ def _preflight_passed(p: Pass) -> bool:
     return False
 
 
-def _priced(instance_type: str, price: float | None) -> str:
-    return f"{instance_type} (${price:.2f}/h)" if price is not None else f"{instance_type} (price unknown)"
+def _recorded(p: Pass, verdict: Verdict) -> PreflightStatus:
+    """status.preflight updated with this verdict (the caller decides the streak and stores it)."""
+    record = (p.s.preflight or PreflightStatus()).model_copy()
+    record.checked_at = verdict.checked_at
+    record.candidates = [priced(t, price) for t, price in verdict.candidates[:16]]
+    record.problems = [
+        PreflightProblem(field=pr.field, reason=pr.reason, message=clip(pr.message, 1024))
+        for pr in verdict.problems[:MAX_PROBLEMS]
+    ]
+    return record
+
+
+def _plan_only(p: Pass) -> None:
+    """spec.dryRun: say what the job would do and create nothing (never admitted, never failed
+    for its problems: a plan shows them). Re-planned every backoff_max while it stays a dry run."""
+    assert p.spec is not None
+    verdict = p.obs.preflight
+    if verdict is not None:
+        p.s.preflight = _recorded(p, verdict)
+    first = p.s.plan is None
+    p.s.plan = build_plan(p.spec, verdict, p.s.job_id or "")
+    found = "; ".join(pr.message for pr in (verdict.problems if verdict else ()))
+    state = f"pre-flight problems: {found}" if found else "pre-flight passed"
+    if verdict is None:
+        state = "pre-flight not run (TAOBREV_PREFLIGHT=false)"
+    p.s.reason = reasons.DRY_RUN
+    p.s.message = clip(
+        f"dry run, nothing created: {plan_summary(p.s.plan)}; {state}; set spec.dryRun to false to run"
+    )
+    if first:
+        p.events.append(EventNote("Normal", reasons.DRY_RUN, p.s.message))
+    p.requeue = p.tun.backoff_max
 
 
 def _admitted(p: Pass) -> bool:

@@ -157,14 +157,18 @@ def health(obj: dict[str, Any]) -> dict[str, str]:
 
 def test_argocd_health_of_a_succeeding_run(stack: Stack) -> None:
     """Every status of a successful run is Progressing until the run has finished (results
-    uploaded, instance deleted, even after outcome is Succeeded), then Healthy."""
+    uploaded, instance deleted, even after outcome is Succeeded), then Healthy. While the results
+    upload after the exit, outcome is not Succeeded yet (issue 32)."""
     versions = run_job(stack, "argo-ok")
     running = [
         v for v in versions if v["status"].get("phase") == "Running" and not v["status"].get("outcome")
     ]
+    uploading = [v for v in versions if v["status"].get("phase") == "Uploading"]
     tearing_down = [v for v in versions if v["status"].get("outcome") and not v["status"].get("finishedAt")]
     assert running, [signature(v) for v in versions]
+    assert uploading, [signature(v) for v in versions]
     assert tearing_down, [signature(v) for v in versions]
+    assert all("outcome" not in v["status"] for v in uploading), [signature(v) for v in uploading]
 
     for v in versions:
         status, result = v["status"], health(v)
@@ -176,8 +180,9 @@ def test_argocd_health_of_a_succeeding_run(stack: Stack) -> None:
             assert f"phase {status['phase']}" in result["message"]
 
     check_fixture("real-running", running[0], "Progressing", ["phase Running"])
+    check_fixture("real-succeeded-uploading", uploading[0], "Progressing", ["phase Uploading"])
     check_fixture(
-        "real-succeeded-uploading", tearing_down[0], "Progressing", ["phase Uploading", "outcome Succeeded"]
+        "real-succeeded-tearing-down", tearing_down[0], "Progressing", ["phase Deleted", "outcome Succeeded"]
     )
     check_fixture("real-succeeded", versions[-1], "Healthy", ["phase Deleted", "outcome Succeeded"])
 

@@ -396,6 +396,7 @@ def test_api_field_names_match_the_contract() -> None:
     props = crdgen.openapi_schema()["properties"]["spec"]["properties"]
     assert set(props) == {
         "task", "instance", "data", "credentials", "timeouts", "recovery", "budget", "priority", "suspend",
+        "dryRun",
     }  # fmt: skip
     assert set(props["task"]["properties"]) == {
         "image", "networkArch", "action", "specPath", "specContent", "args", "env", "gpus", "shmSize",
@@ -425,7 +426,7 @@ def test_api_field_names_match_the_contract() -> None:
         "deleteAcceptedAt", "absentListings", "absentSince", "absentCheckedAt", "stalledReason",
         "stalledMessage", "attempt", "attempts", "checkpoint", "billedSeconds", "estimatedCostDollars",
         "costKnown",
-        "admittedAt", "queueReason", "queueMessage", "queuePosition", "preflight",
+        "admittedAt", "queueReason", "queueMessage", "queuePosition", "preflight", "plan",
     }  # fmt: skip
     assert set(props["recovery"]["properties"]) == {
         "maxAttempts", "checkpointIntervalSeconds", "retryOnExitCodes",

@@ -265,3 +265,65 @@ def test_a_failing_upload_after_exit_0_never_shows_succeeded_and_says_fix_and_de
     d = decide(d.status, instance=running(), now=entered + timedelta(seconds=601))
     assert d.status.outcome is Outcome.FAILED and d.status.reason == reasons.UPLOAD_FAILED
     assert d.status.phase is Phase.DELETED
+
+
+# --- a plan before a run (spec.dryRun) -----------------------------------------------------------
+
+
+def dry_run_spec(**budget: Any) -> TaoBrevJobSpec:
+    raw = EPHEMERAL.model_dump(by_alias=True, exclude_none=True)
+    raw["dryRun"] = True
+    raw["recovery"] = {"maxAttempts": 2, "checkpointIntervalSeconds": 600}
+    if budget:
+        raw["budget"] = budget
+    return TaoBrevJobSpec.parse(raw)
+
+
+def test_a_dry_run_plans_and_creates_nothing_even_when_its_preflight_passes() -> None:
+    spec_ = dry_run_spec()
+    verdict = Verdict(
+        checked_at=T0,
+        candidates=(("g6e.xlarge", 1.86), ("g6e.2xlarge", 2.24)),
+        images=("nvcr.io/nvidia/tao/tao-toolkit:6.0.0-pyt", "public.ecr.aws/aws-cli/aws-cli:2"),
+    )
+    d = decide(pending_job(), spec_=spec_, preflight=verdict)
+    s = d.status
+    assert s.phase is Phase.PENDING and s.admitted_at is None and d.actions == ()
+    assert s.reason == reasons.DRY_RUN
+    plan = s.plan
+    assert plan is not None and plan.ready is True
+    assert plan.instance_types == ["g6e.xlarge ($1.86/h)", "g6e.2xlarge ($2.24/h)"]
+    assert plan.images[0] == "nvcr.io/nvidia/tao/tao-toolkit:6.0.0-pyt"
+    # Every billed phase's timeout (waitingExec 600, running 3600, uploading 600 in this spec;
+    # provisioning 1800, pulling 3600, deleting 900 by default) over 2 attempts.
+    assert plan.max_billed_seconds == 2 * (1800 + 600 + 3600 + 3600 + 600 + 900)
+    assert plan.cost_ceiling_dollars == round(plan.max_billed_seconds / 3600 * 2.24, 2)
+    assert any(u.startswith("s3://bucket/out/checkpoints/") for u in plan.uploads)
+    assert "would create g6e.xlarge ($1.86/h), then g6e.2xlarge ($2.24/h)" in (s.message or "")
+    assert "set spec.dryRun to false to run" in (s.message or "")
+    assert [e.reason for e in d.events] == [reasons.DRY_RUN]
+    # Still a plan on the next pass: no second Event, never admitted.
+    d = decide(s, spec_=spec_, preflight=verdict, now=T0 + timedelta(seconds=60))
+    assert d.status.admitted_at is None and d.events == ()
+
+
+def test_a_dry_run_shows_its_problems_and_the_budget_caps_the_ceiling_but_never_fails() -> None:
+    spec_ = dry_run_spec(maxCostDollars=5, maxBilledSeconds=3600)
+    verdict = Verdict(checked_at=T0, problems=(PROBLEM,), candidates=(("g6e.xlarge", 1.86),))
+    s = decide(pending_job(), spec_=spec_, preflight=verdict).status
+    later = Verdict(
+        checked_at=T0 + timedelta(days=1), problems=(PROBLEM,), candidates=(("g6e.xlarge", 1.86),)
+    )
+    d = decide(s, spec_=spec_, preflight=later, now=T0 + timedelta(days=1))
+    assert d.status.run_outcome is None  # a plan never fails for its problems
+    plan = d.status.plan
+    assert plan is not None and plan.ready is False
+    assert plan.max_billed_seconds == 3600 and plan.cost_ceiling_dollars == 1.86
+    assert "bucket 'nope' does not exist" in (d.status.message or "")
+
+
+def test_turning_the_dry_run_off_runs_the_job() -> None:
+    verdict = Verdict(checked_at=T0, candidates=(("g6e.xlarge", 1.86),))
+    s = decide(pending_job(), spec_=dry_run_spec(), preflight=verdict).status
+    d = decide(s, preflight=verdict, now=T0 + timedelta(seconds=5))
+    assert d.status.phase is Phase.PROVISIONING and d.status.admitted_at is not None
