@@ -142,8 +142,7 @@ resolve-digests: $(STAMP) ## Release: pin versions.yaml's images (and deploy/bas
 CHECKOV_VENV ?= $(HOME)/.cache/taobrev-operator/checkov-venv
 .PHONY: policy
 policy: $(STAMP) ## checkov on the rendered deploy/ kustomizations (checkov in its own cached venv; accepted skips in .checkov.yaml)
-	@test -x $(CHECKOV_VENV)/bin/checkov || { rm -rf $(CHECKOV_VENV) && $(PYTHON) -m venv $(CHECKOV_VENV) && \
-	  $(CHECKOV_VENV)/bin/pip install --quiet "checkov==3.3.30"; } || { echo "could not install checkov==3.3.30 into $(CHECKOV_VENV)"; exit 1; }
+	@CHECKOV_VENV=$(CHECKOV_VENV) $(PY) -m tests.devenv.checkov >/dev/null
 	$(PY) deploy/tools/policy_check.py --checkov $(CHECKOV_VENV)/bin/checkov
 
 .PHONY: lock

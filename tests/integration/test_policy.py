@@ -7,7 +7,6 @@ cores) and fails loudly if it cannot: a missing checker is a broken environment,
 
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
 import sys
@@ -16,27 +15,20 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.devenv import checkov as checkov_install
+
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
 TOOL = DEPLOY / "tools" / "policy_check.py"
-CHECKOV_VERSION = "3.3.30"
-CHECKOV_VENV = Path(
-    os.environ.get("CHECKOV_VENV", Path.home() / ".cache" / "taobrev-operator" / "checkov-venv")
-)
+CHECKOV_VERSION = checkov_install.VERSION
 
 
 @pytest.fixture(scope="module")
 def checkov() -> str:
-    exe = CHECKOV_VENV / "bin" / "checkov"
-    if not exe.exists():
-        shutil.rmtree(CHECKOV_VENV, ignore_errors=True)
-        for cmd in (
-            [sys.executable, "-m", "venv", str(CHECKOV_VENV)],
-            [str(CHECKOV_VENV / "bin" / "pip"), "install", "--quiet", f"checkov=={CHECKOV_VERSION}"],
-        ):
-            done = subprocess.run(cmd, capture_output=True, text=True, check=False, timeout=1200)
-            if done.returncode != 0:
-                pytest.fail(f"cannot install checkov=={CHECKOV_VERSION} into {CHECKOV_VENV}:\n{done.stderr}")
+    try:
+        exe = checkov_install.ensure()
+    except checkov_install.CheckovUnavailable as exc:
+        pytest.fail(str(exc))
     version = subprocess.run([str(exe), "--version"], capture_output=True, text=True, check=True, timeout=300)
     assert version.stdout.strip() == CHECKOV_VERSION, version.stdout
     return str(exe)
