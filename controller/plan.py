@@ -28,14 +28,14 @@ def priced(instance_type: str, price: float | None) -> str:
     return f"{instance_type} (${price:.2f}/h)" if price is not None else f"{instance_type} (price unknown)"
 
 
-def build_plan(spec: TaoBrevJobSpec, verdict: Verdict | None, job_id: str) -> PlanStatus:
+def build_plan(spec: TaoBrevJobSpec, verdict: Verdict | None) -> PlanStatus:
     ephemeral = spec.instance.ephemeral
     results = spec.data.results_uri.rstrip("/")
     uploads = [f"{results}/results/ <- {RESULTS_DIR}", f"{results}/logs/ <- the container log"]
     attempts = spec.recovery.max_attempts if ephemeral is not None else 1
     if attempts > 1:
         uploads.append(
-            f"{results}/checkpoints/{job_id}/ <- {RESULTS_DIR} every "
+            f"{results}/checkpoints/<job id>/ <- {RESULTS_DIR} every "
             f"{spec.recovery.checkpoint_interval_seconds}s while it runs"
         )
     plan = PlanStatus(

@@ -130,7 +130,7 @@ def _plan_only(p: Pass) -> None:
     if verdict is not None:
         p.s.preflight = _recorded(p, verdict)
     first = p.s.plan is None
-    p.s.plan = build_plan(p.spec, verdict, p.s.job_id or "")
+    p.s.plan = build_plan(p.spec, verdict)
     found = "; ".join(pr.message for pr in (verdict.problems if verdict else ()))
     state = f"pre-flight problems: {found}" if found else "pre-flight passed"
     if verdict is None:

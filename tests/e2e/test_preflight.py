@@ -5,12 +5,18 @@ when it does (a Secret's arrival: tests/e2e/test_preflight_secret_arrival.py).""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
+from tests.devenv.controlplane import kubectl_path
 from tests.devenv.s3 import S3Server
 from tests.fixtures.operator import Stack
 
@@ -146,3 +152,61 @@ def test_a_run_whose_upload_fails_never_shows_succeeded(stack: Stack) -> None:
     warnings = [e["message"] for e in events if e["type"] == "Warning"]
     assert any("then it is deleted and they are lost" in m and "until" in m for m in warnings), warnings
     assert stack.live_instances() == []
+
+
+def plan_command(
+    stack: Stack, manifest: dict[str, Any], tmp_path: Path, *extra: str
+) -> subprocess.CompletedProcess[str]:
+    """`kubectl taobrev plan` as a user runs it: kubectl finds the plugin (kubectl-taobrev, the
+    package's entry point) on PATH."""
+    path = tmp_path / f"{manifest['metadata']['name']}.yaml"
+    path.write_text(yaml.safe_dump(manifest))
+    bin_dir = Path(sys.executable).parent
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+    return subprocess.run(
+        [
+            kubectl_path(),
+            "taobrev",
+            "plan",
+            "-f",
+            str(path),
+            "-n",
+            stack.namespace,
+            f"--kubeconfig={stack.cp.kubeconfig}",
+            "--context=admin",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+        timeout=180,
+    )
+
+
+def test_the_plan_command_shows_what_a_job_would_do_and_creates_nothing(stack: Stack, tmp_path: Path) -> None:
+    job = stack.job_manifest("demo-plan")
+    job["spec"]["budget"] = {"maxCostDollars": 10}
+    done = plan_command(stack, job, tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    print(out)  # the README's example comes from here
+    assert out.startswith(f"Plan for TaoBrevJob {stack.namespace}/demo-plan (nothing was created)")
+    assert "pre-flight:   passed" in out
+    assert "instance:     g6e.xlarge ($" in out
+    assert "nvcr.io/nvidia/tao/tao-toolkit" in out
+    assert f"s3://{stack.bucket}/demo-plan/results/" in out
+    assert "most billed:" in out and "at most $10.00" in out
+    bad = stack.job_manifest("bad-plan", instance={"ephemeral": {"gpuName": "L4OS"}})
+    done = plan_command(stack, bad, tmp_path, "-o", "json")
+    assert done.returncode == 2, done.stdout + done.stderr
+    answer = json.loads(done.stdout)
+    assert [p["reason"] for p in answer["problems"]] == ["GPUNameUnknown"]
+    assert answer["plan"]["ready"] is False
+    # The dry-run copies go away; nothing was ever asked of Brev.
+    for name in [
+        j["metadata"]["name"]
+        for j in json.loads(stack.kubectl("get", "tbj", "-n", stack.namespace, "-o", "json").stdout)["items"]
+    ]:
+        stack.wait_gone(name, timeout=60)
+    assert creates(stack) == 0 and stack.sim.created_count() == 0
