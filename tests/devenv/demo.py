@@ -42,6 +42,7 @@ from tests.devenv.operator import (
     OperatorProcess,
     install_operator_identity,
 )
+from tests.devenv.plugin import kubectl_taobrev
 from tests.devenv.s3 import REGION, S3Server
 
 REPO = Path(__file__).resolve().parents[2]
@@ -434,6 +435,7 @@ class Demo:
         self.out.step("secrets", f"{names} (fake values from {_short(SECRETS_EXAMPLE)}, applied via stdin)")
         manifest = self.dir / "job.yaml"
         manifest.write_text(yaml.safe_dump(job, sort_keys=False))
+        self.plan(cp, manifest)
         created = cp.kubectl("apply", "-f", str(manifest)).stdout.strip()
         self.job = job["metadata"]["name"]
         self.results_uri = job["spec"]["data"]["resultsUri"]
@@ -443,6 +445,15 @@ class Demo:
             f"{EPOCHS} epochs on a new {job['spec']['instance']['ephemeral'].get('gpuName', '')} instance, "
             f"results to {self.results_uri}",
         )
+
+    def plan(self, cp: ControlPlane, manifest: Path) -> None:
+        """What the job would do, before it is applied: `kubectl taobrev plan` (nothing is created)."""
+        self.out.step("plan", f"kubectl taobrev plan -f {_short(manifest)}")
+        done = kubectl_taobrev(cp, "plan", "-f", str(manifest))
+        if done.returncode != 0:
+            raise DemoError(f"kubectl taobrev plan exited {done.returncode}:\n{done.stdout}{done.stderr}")
+        for line in done.stdout.rstrip().splitlines():
+            self.out.line(f"    {line}")
 
     def get_job(self) -> dict[str, Any] | None:
         assert self.cp is not None

@@ -6,9 +6,7 @@ when it does (a Secret's arrival: tests/e2e/test_preflight_secret_arrival.py).""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +14,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.devenv.controlplane import kubectl_path
+from tests.devenv.plugin import kubectl_taobrev
 from tests.devenv.s3 import S3Server
 from tests.fixtures.operator import Stack
 
@@ -157,31 +155,10 @@ def test_a_run_whose_upload_fails_never_shows_succeeded(stack: Stack) -> None:
 def plan_command(
     stack: Stack, manifest: dict[str, Any], tmp_path: Path, *extra: str
 ) -> subprocess.CompletedProcess[str]:
-    """`kubectl taobrev plan` as a user runs it: kubectl finds the plugin (kubectl-taobrev, the
-    package's entry point) on PATH."""
+    """`kubectl taobrev plan -f <manifest>` as a user runs it."""
     path = tmp_path / f"{manifest['metadata']['name']}.yaml"
     path.write_text(yaml.safe_dump(manifest))
-    bin_dir = Path(sys.executable).parent
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
-    return subprocess.run(
-        [
-            kubectl_path(),
-            "taobrev",
-            "plan",
-            "-f",
-            str(path),
-            "-n",
-            stack.namespace,
-            f"--kubeconfig={stack.cp.kubeconfig}",
-            "--context=admin",
-            *extra,
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        check=False,
-        timeout=180,
-    )
+    return kubectl_taobrev(stack.cp, "plan", "-f", str(path), "-n", stack.namespace, *extra)
 
 
 def test_the_plan_command_shows_what_a_job_would_do_and_creates_nothing(stack: Stack, tmp_path: Path) -> None:
