@@ -29,6 +29,7 @@ from controller import admission
 from controller.admission import Admission, JobFacts, NamespaceLimits, Quotas
 from controller.errors import KubeAccessDenied, TransientError
 from controller.models import TaoBrevJobStatus
+from controller.waiting import first_event
 
 log = structlog.get_logger("taobrev.fleet")
 
@@ -151,12 +152,9 @@ class Fleet:
         events = [self._released]
         if uid is not None:
             events.append(self._interrupts.setdefault(uid, asyncio.Event()))
-        waiters = [asyncio.ensure_future(e.wait()) for e in events]
         try:
-            await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+            await first_event(events, seconds)
         finally:
-            for w in waiters:
-                w.cancel()
             if uid is not None:
                 self._interrupts.pop(uid, None)
 

@@ -129,11 +129,9 @@ class S3Checks:
         try:
             client.put_object(Bucket=bucket, Key=key, Body=_MARKER_BODY)
         except Exception as exc:  # every failure is a finding, mapped below
-            code, text = _error(exc)
-            if code is None:
-                return _unreachable(target, text)
-            if code in _BAD_CREDENTIALS:
-                return _bad_credentials(target, code)
+            found, code, text = _classify(exc, target)
+            if found is not None:
+                return found
             if code == "NoSuchBucket":
                 return Problem(
                     field,
@@ -159,11 +157,9 @@ class S3Checks:
         try:
             answer = client.list_objects_v2(Bucket=bucket, Prefix=prefix, MaxKeys=1)
         except Exception as exc:  # every failure is a finding, mapped below
-            code, text = _error(exc)
-            if code is None:
-                return _unreachable(target, text)
-            if code in _BAD_CREDENTIALS:
-                return _bad_credentials(target, code)
+            found, code, text = _classify(exc, target)
+            if found is not None:
+                return found
             if code == "NoSuchBucket":
                 return Problem(
                     field,
@@ -184,6 +180,16 @@ class S3Checks:
                 "data or fix the URI",
             )
         return None
+
+
+def _classify(exc: Exception, target: S3Target) -> tuple[Problem | None, str, str]:
+    """(the problem when it is no answer or bad keys, S3's error code, its message)."""
+    code, text = _error(exc)
+    if code is None:
+        return _unreachable(target, text), "", text
+    if code in _BAD_CREDENTIALS:
+        return _bad_credentials(target, code), code, text
+    return None, code, text
 
 
 def _error(exc: Exception) -> tuple[str | None, str]:

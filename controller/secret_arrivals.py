@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 import structlog
 
 from controller.errors import TaoBrevError
+from controller.waiting import first_event
 
 log = structlog.get_logger("taobrev.secret_arrivals")
 
@@ -46,12 +47,9 @@ class SecretArrivals:
                 self._arrived[key] = asyncio.Event()
                 self._pollers[key] = asyncio.create_task(self._poll(key), name=f"secret-arrival {key}")
         events = [self._arrived[k] for k in keys] + [self._interrupts.setdefault(uid, asyncio.Event())]
-        waiters = [asyncio.ensure_future(e.wait()) for e in events]
         try:
-            await asyncio.wait(waiters, timeout=seconds, return_when=asyncio.FIRST_COMPLETED)
+            await first_event(events, seconds)
         finally:
-            for w in waiters:
-                w.cancel()
             self._interrupts.pop(uid, None)
             for key in keys:
                 self._release(key)
