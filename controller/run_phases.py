@@ -88,6 +88,7 @@ def _preflight_passed(p: Pass) -> bool:
     if record.failing_since is None:
         record.failing_since = verdict.checked_at
     p.s.preflight = record
+    _leave_queue(p)  # out of the queue while it waits (it had a place if an earlier check passed)
     limit = p.spec.timeouts.pending_seconds
     waited = int((p.now - record.failing_since).total_seconds())
     if waited > limit:

@@ -327,3 +327,16 @@ def test_turning_the_dry_run_off_runs_the_job() -> None:
     s = decide(pending_job(), spec_=dry_run_spec(), preflight=verdict).status
     d = decide(s, preflight=verdict, now=T0 + timedelta(seconds=5))
     assert d.status.phase is Phase.PROVISIONING and d.status.admitted_at is not None
+
+
+def test_a_queued_job_whose_check_fails_later_leaves_the_queue() -> None:
+    from controller.admission import Admission
+
+    queued = Admission(False, "NamespaceInstanceLimit", "3rd in namespace ns's queue", position=3)
+    passed = Verdict(checked_at=T0)
+    s = decide(pending_job(), preflight=passed, admission=queued).status
+    assert s.queue_position == 3 and s.queue_reason == "NamespaceInstanceLimit"
+    d = decide(s, preflight=failing(timedelta(seconds=10)), now=T0 + timedelta(seconds=10))
+    assert d.status.queue_reason is None and d.status.queue_position is None
+    assert d.status.reason == reasons.RESULTS_BUCKET_NOT_FOUND
+    assert cond(d.status, "Queued") == "False"
