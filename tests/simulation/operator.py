@@ -21,11 +21,16 @@ from controller.lanes import LANES, Lane, Lanes
 from controller.leadership import LeaderElector, NotLeading, Timing, lead_or_stop
 from controller.metrics import Recorder
 from controller.orphans import Policy
+from controller.preflight import Preflight, SecretLoader
+from controller.preflight_checks import Problem, s3_location
+from controller.reasons import RESULTS_BUCKET_NOT_FOUND
 from controller.reconciler import JobRef, Reconciler
 from controller.retained import RetainedStore
+from controller.s3_checks import S3Checks, S3Target
+from controller.secret_arrivals import SecretArrivals
 from controller.settings import Settings
 from controller.sweeper import Sweeper
-from tests.simulation.world import CURRENT, SimRunner
+from tests.simulation.world import CURRENT, MISSING_BUCKET, SimRunner
 
 if TYPE_CHECKING:
     from tests.simulation.run import Simulation
@@ -40,6 +45,26 @@ class Deployment:
     operator_namespace: str
     replicas: int
     settings: Settings
+
+
+class SimS3Checks(S3Checks):
+    """The pre-flight's S3 calls against the simulated world: one Kubernetes-like latency, and
+    the bucket of Knobs.missing_bucket does not exist."""
+
+    def __init__(self, sim: Simulation) -> None:
+        super().__init__()
+        self.sim = sim
+
+    async def check(
+        self, target: S3Target, results_uri: str, inputs: list[str], job_id: str
+    ) -> list[Problem]:
+        await self.sim.latency()
+        self.sim.alive_caller()
+        bucket, _ = s3_location(results_uri)
+        if bucket == MISSING_BUCKET:
+            message = f"spec.data.resultsUri {results_uri}: bucket {bucket!r} does not exist"
+            return [Problem("spec.data.resultsUri", RESULTS_BUCKET_NOT_FOUND, message)]
+        return []
 
 
 class Process:
@@ -116,6 +141,18 @@ class Process:
             retained=self.retained,
             fleet=fleet,
             wake_queued=True,
+            preflight=self._new_preflight,
+        )
+
+    def _new_preflight(self, load_secrets: SecretLoader, read_secret: Any) -> Preflight:
+        return Preflight(
+            load_secrets=load_secrets,
+            read_secret=read_secret,
+            s3=SimS3Checks(self.sim),
+            prices=None,
+            arrivals=SecretArrivals(read_secret, self.deployment.settings.secret_poll_interval),
+            clock=self.sim.clock.now,
+            monotonic=self.sim.clock.monotonic,
         )
 
     def _leadership_changed(self, leading: bool) -> None:

@@ -34,7 +34,16 @@ from controller.tunables import Tunables
 from tests.fakes.harness import job_spec
 from tests.simulation.loop import Deadlock, SimLoop
 from tests.simulation.operator import Deployment, Process
-from tests.simulation.world import CURRENT, Crashed, Knobs, SimBrev, SimClock, SimKube, SimLeaseStore
+from tests.simulation.world import (
+    CURRENT,
+    MISSING_BUCKET,
+    Crashed,
+    Knobs,
+    SimBrev,
+    SimClock,
+    SimKube,
+    SimLeaseStore,
+)
 
 CLUSTER_ID = "sim-cluster-0001"
 ACTIVE_S = 3600.0
@@ -64,6 +73,8 @@ class Job:
     secret: str
     budget_s: float | None = None  # spec.budget.maxBilledSeconds
     near_budget: bool = False  # its run exits just inside the budget (Knobs.near_budget)
+    ngc_secret: str = ""  # the name of its NGC Secret (created late with Knobs.late_secret)
+    missing_bucket: bool = False  # its results bucket never exists (Knobs.missing_bucket)
     instance_names: set[str] = field(default_factory=set)
     released_at: float | None = None
     final_status: dict[str, Any] = field(default_factory=dict)
@@ -95,7 +106,8 @@ class Simulation:
         self.seed = seed
         self.rng = random.Random(seed)  # noqa: S311 - a simulation's seeded RNG, not crypto
         self.clock = SimClock()
-        drawn = Knobs.draw(self.rng)  # drawn either way: the rest of the seed's draws stay put
+        # Drawn either way: the rest of the seed's draws stay put.
+        drawn = Knobs.draw(self.rng, random.Random(f"later-knobs-{seed}"))  # noqa: S311 - seeded, not crypto
         self.knobs = knobs if knobs is not None else drawn
         self.healed = False
         self.lines: list[str] = []
@@ -105,6 +117,7 @@ class Simulation:
         self.kube = SimKube(self)
         self.jobs: dict[str, Job] = {}
         self.by_instance_name: dict[str, Job] = {}
+        self.later: list[asyncio.Future[None]] = []  # Secrets created late (Knobs.late_secret)
         self.retained_ids: set[str] = set()
         self._unowned_since = {}
         self._flagged = set()
@@ -261,6 +274,7 @@ class Simulation:
         if job.secret in repr(after) or S3_SECRET in repr(after):
             self.violation(f"{job.name}: a secret value in status (written by {proc.name if proc else '?'})")
         job.final_status = after
+        self._check_missing_bucket(job)
 
     def _check_absence(
         self, job: Job, proc: Process | None, before: dict[str, Any], after: dict[str, Any]
@@ -503,6 +517,38 @@ class Simulation:
     _unowned_since: dict[str, float]
     _flagged: set[Any]
 
+    def create_sent(self, instance: str) -> None:
+        """Nothing bills before it can succeed (issue 32): no `brev create` for a job whose NGC
+        Secret does not exist yet or whose results bucket does not exist."""
+        job = self.by_instance_name.get(instance)
+        if job is None:
+            return
+        if (job.namespace, job.ngc_secret) not in self.kube.secrets:
+            self.violation(f"{job.name}: brev create {instance} before its Secret {job.ngc_secret} exists")
+        if job.missing_bucket:
+            self.violation(f"{job.name}: brev create {instance} although its results bucket does not exist")
+
+    def _check_missing_bucket(self, job: Job) -> None:
+        """A job whose results bucket never exists ends Failed ResultsBucketNotFound (or with an
+        earlier check's SecretNotFound when its Secret is late too, or Canceled when deleted
+        first), with nothing created."""
+        st = job.final_status
+        if not job.missing_bucket or not st.get("finishedAt"):
+            return
+        reasons = ("ResultsBucketNotFound", "SecretNotFound")
+        failed = st.get("outcome") == "Failed" and st.get("reason") in reasons
+        ok = failed or (st.get("outcome"), st.get("reason")) == ("Canceled", "Canceled")
+        if not ok or st.get("createRequestedAt"):
+            self.violation(
+                f"{job.name}: results bucket missing, ended {st.get('outcome')} {st.get('reason')} "
+                f"(createRequestedAt {st.get('createRequestedAt')})"
+            )
+
+    async def _secret_later(self, namespace: str, name: str, value: str, delay: float) -> None:
+        await asyncio.sleep(delay)
+        self.trace(f"kubectl create secret {namespace}/{name} (late)")
+        self.kube.add_secret(namespace, name, {"api-key": value.encode()})
+
     def container_started(self, job_id: str, instance: str) -> None:
         self.trace(f"container {job_id} started on {instance}")
         if self.rng.random() < self.knobs.unreachable_after_exit:
@@ -618,7 +664,15 @@ class Simulation:
         job.print_secret = rng.random() < self.knobs.print_secrets  # type: ignore[attr-defined]
         self.jobs[uid] = job
         secret_name = f"ngc-{name}"
-        self.kube.add_secret(namespace, secret_name, {"api-key": secret.encode()})
+        job.ngc_secret = secret_name
+        # Drawn only when the knob is on: the random stream of every seed without it stays as it was.
+        if self.knobs.late_secret and rng.random() < self.knobs.late_secret:
+            # Applied before its Secret: the job waits Pending and starts once it is there.
+            self.later.append(
+                asyncio.ensure_future(self._secret_later(namespace, secret_name, secret, rng.uniform(1, 900)))
+            )
+        else:
+            self.kube.add_secret(namespace, secret_name, {"api-key": secret.encode()})
         self.kube.add_secret(
             namespace,
             f"s3-{name}",
@@ -639,6 +693,10 @@ class Simulation:
         spec["timeouts"]["runningSeconds"] = 7200
         if rng.random() < self.knobs.tight_timeouts:
             spec["timeouts"]["provisioningSeconds"] = 120
+        job.missing_bucket = bool(self.knobs.missing_bucket) and rng.random() < self.knobs.missing_bucket
+        if job.missing_bucket:
+            spec["data"] = {"resultsUri": f"s3://{MISSING_BUCKET}/{name}"}
+            spec["timeouts"]["pendingSeconds"] = rng.choice((60, 600))
         self.trace(f"kubectl create {namespace}/{name} uid={uid} retain={retain}")
         self.kube.create(namespace, name, uid, spec)
 

@@ -55,6 +55,14 @@ class Crashed(BaseException):
     BaseException, so no `except Exception` of the operator turns a dead process into a retry."""
 
 
+# The results bucket of a job drawn with Knobs.missing_bucket: the simulated S3 has no such bucket.
+MISSING_BUCKET = "no-such-results-bucket"
+
+
+# Issue 32's knobs: drawn from a stream of their own (Knobs.draw).
+LATER_KNOBS = frozenset({"late_secret", "missing_bucket"})
+
+
 @dataclass(frozen=True)
 class Knobs:
     """Every fault the simulation injects, with its rate (per call it can hit) or size. A seed
@@ -80,13 +88,19 @@ class Knobs:
     cancel_soon: float = 0.0  # per job: `kubectl delete` 1-300 s after its create (mid-provisioning)
     tight_timeouts: float = 0.0  # per job: spec.timeouts.provisioningSeconds 120 (a slow create overruns it)
     near_budget: float = 0.0  # per job: a budget, and a run that exits 5-30 s before it runs out
+    late_secret: float = 0.0  # per job: its NGC Secret is created 1-900 s after the job (GitOps)
+    missing_bucket: float = 0.0  # per job: its results bucket never exists (a typo)
 
     @classmethod
-    def draw(cls, rng: random.Random) -> Knobs:
-        """Each fault on with probability 1/2, at a rate drawn for this seed."""
+    def draw(cls, rng: random.Random, later: random.Random) -> Knobs:
+        """Each fault on with probability 1/2, at a rate drawn for this seed. Knobs added after
+        seeds were kept as tests (LATER_KNOBS) draw from `later`, so every kept seed's stream
+        (knobs, then the run) stays as it was."""
         values: dict[str, float] = {}
         for f in fields(cls):
-            if f.name in ("latency_max", "watch_lag_max"):
+            if f.name in LATER_KNOBS:
+                values[f.name] = later.choice((0.0, 0.0, 0.05, 0.2))
+            elif f.name in ("latency_max", "watch_lag_max"):
                 values[f.name] = rng.choice((0.05, 0.5, 3.0))
             elif f.name == "listing_lag_max":
                 values[f.name] = rng.choice((0.0, 0.0, 30.0, 120.0))
@@ -183,6 +197,7 @@ class SimBrev(FakeBrev):
     async def create_instance(self, request: CreateRequest) -> CreateResult:
         k = self.sim.knobs
         rng = self.sim.rng
+        self.sim.create_sent(request.name)
 
         async def call() -> CreateResult:
             self.set_faults(
