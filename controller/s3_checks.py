@@ -110,7 +110,10 @@ class S3Checks:
         )
 
     def _check(self, target: S3Target, results_uri: str, inputs: list[str], job_id: str) -> list[Problem]:
-        client = self._client(target)
+        try:
+            client = self._client(target)
+        except Exception as exc:  # e.g. an endpoint botocore refuses: a finding, not a crash
+            return [_unreachable(target, f"{type(exc).__name__}: {exc}"[:300])]
         problem = self._writable(client, target, results_uri, job_id)
         if problem is not None and problem.reason in (S3_CREDENTIALS_INVALID, S3_UNREACHABLE):
             return [problem]  # the inputs would only repeat it

@@ -122,3 +122,9 @@ def test_wrong_keys_and_read_only_keys_are_told_apart(strict_s3: S3Server) -> No
     assert reader[1] not in problem.message
 
     assert check(target(strict_s3.endpoint_url, *writer), f"s3://{bucket}/out", [f"s3://{bucket}/in"]) == []
+
+
+def test_an_endpoint_botocore_refuses_is_a_finding_not_a_crash() -> None:
+    (problem,) = check(target("http://exa mple:9000"), "s3://bucket/out")
+    assert problem.reason == reasons.S3_UNREACHABLE
+    assert problem.field == "spec.data.s3EndpointUrl"
