@@ -76,7 +76,8 @@ def _preflight_passed(p: Pass) -> bool:
     if verdict.passed:
         if record.failing_since is not None:
             p.events.append(EventNote("Normal", reasons.PREFLIGHT_PASSED, "pre-flight checks passed"))
-            p.s.reason = None
+        if record.failing_since is not None or p.s.reason == reasons.DRY_RUN:
+            p.s.reason = None  # a problem, or a dry run turned off: nothing stands in the way now
             p.s.retries = 0
         record.failing_since = None
         record.problems = []

@@ -327,6 +327,7 @@ def test_turning_the_dry_run_off_runs_the_job() -> None:
     s = decide(pending_job(), spec_=dry_run_spec(), preflight=verdict).status
     d = decide(s, preflight=verdict, now=T0 + timedelta(seconds=5))
     assert d.status.phase is Phase.PROVISIONING and d.status.admitted_at is not None
+    assert d.status.reason is None  # no DryRun left in the REASON column
 
 
 def test_a_queued_job_whose_check_fails_later_leaves_the_queue() -> None:
