@@ -3,6 +3,7 @@ simulator's record of every argv it received)."""
 
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter
 from datetime import datetime
@@ -33,6 +34,11 @@ def test_twenty_jobs_at_once_all_finish_within_the_brev_call_budget(stack: Stack
     ssh_calls = [c for c in stack.sim.calls() if c.program == "ssh" and c.where == "local"]
     by_instance: dict[str, Counter[str]] = {}
     running_execs: Counter[str] = Counter()
+    log = [json.loads(line) for line in stack.operator.log_text().splitlines() if line.startswith("{")]
+    # Each new leader term re-arms every running job's wait; a wait or a pass that failed is sent
+    # again. On a loaded machine both happen (the flake hunt saw 3 waits in an 18 s run against a
+    # budget of 2), so each one the operator reports adds one wait to the budget.
+    new_terms = sum(1 for e in log if e.get("event") == "became leader") - 1
     for name, st in statuses.items():
         inst = st["instanceName"]
         # Delete addresses the instance by the id recorded at first sighting.
@@ -45,8 +51,13 @@ def test_twenty_jobs_at_once_all_finish_within_the_brev_call_budget(stack: Stack
         running_execs[name] = waits
         # While the container runs: one blocking `docker wait` per 30 s and nothing else besides
         # starting it and reading the log tail once it exited.
-        budget = 1 + math.ceil((end - start + 1) / 30)
-        assert waits <= budget, (name, waits, budget, end - start)
+        interrupted = [
+            e
+            for e in log
+            if e.get("name") == name and e.get("event") in ("action failed", "reconcile failed; retrying")
+        ]
+        budget = 1 + math.ceil((end - start + 1) / 30) + new_terms + len(interrupted)
+        assert waits <= budget, (name, waits, budget, end - start, new_terms, interrupted)
         kinds = {
             "docker wait",
             "docker logs --tail",
