@@ -71,7 +71,13 @@ class Instance:
         return self.run([*argv, *args], input=input)
 
     def popen(self, argv: list[str], **kw: Any) -> subprocess.Popen[bytes]:
-        return subprocess.Popen(argv, env=self.env, cwd=self.sandbox / "home", **kw)
+        # A command on an instance starts as sshd starts it: SIGINT and SIGQUIT at their defaults.
+        # A test runner started as a background job of a non-interactive shell (`make test &`)
+        # ignores both, an ignored disposition survives exec, and the program then never catches
+        # SIGINT: the signal tests failed that way in a fresh clone run in the background.
+        # coreutils' env execs the program (same pid) after resetting them.
+        sshd_like = ["env", "--default-signal=INT,QUIT"]
+        return subprocess.Popen([*sshd_like, *argv], env=self.env, cwd=self.sandbox / "home", **kw)
 
 
 def ppid(pid: int) -> int:
