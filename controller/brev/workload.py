@@ -82,6 +82,11 @@ _RESTORED = "TAOBREV_RESTORED"
 _CLEARED = "TAOBREV_CLEARED"  # followed by: container left (0/1), files left (0/1)
 _LATEST = "TAOBREV_LATEST"
 _UNREADABLE = "TAOBREV_UNREADABLE"
+# Shell test: "$p" is a whole zip archive, as torch.save writes a `.pth`: the end-of-central-
+# directory record (no comment) is its last 22 bytes, written last. A file TAO is still writing,
+# or a copy cut short, ends in tensor data; the record anywhere else (a stricter test than "in
+# the last 64 KiB") is a 2^-32 accident.
+_WHOLE_ZIP = """[ "$(tail -c 22 "$p" | head -c 4 | od -An -tx1 | tr -d ' \\n')" = 504b0506 ]"""
 
 _AUTH_MARKERS = ("unauthorized", "denied", "forbidden", "incorrect username or password", "401", "403")
 _NETWORK_MARKERS = ("timeout", "timed out", "connection refused", "no such host", "tls handshake", "eof")
@@ -858,14 +863,6 @@ class Workload:
 
     # -- checkpoints --------------------------------------------------------------------------
 
-    def _latest_checkpoint(self) -> str:
-        """Shell: print "<epoch> <path>" of the highest-numbered `*_epoch_NNN.pth` under results/
-        (run in the job directory), or nothing."""
-        return (
-            "find results -type f -name '*_epoch_*.pth' 2>/dev/null "
-            "| sed -n 's/^\\(.*_epoch_\\([0-9][0-9]*\\)\\.pth\\)$/\\2 \\1/p' | sort -n | tail -1"
-        )
-
     def _abort_incomplete_uploads(
         self, results_uri: str, endpoint: str | None, region: str | None, mounts: Sequence[str]
     ) -> str:
@@ -889,15 +886,29 @@ class Workload:
 
     def _newest_whole_checkpoint(self) -> str:
         """Shell: newest first, print `TAOBREV_LATEST <epoch> <path>` for the first numbered
-        checkpoint that is a whole zip archive (torch.save writes `.pth` files as zips, the
-        end-of-central-directory record last, so a file cut short has none) and
-        `TAOBREV_UNREADABLE <path>` for each newer one passed over."""
-        eocd = "$(printf 'PK\\005\\006')"
+        checkpoint that is a whole archive (`_WHOLE_ZIP`) and `TAOBREV_UNREADABLE <path>` for each
+        newer one passed over."""
         return (
             "find results -type f -name '*_epoch_*.pth' 2>/dev/null "
             "| sed -n 's/^\\(.*_epoch_\\([0-9][0-9]*\\)\\.pth\\)$/\\2 \\1/p' | sort -rn "
-            '| while read -r e p; do if tail -c 65558 "$p" | LC_ALL=C grep -qa "' + eocd + '"; then '
+            f"| while read -r e p; do if {_WHOLE_ZIP}; then "
             f'echo "{_LATEST} $e $p"; break; else echo "{_UNREADABLE} $p"; fi; done'
+        )
+
+    def _whole_checkpoint_filters(self) -> str:
+        """Shell (in the job directory): set "$@" to `--include <path>` for every whole `.pth`
+        under results/ (TAO writes them in place, so one still being written is cut short) and
+        `skip` to how many are left out (not whole yet, or `*_latest.pth`). The sync runs with
+        `--exclude '*.pth' "$@"`: a checkpoint begun after this look is excluded too, and a skipped
+        one is copied by the next interval's sync once TAO finished it (issue 25, scenario 11)."""
+        return (
+            "set -f; IFS=$(printf '\\nx'); IFS=${IFS%x}; set --; skip=0; "
+            "for p in $(find results -type f -name '*.pth' 2>/dev/null); do "
+            'case "$p" in *_latest.pth) skip=$((skip + 1)); continue;; esac; '
+            f"if {_WHOLE_ZIP}; then "
+            # aws matches filters as fnmatch patterns: a [, * or ? in a name matches only itself.
+            """set -- "$@" --include "$(printf '%s' "${p#results/}" | sed 's/[][*?]/[&]/g')"; """
+            "else skip=$((skip + 1)); fi; done; unset IFS; set +f"
         )
 
     def checkpoint_prefix(self, results_uri: str) -> str:
@@ -932,8 +943,9 @@ class Workload:
         target = self.checkpoint_prefix(results_uri)
         run += ["s3", "sync", "/job/results", shlex.quote(target), "--only-show-errors"]
         # TAO's `*_latest.pth` is a symlink to the checkpoint being written next: never copied
-        # (as a link or as the file it names); the numbered checkpoints are what a resume reads.
-        run += ["--no-follow-symlinks", "--exclude", shlex.quote("*_latest.pth")]
+        # (as a link or as the file it names); the numbered checkpoints are what a resume reads,
+        # and only whole ones are copied ("$@" from _whole_checkpoint_filters).
+        run += ["--no-follow-symlinks", "--exclude", shlex.quote("*.pth"), '"$@"']
         command = (
             f"mkdir -p {self._path('results')} {self._path('ckpt')} || exit $?; "
             "st=$(docker inspect --format "
@@ -944,7 +956,9 @@ class Workload:
             f"docker rm -f {ckpt} >/dev/null 2>&1; "
             f"sed 's/^/{_SYNC_PENDING} /' {pending} 2>/dev/null; else echo {_SYNC_NONE}; fi; "
             f"cd {self._path()} || exit $?; "
-            f'n=$(find results -type f | wc -l); e=$({self._latest_checkpoint()} | cut -d" " -f1); '
+            f"{self._whole_checkpoint_filters()}; "
+            f"n=$(($(find results -type f | wc -l) - skip)); "
+            f"e=$({self._newest_whole_checkpoint()} | sed -n 's/^{_LATEST} \\([0-9]*\\) .*/\\1/p'); "
             f'echo "$n ${{e:--}}" > {pending}; '
             f"{' '.join(run)} >/dev/null 2>&1 && echo {_SYNC_STARTED}"
         )

@@ -37,6 +37,7 @@ _DURATION_DOCS: dict[str, str] = {
     "pull_seconds": "`docker pull` of the TAO image takes this long",
     "epoch_seconds": "one TAO epoch (a job's spec `simulation.epoch_seconds` wins)",
     "upload_s": "an `aws s3 cp/sync/mv` upload takes this long",
+    "checkpoint_write_s": "TAO writes each checkpoint in place over this long (half, then the rest)",
     "create_poll_s": "`brev create`/`brev start` poll interval while waiting",
     "create_s": "a create request takes this long at the server before the instance exists (unlisted)",
     "ssh_wait_interval_s": "WaitForSSHToBeAvailable sleep between ssh probes",

@@ -24,6 +24,7 @@ NOMINAL: dict[str, float] = {
     "pull_seconds": 90.0,  # docker pull of the TAO image
     "epoch_seconds": 20.0,  # one TAO epoch
     "upload_s": 0.0,  # an upload through the aws-cli image (a test stretches it)
+    "checkpoint_write_s": 0.0,  # the TAO stand-in writing one checkpoint in place (a test stretches it)
     "create_poll_s": 5.0,  # brev create/start poll interval
     "create_s": 0.0,  # the server makes a created instance this late (a test stretches it)
     "ssh_wait_interval_s": 1.0,  # WaitForSSHToBeAvailable sleep

@@ -138,6 +138,20 @@ def _await_sync(store: Store, instance_id: str, own: str, since: float, stop: th
     return True
 
 
+def _write_in_place(path: Path, data: bytes, seconds: float, stop: threading.Event) -> bool:
+    """Write a checkpoint as torch.save does, in place: the first half, then (after `seconds`,
+    the `checkpoint_write_s` knob) the rest, the zip's central directory last. Whoever reads the
+    file meanwhile (a checkpoint sync) sees it cut short. False when stopped meanwhile: the
+    file stays cut short, as a killed TAO leaves it."""
+    with path.open("wb") as f:
+        f.write(data[: len(data) // 2])
+        f.flush()
+        if seconds > 0 and stop.wait(seconds):
+            return False
+        f.write(data[len(data) // 2 :])
+    return True
+
+
 def _status(path: Path, status: str, message: str, **extra: Any) -> None:
     now = dt.datetime.now(tz=dt.UTC)
     entry = {
@@ -320,8 +334,13 @@ def run(
             return int(sim.get("exit_code", 1)) or 1
         loss = round(1.0 / math.sqrt(epoch), 4)
         con.log(f"Epoch {epoch}/{epochs}: loss={loss} lr=0.0001")
-        if action in ("train", "retrain"):
-            (out_dir / f"model_epoch_{epoch:03d}.pth").write_bytes(checkpoint_bytes(epoch))
+        if action in ("train", "retrain") and not _write_in_place(
+            out_dir / f"model_epoch_{epoch:03d}.pth",
+            checkpoint_bytes(epoch),
+            store.delay("checkpoint_write_s", 0.0),
+            stop,
+        ):
+            return stopped()
         _status(status, "RUNNING", f"Epoch {epoch} finished", epoch=epoch, max_epoch=epochs, loss=loss)
         # Faults are re-read: a test may aim one at an instance id after the container started.
         written = time.time()  # a sync created after this sees epoch's checkpoint

@@ -16,7 +16,7 @@ from controller.brev.envfile import S3Credentials
 from controller.brev.workload import RestoreReport, SyncReport, Workload, WorkloadSettings
 from controller.versions import load_versions
 from tests.brevsim.harness import BrevSim
-from tests.brevsim.tao import checkpoint_bytes
+from tests.brevsim.tao import checkpoint_bytes, checkpoint_text
 from tests.devenv.s3 import S3Server
 
 pytestmark = pytest.mark.integration
@@ -196,3 +196,57 @@ def test_a_restore_passes_over_a_newest_checkpoint_cut_short_and_resumes_from_th
     assert got.latest == "results/train/model_epoch_002.pth", got
     assert got.epoch == 2
     assert got.unreadable == ("results/train/model_epoch_003.pth",)
+
+
+def test_a_sync_never_copies_a_checkpoint_tao_is_still_writing(
+    brev_sim: BrevSim, s3_server: S3Server, sim_client: BrevCLI
+) -> None:
+    """Issue 25 scenario 11: TAO writes a `.pth` in place (the simulator takes 20 s for it here).
+    A sync that looks meanwhile leaves it out (and reports no synced epoch); the next sync, once
+    TAO finished it, copies it whole. Before, the sync copied it cut short."""
+    tag, keys, bucket = _fresh_bucket(s3_server, "writing")
+    uri = f"s3://{bucket}/runs/job-{tag}"
+    job_id = f"job-{tag}"
+    name = f"tbj-writing-{tag}"
+    brev_sim.add_instance(name)
+    brev_sim.set_faults(checkpoint_write_s=2000)  # 20 s of real time at the simulator's speed
+    job = Workload(sim_client, name, job_id, settings=WorkloadSettings())
+    checkpoint = (
+        brev_sim.instance_files(name) / "taobrev" / job_id / "results" / "train" / "model_epoch_001.pth"
+    )
+    s3 = s3_server.client()
+
+    def in_s3() -> dict[str, bytes]:
+        listed = s3.list_objects_v2(Bucket=bucket, Prefix=f"runs/job-{tag}/checkpoints/").get("Contents", [])
+        return {o["Key"]: s3.get_object(Bucket=bucket, Key=o["Key"])["Body"].read() for o in listed}
+
+    async def sync() -> SyncReport:
+        return await job.sync_checkpoints(uri, s3_server.endpoint_url, "us-east-1", credentials=keys)
+
+    async def scenario() -> tuple[SyncReport, dict[str, bytes], SyncReport, dict[str, bytes]]:
+        await job.write_spec(json.dumps({"simulation": {"epochs": 1, "epoch_seconds": 1}}))
+        await job.pull_image(TAO, ngc_api_key=b"nvapi-fake-ngc")
+        assert await job.start_container(TAO, "classification_pyt", "train")
+        deadline = asyncio.get_running_loop().time() + HANG_GUARD
+        while not checkpoint.exists():  # TAO has begun writing it
+            assert asyncio.get_running_loop().time() < deadline, "TAO never began its checkpoint"
+            await asyncio.sleep(0.05)
+        assert checkpoint_text(checkpoint.read_bytes()) == ""  # cut short while TAO writes it
+        await sync()
+        during = await _until_reported(job, sync)
+        seen_during = in_s3()
+        while (await job.wait_exit_with_tail(5)).code is None:
+            pass
+        await _until_reported(job, sync)
+        after = await _until_reported(job, sync)
+        await job.clear()
+        return during, seen_during, after, in_s3()
+
+    during, seen_during, after, seen_after = asyncio.run(scenario())
+    key = f"runs/job-{tag}/checkpoints/{job_id}/train/model_epoch_001.pth"
+    cut = {k: len(v) for k, v in seen_during.items() if k.endswith(".pth") and not checkpoint_text(v)}
+    assert not cut, f"the sync copied a checkpoint TAO was still writing: {cut}"
+    assert during.state == "ok" and during.epoch is None, during
+    assert key not in seen_during
+    assert after.state == "ok" and after.epoch == 1, after
+    assert checkpoint_text(seen_after[key]) == "checkpoint 1\n"

@@ -33,8 +33,8 @@ def test_sync_starts_a_detached_named_copy_of_results_to_checkpoints_with_keys_o
     (command,) = client.commands
     assert "docker run -d --name job-1234abcd-ckpt" in command
     assert "s3 sync /job/results s3://bucket/out/checkpoints/job-1234abcd --only-show-errors" in command
-    # TAO's *_latest.pth symlink names the checkpoint being written: never copied.
-    assert "--no-follow-symlinks --exclude '*_latest.pth'" in command
+    # No .pth but the whole ones the shell names in "$@" (never *_latest.pth, never a link).
+    assert "--no-follow-symlinks --exclude '*.pth' \"$@\"" in command
     assert ":/job/results:ro" in command
     assert _trap_removes(command) == ["HOME/taobrev/job-1234abcd/secrets/s3.env"]
     for secret in (b"AKIAKEY", b"S3SECRET"):
