@@ -23,7 +23,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
@@ -39,7 +39,6 @@ from controller.errors import (
     TaoBrevError,
 )
 from controller.logs import redact_text
-from controller.settings import Settings
 
 GROUP = "taobrev.io"
 VERSION = "v1alpha1"
@@ -77,7 +76,19 @@ class Connection:
         return self.token
 
 
-def resolve_connection(settings: Settings) -> Connection:
+class ConnectionSettings(Protocol):
+    """What `resolve_connection` reads of `controller.settings.Settings` (kube stays below
+    settings in the import graph: settings is built from the environment, kube only talks)."""
+
+    @property
+    def kube_token_path(self) -> Path | None: ...
+    @property
+    def kube_server(self) -> str | None: ...
+    @property
+    def kube_ca_path(self) -> Path | None: ...
+
+
+def resolve_connection(settings: ConnectionSettings) -> Connection:
     """Explicit token path (in-cluster, non-default path) first, else the kubeconfig."""
     if settings.kube_token_path is not None:
         server = settings.kube_server

@@ -40,7 +40,7 @@ from typing import Any
 
 from controller import naming
 from controller.brev.client import DELETING, Instance
-from controller.retained import RetainedRecord
+from controller.retained_record import RetainedRecord
 
 # An accepted delete whose instance is still listed (not DELETING) this long after is sent again:
 # brev may have dropped it.

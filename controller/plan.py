@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from controller.container_paths import DATA_ROOT, RESULTS_DIR
 from controller.models import PlanStatus, TaoBrevJobSpec
-from controller.preflight_checks import Verdict
+from controller.steps import Verdict
 
 # Phases an instance bills in (Pending creates nothing).
 _BILLED_TIMEOUTS = (

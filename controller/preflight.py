@@ -10,7 +10,7 @@ start holds none). In order, each check only when the ones it needs passed:
 4. the instance selection can be satisfied at a known price (`brev search --json`, the catalog
    the price book already caches; a reused instance skips this).
 
-Problems come back as data (`preflight_checks.Verdict`); the pure machine decides what they mean
+Problems come back as data (`steps.Verdict`); the pure machine decides what they mean
 (wait Pending, or fail after spec.timeouts.pendingSeconds). A passing verdict is reused for
 `max_age` seconds, so a queued job's passes do not repeat the S3 calls; a failing one is redone
 on every re-check. Only a Kubernetes API failure raises (the pass's retry layer handles it).
@@ -27,11 +27,12 @@ import structlog
 from controller.actions import JobSecrets
 from controller.errors import KubeAccessDenied, PermanentError, TaoBrevError
 from controller.models import TaoBrevJobSpec
-from controller.preflight_checks import Problem, Verdict, image_problems, selection_problems
+from controller.preflight_checks import image_problems, selection_problems
 from controller.pricing import PriceBook
 from controller.reasons import CATALOG_UNAVAILABLE, SECRET_NOT_FOUND, SECRET_NOT_READABLE
 from controller.s3_checks import S3Checks, S3Target
 from controller.secret_arrivals import SecretArrivals, SecretKey
+from controller.steps import Problem, Verdict
 
 log = structlog.get_logger("taobrev.preflight")
 

@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass
-from datetime import datetime
 
 from controller.brev.client import SearchResult
 from controller.models import EphemeralInstance
@@ -24,36 +22,10 @@ from controller.reasons import (
     NO_INSTANCE_TYPE_MATCHES,
     PRICE_UNKNOWN,
 )
+from controller.steps import Problem
 
 # At most this many problems are kept in status (the first ones are what a user fixes first).
 MAX_PROBLEMS = 8
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One thing that keeps the job from starting: the spec field at fault, a CamelCase reason,
-    and a message saying what is wrong and how to fix it (never a secret value)."""
-
-    field: str
-    reason: str
-    message: str
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """What one pre-flight found, and when. No problems: nothing known stands in the way."""
-
-    checked_at: datetime
-    problems: tuple[Problem, ...] = ()
-    # The instance types `brev create` would be asked for, in fallback order, with their hourly
-    # price (None: unknown); empty for a reused instance.
-    candidates: tuple[tuple[str, float | None], ...] = ()
-    # The images the run pulls on the instance (the TAO image, then the S3 transfer tool's).
-    images: tuple[str, ...] = ()
-
-    @property
-    def passed(self) -> bool:
-        return not self.problems
 
 
 # --- the image reference (github.com/distribution/reference's grammar) ------------------------

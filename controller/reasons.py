@@ -8,8 +8,6 @@ classes and reach status through `ActionFailure.reason`.
 
 from __future__ import annotations
 
-from controller.models import Phase
-
 # --- how a run ended (status.reason with status.outcome) -----------------------------------------
 # Only with the results verified in S3; until then a run that exited 0 says RUN_COMPLETED.
 SUCCEEDED = "Succeeded"
@@ -26,8 +24,9 @@ INVALID_SPEC = "InvalidSpec"
 INSTANCE_UNRESPONSIVE = "InstanceUnresponsive"
 
 
-def timeout(phase: Phase) -> str:
-    """`<Phase>Timeout`, e.g. RunningTimeout: the phase outlived its spec.timeouts deadline."""
+def timeout(phase: str) -> str:
+    """`<Phase>Timeout`, e.g. RunningTimeout: the phase outlived its spec.timeouts deadline.
+    (A `Phase` is a str: reasons stays at the bottom of the import graph.)"""
     return f"{phase}Timeout"
 
 

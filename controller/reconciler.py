@@ -36,9 +36,9 @@ from controller.logs import register_secret
 from controller.metrics import Recorder
 from controller.models import Phase, TaoBrevJobSpec, TaoBrevJobStatus, merge_patch
 from controller.preflight import Preflight, SecretLoader
-from controller.preflight_checks import Verdict
 from controller.pricing import PriceBook
-from controller.retained import RetainedStore, record_for
+from controller.retained import RetainedStore
+from controller.retained_record import record_for
 from controller.secret_cache import SecretCache
 from controller.steps import (
     Action,
@@ -48,6 +48,7 @@ from controller.steps import (
     DeleteInstance,
     Observation,
     StartInstance,
+    Verdict,
 )
 
 log = structlog.get_logger("taobrev.reconciler")

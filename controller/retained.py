@@ -18,71 +18,17 @@ entry. Size: one ConfigMap is capped at 1 MiB, so the records are sharded over 6
 from __future__ import annotations
 
 import asyncio
-import hashlib
-import json
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from datetime import datetime, timedelta
-from typing import Any
 
 import structlog
 
 from controller.errors import KubeUnavailable
 from controller.kube import KubeAccess
-from controller.models import OnCompletion, TaoBrevJobSpec, TaoBrevJobStatus
-from controller.timestamps import format_time, parse_time
+from controller.retained_record import CONFIG_MAP, SHARDS, RetainedRecord, shard_name, shard_name_at
 
 log = structlog.get_logger("taobrev.retained")
 
-CONFIG_MAP = "taobrev-retained"  # the pre-shard map; shards are taobrev-retained-00 .. -3f
-SHARDS = 64
 _WRITE_TRIES = 3
-
-
-@dataclass(frozen=True)
-class RetainedRecord:
-    name: str
-    instance_id: str | None
-    job: str  # namespace/name of the job that retained it
-    until: datetime | None  # None: kept until deleted by hand
-
-    def value(self) -> str:
-        until = format_time(self.until) if self.until is not None else None
-        return json.dumps({"id": self.instance_id, "job": self.job, "until": until}, sort_keys=True)
-
-    @classmethod
-    def parse(cls, name: str, value: str) -> RetainedRecord:
-        """An entry as stored. An entry that does not parse still protects its instance (kept
-        forever): a corrupted record must never turn into a delete."""
-        try:
-            raw: Any = json.loads(value)
-            until = parse_time(raw.get("until"))
-            if until is not None and until.tzinfo is None:
-                raise ValueError("retain-until without a time zone")
-            return cls(
-                name=name, instance_id=raw.get("id") or None, job=str(raw.get("job") or "?"), until=until
-            )
-        except (ValueError, TypeError, AttributeError):
-            log.warning("retained_record_unreadable_kept_forever", instance=name)
-            return cls(name=name, instance_id=None, job="?", until=None)
-
-    def expired(self, now: datetime) -> bool:
-        return self.until is not None and now >= self.until
-
-
-def record_for(
-    namespace: str, name: str, spec: TaoBrevJobSpec | None, status: TaoBrevJobStatus
-) -> RetainedRecord | None:
-    """The record a finishing job must leave (PURE): only for an instance the job created and
-    keeps (`ephemeral` + `onCompletion: Retain`); a reused instance was never ours to sweep."""
-    if spec is None or spec.instance.ephemeral is None or not status.instance_name:
-        return None
-    if spec.instance.effective_on_completion() != OnCompletion.RETAIN or not status.instance_created:
-        return None
-    ttl = spec.instance.ephemeral.retain_for_seconds()
-    finished = status.finished_at
-    until = finished + timedelta(seconds=ttl) if ttl is not None and finished is not None else None
-    return RetainedRecord(status.instance_name, status.instance_id, f"{namespace}/{name}", until)
 
 
 class RetainedStore:
@@ -120,7 +66,9 @@ class RetainedStore:
         records: dict[str, RetainedRecord] = {}
         for shard in found:  # the legacy map first: a shard's newer record of a name wins
             for name, value in (shard[0] if shard is not None else {}).items():
-                records[name] = RetainedRecord.parse(name, value)
+                records[name] = record = RetainedRecord.parse(name, value)
+                if not record.readable:
+                    log.warning("retained_record_unreadable_kept_forever", instance=name)
         return records
 
     async def record(self, rec: RetainedRecord) -> None:
@@ -153,13 +101,3 @@ class RetainedStore:
                 last = exc
         assert last is not None
         raise last
-
-
-def shard_name_at(index: int, base: str = CONFIG_MAP) -> str:
-    return f"{base}-{index:02x}"
-
-
-def shard_name(instance_name: str, base: str = CONFIG_MAP) -> str:
-    """A stable hash (not Python's salted hash(): every replica and restart must agree)."""
-    digest = hashlib.sha256(instance_name.encode()).digest()
-    return shard_name_at(int.from_bytes(digest[:4], "big") % SHARDS, base)

@@ -14,7 +14,7 @@ from controller.decision_pass import Pass
 from controller.models import Outcome, Phase, PreflightProblem, PreflightStatus
 from controller.plan import build_plan, priced
 from controller.plan import summary as plan_summary
-from controller.preflight_checks import MAX_PROBLEMS, Verdict
+from controller.preflight_checks import MAX_PROBLEMS
 from controller.status_text import clip, log_lines
 from controller.steps import (
     CreateInstance,
@@ -25,6 +25,7 @@ from controller.steps import (
     StartContainer,
     StartInstance,
     UploadResults,
+    Verdict,
     WaitForExit,
 )
 from controller.teardown import instance_released, stopping, teardown, uploading

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from controller.brev.envfile import S3Credentials
-from controller.preflight_checks import Problem, marker_key, s3_location
+from controller.preflight_checks import marker_key, s3_location
 from controller.reasons import (
     INPUT_NOT_FOUND,
     INPUT_NOT_READABLE,
@@ -32,6 +32,7 @@ from controller.reasons import (
     S3_CREDENTIALS_INVALID,
     S3_UNREACHABLE,
 )
+from controller.steps import Problem
 
 # S3 error codes that mean "these keys are not valid here" rather than "not allowed".
 _BAD_CREDENTIALS = frozenset(

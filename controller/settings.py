@@ -13,8 +13,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from controller.lanes import DEFAULT_SLOTS, LANES, Lane, LaneObserver, Lanes
-from controller.leadership import Timing
-from controller.machine import Tunables
+from controller.tunables import Timing, Tunables
 
 PREFIX = "TAOBREV_"
 # Old names still read, with the field they now set (same meaning).

@@ -12,7 +12,33 @@ from datetime import datetime
 from controller.admission import Admission
 from controller.brev.client import CreateRequest, Instance
 from controller.models import TaoBrevJobStatus
-from controller.preflight_checks import Verdict
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing that keeps the job from starting: the spec field at fault, a CamelCase reason,
+    and a message saying what is wrong and how to fix it (never a secret value)."""
+
+    field: str
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What one pre-flight found, and when. No problems: nothing known stands in the way."""
+
+    checked_at: datetime
+    problems: tuple[Problem, ...] = ()
+    # The instance types `brev create` would be asked for, in fallback order, with their hourly
+    # price (None: unknown); empty for a reused instance.
+    candidates: tuple[tuple[str, float | None], ...] = ()
+    # The images the run pulls on the instance (the TAO image, then the S3 transfer tool's).
+    images: tuple[str, ...] = ()
+
+    @property
+    def passed(self) -> bool:
+        return not self.problems
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,8 @@ from controller.orphans import (
     decide,
     references_of,
 )
-from controller.retained import RetainedRecord, RetainedStore
+from controller.retained import RetainedStore
+from controller.retained_record import RetainedRecord
 
 log = structlog.get_logger("taobrev.sweeper")
 # What a person does about an instance the sweeper cannot prove its own (it never deletes one).

@@ -73,3 +73,30 @@ class Tunables:
     @property
     def grace(self) -> float:
         return self.stop_grace if self.stop_grace is not None else 2 * self.wait_timeout
+
+
+@dataclass(frozen=True)
+class Timing:
+    """client-go's defaults (controller-runtime's manager.Options): 15 s / 10 s / 2 s."""
+
+    lease_duration: int = 15
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+
+    def __post_init__(self) -> None:
+        # The same invariants client-go's NewLeaderElector enforces (JitterFactor 1.2).
+        if not self.lease_duration > self.renew_deadline:
+            raise ValueError(
+                f"TAOBREV_LEADER_LEASE_DURATION ({self.lease_duration}) must be greater than "
+                f"TAOBREV_LEADER_RENEW_DEADLINE ({self.renew_deadline:g})"
+            )
+        if not self.renew_deadline > 1.2 * self.retry_period:
+            raise ValueError(
+                f"TAOBREV_LEADER_RENEW_DEADLINE ({self.renew_deadline:g}) must be greater than 1.2 x "
+                f"TAOBREV_LEADER_RETRY_PERIOD ({self.retry_period:g})"
+            )
+
+    @property
+    def request_timeout(self) -> float:
+        # One hung API call must not eat the whole renew budget: at least two tries fit in it.
+        return self.renew_deadline / 2

@@ -9,7 +9,8 @@ import asyncio
 import pytest
 
 from controller.kube import Connection, KubeAccess, api_client
-from controller.retained import RetainedRecord, RetainedStore
+from controller.retained import RetainedStore
+from controller.retained_record import RetainedRecord
 from controller.timestamps import parse_time
 from tests.devenv.controlplane import ControlPlane
 

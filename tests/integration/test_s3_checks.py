@@ -15,8 +15,8 @@ import pytest
 
 from controller import reasons
 from controller.brev.envfile import S3Credentials
-from controller.preflight_checks import Problem
 from controller.s3_checks import S3Checks, S3Target
+from controller.steps import Problem
 from tests.devenv.ports import free_port
 from tests.devenv.s3 import DUMMY_ACCESS_KEY, DUMMY_SECRET_KEY, REGION, S3Server
 

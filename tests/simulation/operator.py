@@ -18,18 +18,20 @@ from controller.directory import InstanceDirectory
 from controller.fleet import Fleet, quotas_from
 from controller.handlers import event_text
 from controller.lanes import LANES, Lane, Lanes
-from controller.leadership import LeaderElector, NotLeading, Timing, lead_or_stop
+from controller.leadership import LeaderElector, NotLeading, lead_or_stop
 from controller.metrics import Recorder
 from controller.orphans import Policy
 from controller.preflight import Preflight, SecretLoader
-from controller.preflight_checks import Problem, s3_location
+from controller.preflight_checks import s3_location
 from controller.reasons import RESULTS_BUCKET_NOT_FOUND
 from controller.reconciler import JobRef, Reconciler
 from controller.retained import RetainedStore
 from controller.s3_checks import S3Checks, S3Target
 from controller.secret_arrivals import SecretArrivals
 from controller.settings import Settings
+from controller.steps import Problem
 from controller.sweeper import Sweeper
+from controller.tunables import Timing
 from tests.simulation.world import CURRENT, MISSING_BUCKET, SimRunner
 
 if TYPE_CHECKING:

@@ -24,13 +24,13 @@ from controller.leadership import (
     LeaseRecord,
     NotLeading,
     SoleLeader,
-    Timing,
     identity,
     lead_or_stop,
 )
 from controller.metrics import Recorder
 from controller.reconciler import FINALIZER, JobRef
 from controller.settings import Settings
+from controller.tunables import Timing
 from tests.unit.kopf_handlers import drive, teardown
 
 

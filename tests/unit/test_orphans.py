@@ -23,7 +23,7 @@ from controller.orphans import (
     decide,
     references_of,
 )
-from controller.retained import RetainedRecord
+from controller.retained_record import RetainedRecord
 from tests.fakes.clock import T0
 
 CLUSTER = "cluster-a"

@@ -12,7 +12,8 @@ import pytest
 from controller.errors import KubeUnavailable, SpecError
 from controller.models import TaoBrevJobSpec
 from controller.reconciler import Reconciler
-from controller.retained import CONFIG_MAP, RetainedRecord, RetainedStore
+from controller.retained import RetainedStore
+from controller.retained_record import CONFIG_MAP, RetainedRecord
 from controller.timestamps import parse_time
 from tests.fakes.harness import NAME, NAMESPACE, Harness, job_spec
 

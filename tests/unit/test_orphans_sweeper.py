@@ -20,7 +20,8 @@ from controller.leadership import Leadership, SoleLeader
 from controller.metrics import Recorder
 from controller.models import TaoBrevJobSpec, TaoBrevJobStatus
 from controller.orphans import Policy
-from controller.retained import CONFIG_MAP, RetainedRecord, RetainedStore, record_for
+from controller.retained import RetainedStore
+from controller.retained_record import CONFIG_MAP, RetainedRecord, record_for
 from controller.sweeper import Sweeper
 from tests.fakes.brev import FakeBrev
 from tests.fakes.clock import T0, FakeClock

@@ -15,7 +15,8 @@ from controller import reasons
 from controller.admission import JobFacts, admit
 from controller.brev.client import SearchResult
 from controller.models import EphemeralInstance, Outcome, Phase, TaoBrevJobSpec, TaoBrevJobStatus
-from controller.preflight_checks import Problem, Verdict, image_problems, marker_key, selection_problems
+from controller.preflight_checks import image_problems, marker_key, selection_problems
+from controller.steps import Problem, Verdict
 from tests.unit.test_admission import job, per_ns
 from tests.unit.test_machine import EPHEMERAL, T0, cond, decide
 

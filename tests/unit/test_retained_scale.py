@@ -14,7 +14,8 @@ import yaml
 
 from controller.errors import KubeUnavailable
 from controller.naming import MAX_NAME
-from controller.retained import CONFIG_MAP, SHARDS, RetainedRecord, RetainedStore
+from controller.retained import RetainedStore
+from controller.retained_record import CONFIG_MAP, SHARDS, RetainedRecord
 from controller.timestamps import parse_time
 from tests.fakes.kube import CONFIG_MAP_MAX_BYTES, FakeKube
 
