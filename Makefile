@@ -97,6 +97,7 @@ lint: $(STAMP) ## ruff check + format check (whole repo) + import-layer contract
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports --no-cache --no-logo
+	$(PY) -m tests.devenv.levels --max 12 --quiet
 	$(PY) -m tests.devenv.crdgen --check
 
 .PHONY: typecheck

@@ -3,15 +3,18 @@
 A module stands one level above the highest module of `controller` it imports (a module that
 imports none of them is level 1), as the renovation issue (26) draws it. Prints the levels, the
 modules on each and the longest chain; with `--max N` exits 1 when there are more than N levels,
-so `make lint` fails on a new arrow that makes the house taller. Uses grimp, the graph library
+so `make lint` fails on a new arrow that makes the house taller, and when a module of `controller`
+has no layer in the `layers` contract of `.importlinter`. Uses grimp, the graph library
 import-linter is built on (already pinned), so both read the same graph.
 """
 
 from __future__ import annotations
 
 import argparse
+import configparser
 import functools
 import sys
+from pathlib import Path
 
 import grimp
 
@@ -41,6 +44,17 @@ def longest_chain(package: str = "controller") -> list[str]:
     return chain
 
 
+def unplaced(package: str = "controller", config: Path = Path(".importlinter")) -> list[str]:
+    """Top-level modules of `package` that the `layers` contract does not name: a new module
+    must be given its layer, or the contract would not guard its imports."""
+    parser = configparser.ConfigParser()
+    parser.read(config)
+    text = parser.get("importlinter:contract:layers", "layers")
+    placed = {name.strip() for line in text.splitlines() for name in line.replace("|", ":").split(":")}
+    tops = {m.split(".")[1] for m in levels(package)}
+    return sorted(tops - placed - {"__init__"})
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.devenv.levels")
     parser.add_argument("--max", type=int, default=None, help="fail (exit 1) above this many levels")
@@ -57,6 +71,10 @@ def main() -> int:
     print(f"{len(lv)} modules on {top} levels")
     if args.max is not None and top > args.max:
         print(f"more than {args.max} levels: an import made the house taller (see the chain above)")
+        return 1
+    missing = unplaced()
+    if missing:
+        print(f"not in the layers contract of .importlinter (give each its layer): {' '.join(missing)}")
         return 1
     return 0
 
