@@ -15,7 +15,6 @@ from __future__ import annotations
 from controller import reasons
 from controller.brev.client import DELETING, FAILURE
 from controller.decision_pass import Pass
-from controller.models import Outcome
 from controller.steps import DeleteInstance, EventNote, ProbeExec
 
 
@@ -98,13 +97,3 @@ def instance_fate(p: Pass) -> tuple[str, str] | None:
     if inst.status == FAILURE:
         return reasons.INSTANCE_FAILED, f"instance {p.instance} went to FAILURE during {p.phase}"
     return None
-
-
-def instance_gone_or_failed(p: Pass) -> bool:
-    """Mid-run loss of the instance ends the job with a distinct reason. Also True while a
-    `brev delete` confirming a suspected loss is under way (the caller does nothing else)."""
-    fate = instance_fate(p)
-    if fate is None:
-        return bool(p.actions)
-    p.end_run(Outcome.FAILED, *fate)
-    return True

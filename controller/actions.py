@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from functools import cached_property
 
+from controller import reasons
 from controller.brev.client import BrevClient
 from controller.brev.envfile import S3Credentials
 from controller.brev.logtail import TAIL_LINES
@@ -97,7 +98,7 @@ def _secrets(job: JobContext, action: str) -> JobSecrets:
         # operator bug; transient so that it backs off and the phase timeout still ends the job.
         raise TransientError(
             f"{action} needs the job's secrets, which were not loaded for this pass",
-            reason="SecretsNotLoaded",
+            reason=reasons.SECRETS_NOT_LOADED,
         )
     return job.secrets
 

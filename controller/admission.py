@@ -32,6 +32,8 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from controller.phases import PHASES, Phase, entered_any
+
 # Reasons (CamelCase, for the Queued condition and status.queueReason).
 ADMITTED = "Admitted"
 SUSPENDED = "Suspended"
@@ -103,13 +105,14 @@ class JobFacts:
             priority=_int(spec.get("priority"), 0),
             suspended=spec.get("suspend") is True,
             admitted=bool(status.get("admittedAt"))
-            or "Provisioning" in _map(status, "phaseTimes")
-            or phase not in (None, "Pending", "Deleted"),
+            or entered_any(_map(status, "phaseTimes"), "holds_slot")
+            or _holds_slot(phase),
             finished=bool(status.get("finishedAt")),
             deleting=bool(meta.get("deletionTimestamp")),
             creates_instance=not instance.get("reuse"),
             gpus=gpus_of(spec),
-            inputs_pending=phase in (None, "Pending") and bool(_map(status, "preflight").get("failingSince")),
+            inputs_pending=phase in (None, Phase.PENDING)
+            and bool(_map(status, "preflight").get("failingSince")),
             dry_run=spec.get("dryRun") is True,
         )
 
@@ -323,3 +326,14 @@ def _parse_time(value: Any) -> datetime:
         except ValueError:
             pass
     return EPOCH
+
+
+def _holds_slot(phase: object) -> bool:
+    """A job in this phase holds its slot (the `holds_slot` flag); a phase this release does
+    not know (a newer one wrote it) is taken to hold one, so the quota is never overrun."""
+    if phase is None:
+        return False
+    try:
+        return PHASES[Phase(str(phase))].holds_slot
+    except ValueError:
+        return True

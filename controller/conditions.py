@@ -23,7 +23,8 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from controller import admission, reasons
-from controller.models import Condition, ConditionStatus, Outcome, Phase, TaoBrevJobStatus
+from controller.models import Condition, ConditionStatus, Outcome, TaoBrevJobStatus
+from controller.phases import PHASES, Phase, entered_any
 from controller.timestamps import format_time
 
 READY = "Ready"
@@ -134,6 +135,6 @@ def _admission(status: TaoBrevJobStatus) -> list[Condition]:
 def is_admitted(status: TaoBrevJobStatus) -> bool:
     """Admitted under the quotas; a job that ever left Pending for Provisioning was admitted (also
     one from before quotas). A job that went from Pending straight to Deleted never was."""
-    if status.admitted_at is not None or str(Phase.PROVISIONING) in status.phase_times:
+    if status.admitted_at is not None or entered_any(status.phase_times, "holds_slot"):
         return True
-    return status.phase not in (None, Phase.PENDING, Phase.DELETED)
+    return status.phase is not None and PHASES[status.phase].holds_slot

@@ -10,10 +10,10 @@ from controller import reasons
 from controller.backoff import exponential
 from controller.brev.client import Instance
 from controller.identities import same_reach
-from controller.models import OnCompletion, Outcome, Phase, TaoBrevJobSpec, TaoBrevJobStatus
+from controller.models import OnCompletion, Outcome, TaoBrevJobSpec, TaoBrevJobStatus, phase_timeout
+from controller.phases import TRANSITIONS, Phase
 from controller.status_text import clip
 from controller.steps import Action, ActionFailure, EventNote, Observation
-from controller.transitions import TRANSITIONS, phase_timeout
 from controller.tunables import Tunables
 
 # Actions whose success proves the instance answers exec (so it exists, listed or not).
@@ -38,6 +38,8 @@ class Pass:
         self.actions: list[Action] = []
         self.events: list[EventNote] = []
         self.requeue: float | None = tun.poll_interval
+        # Set by `enter_then_step`: the new phase's step runs in this pass too (machine._step).
+        self.step_now = False
 
     # -- time and phase
     @property
@@ -63,6 +65,12 @@ class Pass:
             # Once the run has ended, message keeps saying why; phase changes are in Events.
             self.s.message = message
         self.events.append(EventNote("Normal", str(phase), message))
+
+    def enter_then_step(self, phase: Phase, message: str) -> None:
+        """Enter `phase` and run its step in this pass (its row's step in machine.STEPS): how a
+        step hands over to the next phase's without importing it."""
+        self.enter(phase, message)
+        self.step_now = True
 
     def phase_age(self) -> float:
         entered = self.s.phase_times.get(str(self.phase))

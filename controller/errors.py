@@ -24,11 +24,13 @@ Every error keeps the CLI's own message (``cli_message``) so the user sees what 
 
 from __future__ import annotations
 
+from controller import reasons
+
 
 class TaoBrevError(Exception):
     """Base class. `reason` is a CamelCase constant used for conditions and Events."""
 
-    reason = "Error"
+    reason = reasons.ERROR
 
     def __init__(self, message: str, *, reason: str | None = None, cli_message: str = "") -> None:
         super().__init__(message)
@@ -44,83 +46,83 @@ class TaoBrevError(Exception):
 
 
 class TransientError(TaoBrevError):
-    reason = "TransientError"
+    reason = reasons.TRANSIENT_ERROR
 
 
 class PermanentError(TaoBrevError):
-    reason = "PermanentError"
+    reason = reasons.PERMANENT_ERROR
 
 
 class BrevTransientError(TransientError):
-    reason = "BrevUnavailable"
+    reason = reasons.BREV_UNAVAILABLE
 
 
 class BrevAuthError(BrevTransientError):
-    reason = "BrevAuthFailed"
+    reason = reasons.BREV_AUTH_FAILED
 
 
 class SpecError(PermanentError):
-    reason = "InvalidSpec"
+    reason = reasons.INVALID_SPEC
 
 
 class MissingSecretError(PermanentError):
-    reason = "SecretNotFound"
+    reason = reasons.SECRET_NOT_FOUND
 
 
 class EntitlementError(PermanentError):
-    reason = "RegistryEntitlementFailed"
+    reason = reasons.REGISTRY_ENTITLEMENT_FAILED
 
 
 class BrevConfigError(PermanentError):
     """The operator's own environment or configuration keeps brev from working (not a job's fault)."""
 
-    reason = "BrevMisconfigured"
+    reason = reasons.BREV_MISCONFIGURED
 
 
 class BrevPermanentError(PermanentError):
-    reason = "BrevRequestRejected"
+    reason = reasons.BREV_REQUEST_REJECTED
 
 
 class InstanceNotFound(BrevPermanentError):
-    reason = "InstanceNotFound"
+    reason = reasons.INSTANCE_NOT_FOUND
 
 
 class InstanceAmbiguous(BrevPermanentError):
     """`multiple instances found with id/name X`: the CLI refuses to pick; address it by id."""
 
-    reason = "InstanceAmbiguous"
+    reason = reasons.INSTANCE_AMBIGUOUS
 
 
 class InstanceFailedWorkspace(BrevPermanentError):
     """`instance with id/name X is a failed workspace`: only FAILURE instances carry that name."""
 
-    reason = "InstanceFailedWorkspace"
+    reason = reasons.INSTANCE_FAILED_WORKSPACE
 
 
 class KubeUnavailable(TransientError):
     """The Kubernetes API did not answer usefully (timeout, connection, 429, 5xx): retry later."""
 
-    reason = "KubernetesUnavailable"
+    reason = reasons.KUBERNETES_UNAVAILABLE
 
 
 class KubeAccessDenied(KubeUnavailable):
     """401/403. A restarted API server answers 403 until its RBAC cache loads, so this is retried;
     if it persists, the message names the grant the operator lacks."""
 
-    reason = "KubernetesAccessDenied"
+    reason = reasons.KUBERNETES_ACCESS_DENIED
 
 
 class SecretAccessDenied(KubeAccessDenied):
-    reason = "SecretAccessDenied"
+    reason = reasons.SECRET_ACCESS_DENIED
 
 
 class StatusRejected(KubeUnavailable):
     """The API server refused the status patch (422/409/413) even trimmed to its essential fields."""
 
-    reason = "StatusRejected"
+    reason = reasons.STATUS_REJECTED
 
 
 class SecretNotAllowed(PermanentError):
     """The Secret exists but is not labelled usable while the operator enforces the allow-list."""
 
-    reason = "SecretNotAllowed"
+    reason = reasons.SECRET_NOT_ALLOWED

@@ -37,11 +37,10 @@ from controller.kube import GROUP, PLURAL, VERSION, resolve_connection
 from controller.leadership import NotLeading, lead_or_stop
 from controller.logs import redact_text
 from controller.metrics import serve_metrics
-from controller.reconciler import JobRef
+from controller.reconciler import FINALIZER, JobRef
 from controller.settings import Settings
 
 log = structlog.get_logger("taobrev.handlers")
-FINALIZER = "taobrev.io/teardown"
 RESOURCE = (GROUP, VERSION, PLURAL)
 
 

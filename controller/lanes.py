@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Protocol
 
+from controller import reasons
 from controller.errors import TransientError
 
 
@@ -67,7 +68,7 @@ LANES: tuple[Lane, ...] = tuple(DEFAULT_SLOTS)
 
 
 class LaneBusy(TransientError):
-    reason = "LaneBusy"
+    reason = reasons.LANE_BUSY
 
 
 class LaneObserver(Protocol):

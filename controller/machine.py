@@ -14,13 +14,18 @@ The machine is split by what each part holds; every part is pure (the pure-core 
 .importlinter):
 
 - machine.py: `decide()`, which folds an action failure into status and dispatches on the phase.
-- transitions.py: `TRANSITIONS` (the allowed phase changes) and `phase_timeout`.
+- phases.py: `PHASES`, the phase table: each phase's allowed next phases, timeout field and
+  flags (pre-run, holds a quota slot, needs secrets, budget judged, deadline-bound, workload on
+  the instance); `STEPS` below binds each phase's step function.
 - tunables.py: `Tunables`, the operator settings decide() reads.
 - decision_pass.py: `Pass`, one decision being accumulated (status, actions, Events, requeue),
   with the helpers on phase changes, outcome, trouble and the instance that every step uses.
-- run_phases.py: the steps of Pending, Provisioning, WaitingExec, Pulling and Running.
-- teardown.py: the tail after the run ended (stop grace, upload, cleanup, delete, confirmed
-  release), and how an owned instance is released.
+- run_phases.py: the steps of Pending, Provisioning, WaitingExec, Pulling and Running (with
+  Running's stop grace after the run ended). A step hands over to the next phase's with
+  `Pass.enter_then_step`, so run_phases and teardown never import each other.
+- teardown.py: Uploading and Deleted (upload, cleanup, delete, confirmed release).
+- release.py: how an owned instance is released (delete, then confirm it gone); used by
+  teardown and by recovery between attempts.
 - absence.py: how the instance's absence is suspected, then confirmed (never assumed).
 - identities.py: `same_reach`, whether one brev identity reaches what another created.
 - status_text.py: `clip` and `log_lines`, what status keeps of messages and log tails.
@@ -34,11 +39,14 @@ are re-exported here for the modules and tests that use them as `machine.<name>`
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+
 from controller import conditions, reasons, recovery
 from controller.decision_pass import Pass
 from controller.errors import InstanceNotFound
 from controller.identities import same_reach
-from controller.models import CheckpointStatus, Outcome, Phase, TaoBrevJobSpec, TaoBrevJobStatus
+from controller.models import CheckpointStatus, Outcome, TaoBrevJobSpec, TaoBrevJobStatus, phase_timeout
+from controller.phases import PHASES, TRANSITIONS, Phase
 from controller.run_phases import (
     assign_names,
     pending,
@@ -57,7 +65,6 @@ from controller.status_text import (
 )
 from controller.steps import ActionFailure, Decision, EventNote, Observation
 from controller.teardown import teardown, upload_failed, upload_trouble, uploading
-from controller.transitions import TRANSITIONS, phase_timeout
 from controller.tunables import MIN_ABSENT_LISTINGS, Tunables
 
 # Re-exported: the names other modules and the tests use as `machine.<name>`.
@@ -80,7 +87,7 @@ __all__ = [
 # Failure reasons of a `brev create` that Brev answered with a definite "no" (nothing was created):
 # transient ones listed here; every permanent create failure (a validation error) is one too.
 # A timeout or any other failure may have created the instance all the same.
-_CREATE_REFUSALS = frozenset({"InsufficientCapacity"})
+_CREATE_REFUSALS = frozenset({reasons.INSUFFICIENT_CAPACITY})
 
 
 def decide(
@@ -215,23 +222,37 @@ def _create_failed(p: Pass, f: ActionFailure) -> None:
     p.s.create_returned_at = p.now
 
 
+Step = Callable[[Pass, str, str, str], None]  # (pass, namespace, name, uid)
+
+
+def _only(step: Callable[[Pass], None]) -> Step:
+    return lambda p, _namespace, _name, _uid: step(p)
+
+
+# Each phase's step function; what the phase means is its row in controller.phases.PHASES.
+STEPS: Mapping[Phase, Step] = {
+    Phase.PENDING: pending,
+    Phase.PROVISIONING: _only(provisioning),
+    Phase.WAITING_EXEC: _only(waiting_exec),
+    Phase.PULLING: _only(pulling),
+    Phase.RUNNING: _only(running),
+    Phase.UPLOADING: _only(uploading),
+    Phase.DELETED: _only(teardown),
+}
+
+
 def _step(p: Pass, *, namespace: str, name: str, uid: str) -> None:
     phase = p.phase
-    if phase == Phase.PENDING:
-        pending(p, namespace, name, uid)
-    elif p.s.run_outcome and phase in (Phase.PROVISIONING, Phase.WAITING_EXEC, Phase.PULLING):
+    if p.s.run_outcome and phase != Phase.PENDING and PHASES[phase].pre_run:
         # Nothing ran, so nothing to upload: go straight to teardown.
         p.enter(Phase.DELETED, f"tearing down after {p.s.reason}")
-        teardown(p)
-    elif phase == Phase.PROVISIONING:
-        provisioning(p)
-    elif phase == Phase.WAITING_EXEC:
-        waiting_exec(p)
-    elif phase == Phase.PULLING:
-        pulling(p)
-    elif phase == Phase.RUNNING:
-        running(p)
-    elif phase == Phase.UPLOADING:
-        uploading(p)
-    else:
-        teardown(p)
+        phase = Phase.DELETED
+    STEPS[phase](p, namespace, name, uid)
+    # A step that handed over (Pass.enter_then_step) has the new phase's step run now; phases
+    # only move on within a pass, so this ends within len(PHASES) steps.
+    for _ in PHASES:
+        if not p.step_now:
+            return
+        p.step_now = False
+        STEPS[p.phase](p, namespace, name, uid)
+    raise AssertionError(f"steps handed over more than {len(PHASES)} times in one pass")

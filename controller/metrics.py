@@ -22,7 +22,7 @@ from prometheus_client.metrics_core import Metric
 
 from controller.job_metrics import JobGauges
 from controller.logs import redact_text
-from controller.models import Phase
+from controller.phases import Phase
 
 # The status.phase values of the TaoBrevJob API, in lifecycle order (SPEC.md).
 PHASES: Final = tuple(str(p) for p in Phase)

@@ -35,6 +35,7 @@ from pydantic.config import JsonDict
 
 from controller.container_paths import DATA_ROOT, SPEC_MOUNT_PATH
 from controller.errors import SpecError
+from controller.phases import PHASES, Phase
 from controller.timestamps import format_time
 
 # --- patterns shared by the model and the CRD (Go RE2 and Rust regex both accept them) ---------
@@ -86,18 +87,6 @@ _RETAIN_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 DEFAULT_SHM_SIZE = "16g"
 DEFAULT_S3_REGION = "us-east-1"
-
-
-class Phase(StrEnum):
-    """Where the job is; the operator's summary of its conditions."""
-
-    PENDING = "Pending"
-    PROVISIONING = "Provisioning"
-    WAITING_EXEC = "WaitingExec"
-    PULLING = "Pulling"
-    RUNNING = "Running"
-    UPLOADING = "Uploading"
-    DELETED = "Deleted"
 
 
 class Outcome(StrEnum):
@@ -1121,3 +1110,11 @@ def merge_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
         elif isinstance(before, dict) and isinstance(new[key], dict):
             patch[key] = merge_patch(before, new[key])
     return patch
+
+
+def phase_timeout(spec: TaoBrevJobSpec | None, phase: Phase) -> int | None:
+    """The seconds `spec.timeouts` allows in `phase` (the field named in its PHASES row)."""
+    field_name = PHASES[phase].timeout
+    if field_name is None:
+        return None
+    return int(getattr(spec.timeouts if spec is not None else Timeouts(), field_name))

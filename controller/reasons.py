@@ -1,9 +1,10 @@
 """Every Condition and Event reason the state machine writes, in one place (PURE).
 
 Reasons are CamelCase constants (kstatus convention); metrics, conditions and Events use these
-names, and users match on them, so a reason is named for what it says. Reasons raised by the
-Brev side (`controller.errors` subclasses, e.g. `BrevUnavailable`) keep living on their error
-classes and reach status through `ActionFailure.reason`.
+names, and users match on them, so a reason is named for what it says. The reasons the effects
+raise (`controller.errors` subclasses, the Brev client and the remote workload) are here too, at
+the end; they reach status through `ActionFailure.reason`. This module imports nothing of the
+operator, so every layer may use it.
 """
 
 from __future__ import annotations
@@ -90,3 +91,49 @@ IMAGE_REFERENCE_INVALID = "ImageReferenceInvalid"
 PREFLIGHT_PASSED = "PreflightPassed"
 # spec.dryRun: the plan is in status.plan; nothing is created.
 DRY_RUN = "DryRun"
+
+
+# The run ended because nothing on the instance can be reached any more: no stop, no upload.
+UNREACHABLE = frozenset({INSTANCE_LOST, INSTANCE_FAILED, INSTANCE_STOPPED, INSTANCE_UNRESPONSIVE})
+
+# --- reasons raised by the operator's effects and by the Brev side (errors, actions, the
+# remote workload), reaching status through ActionFailure.reason and Events -----------------
+BREV_AUTH_FAILED = "BrevAuthFailed"
+BREV_MISCONFIGURED = "BrevMisconfigured"
+BREV_REQUEST_REJECTED = "BrevRequestRejected"
+BREV_TIMEOUT = "BrevTimeout"
+BREV_UNAVAILABLE = "BrevUnavailable"
+CHECKPOINT_RESTORE_FAILED = "CheckpointRestoreFailed"
+CONTAINER_INSPECT_FAILED = "ContainerInspectFailed"
+CONTAINER_LOGS_FAILED = "ContainerLogsFailed"
+CONTAINER_NOT_FOUND = "ContainerNotFound"
+CONTAINER_REMOVE_FAILED = "ContainerRemoveFailed"
+CONTAINER_START_FAILED = "ContainerStartFailed"
+CONTAINER_STOP_FAILED = "ContainerStopFailed"
+CONTAINER_WAIT_FAILED = "ContainerWaitFailed"
+ERROR = "Error"
+IMAGE_NOT_PRESENT = "ImageNotPresent"
+INSTANCE_FAILED_WORKSPACE = "InstanceFailedWorkspace"
+INSTANCE_NOT_FOUND = "InstanceNotFound"
+INSUFFICIENT_CAPACITY = "InsufficientCapacity"
+KUBERNETES_ACCESS_DENIED = "KubernetesAccessDenied"
+KUBERNETES_UNAVAILABLE = "KubernetesUnavailable"
+LANE_BUSY = "LaneBusy"
+NO_MATCHING_INSTANCE_TYPE = "NoMatchingInstanceType"
+PERMANENT_ERROR = "PermanentError"
+PHASE_BUDGET_SPENT = "PhaseBudgetSpent"
+QUOTA_ANNOTATION_INVALID = "QuotaAnnotationInvalid"
+REGISTRY_ENTITLEMENT_FAILED = "RegistryEntitlementFailed"
+REGISTRY_LOGIN_FAILED = "RegistryLoginFailed"
+REGISTRY_UNAVAILABLE = "RegistryUnavailable"
+SECRETS_NOT_LOADED = "SecretsNotLoaded"
+SECRET_ACCESS_DENIED = "SecretAccessDenied"  # noqa: S105 - a reason, not a password
+SECRET_CLEANUP_FAILED = "SecretCleanupFailed"  # noqa: S105 - a reason, not a password
+SECRET_NOT_ALLOWED = "SecretNotAllowed"  # noqa: S105 - a reason, not a password
+SSH_CONNECTION_FAILED = "SshConnectionFailed"
+SSH_SESSION_LOST = "SshSessionLost"
+STAGING_FAILED = "StagingFailed"
+STATUS_REJECTED = "StatusRejected"
+TRANSIENT_ERROR = "TransientError"
+UNKNOWN_INSTANCE_TYPE = "UnknownInstanceType"
+UPLOAD_INCOMPLETE = "UploadIncomplete"

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import structlog
 from pydantic import ValidationError
 
-from controller import machine, recovery
+from controller import machine, reasons, recovery
 from controller.actions import ActionRunner, JobContext, JobSecrets
 from controller.admission import Admission, JobFacts, gpus_of
 from controller.backoff import exponential
@@ -34,7 +34,9 @@ from controller.fleet import Fleet
 from controller.kube import KubeAccess
 from controller.logs import register_secret
 from controller.metrics import Recorder
-from controller.models import Phase, TaoBrevJobSpec, TaoBrevJobStatus, merge_patch
+from controller.models import TaoBrevJobSpec, TaoBrevJobStatus, merge_patch
+from controller.phases import Phase
+from controller.phases import row as phase_row
 from controller.preflight import Preflight, SecretLoader
 from controller.pricing import PriceBook
 from controller.retained import RetainedStore
@@ -57,7 +59,6 @@ log = structlog.get_logger("taobrev.reconciler")
 MAX_STEPS_PER_PASS = 12
 # kopf's finalizer for this operator (handlers.py configures kopf with the same name).
 FINALIZER = "taobrev.io/teardown"
-_SECRETS_NEEDED = {None, Phase.PENDING, Phase.PROVISIONING, Phase.WAITING_EXEC, Phase.PULLING}
 
 
 @dataclass(frozen=True)
@@ -339,7 +340,7 @@ class Reconciler:
         trouble). A job in pre-flight had them read (or found missing) by the pre-flight."""
         if (
             spec is None
-            or status.phase not in _SECRETS_NEEDED
+            or not phase_row(status.phase).needs_secrets
             or status.run_outcome
             or ref.deleting
             or queued
@@ -399,7 +400,7 @@ class Reconciler:
         for problem in verdict.warnings:
             if problem not in warned:
                 warned.add(problem)
-                self._events(ref, "Warning", "QuotaAnnotationInvalid", problem)
+                self._events(ref, "Warning", reasons.QUOTA_ANNOTATION_INVALID, problem)
         return verdict.admission
 
     async def _secrets_for_step(self, namespace: str, spec: TaoBrevJobSpec) -> JobSecrets | None:
@@ -626,7 +627,7 @@ def _holdable(decision: Decision, ref: JobRef) -> bool:
         not decision.actions
         and decision.requeue_after == 0
         and not ref.deleting
-        and s.phase in (Phase.PENDING, Phase.PROVISIONING)
+        and phase_row(s.phase).holdable
         and not (s.create_requested_at or s.finished_at or s.run_outcome)
     )
 
@@ -668,7 +669,7 @@ def _comparable(status: Mapping[str, Any]) -> dict[str, Any]:
 
 def _secret_trouble(namespace: str, exc: TransientError) -> str:
     """A Secret that could not be read for now; a 403 names the RBAC fix."""
-    if exc.reason in ("SecretAccessDenied", "Forbidden"):
+    if exc.reason in (reasons.SECRET_ACCESS_DENIED, "Forbidden"):
         return (
             f"{exc}; the operator may not read Secrets in namespace {namespace}: grant its "
             "ServiceAccount `get` on secrets there (Role + RoleBinding); retrying with backoff"
@@ -719,11 +720,9 @@ def _deadline(spec: TaoBrevJobSpec | None, status: TaoBrevJobStatus, now: dateti
     still try the upload once (controller/teardown.py), not fail it unattempted."""
     if spec is None or status.phase is None:
         return None
-    if status.phase in (Phase.WAITING_EXEC, Phase.PULLING):
-        if status.run_outcome:
-            return None  # the run ended: only teardown is left
-    elif status.phase != Phase.UPLOADING:
-        return None
+    bound = phase_row(status.phase)
+    if not bound.deadline_bound or (bound.pre_run and status.run_outcome):
+        return None  # not bounded, or the run ended before it ran: only teardown is left
     entered = status.phase_times.get(str(status.phase))
     limit = machine.phase_timeout(spec, status.phase)
     if entered is None or limit is None:

@@ -32,9 +32,10 @@ from controller import naming, reasons
 from controller.brev.client import STOPPED, STOPPING
 from controller.container_paths import RESULTS_DIR
 from controller.decision_pass import Pass
-from controller.models import AttemptRecord, CheckpointStatus, Outcome, Phase, TaoBrevJobStatus
+from controller.models import AttemptRecord, CheckpointStatus, Outcome, TaoBrevJobStatus
+from controller.phases import PHASES, Phase
 from controller.status_text import clip
-from controller.steps import EventNote, RestoreCheckpoints, SyncCheckpoints
+from controller.steps import EventNote, SyncCheckpoints
 
 # Stored billed seconds of a running attempt move in steps of this much. Every step is a status
 # write and a watch event per running job: at 60 s (every exit wait re-arm) they were half the
@@ -296,7 +297,7 @@ def check_budget(p: Pass) -> None:
     """Before the run ended: a reached budget ends it (stop, upload what exists, tear down).
     Running is judged by run_phases.running instead: it looks for the exit first (an exit 0 inside
     the budget, seen late after downtime, is a success) and judges an exit at its own time."""
-    if p.s.run_outcome or p.phase not in (Phase.PROVISIONING, Phase.WAITING_EXEC, Phase.PULLING):
+    if p.s.run_outcome or not PHASES[p.phase].budget_judged:
         return
     message = over_budget(p)
     if message is not None:
@@ -363,10 +364,6 @@ def sync_due_in(p: Pass) -> float | None:
 def needs_restore(p: Pass) -> bool:
     rec = current(p)
     return enabled(p) and rec is not None and rec.attempt >= 2 and rec.restored_at is None
-
-
-def restore_action(p: Pass) -> RestoreCheckpoints:
-    return RestoreCheckpoints(p.instance)
 
 
 def fold_restore(p: Pass) -> None:

@@ -11,10 +11,12 @@ from controller.absence import instance_fate
 from controller.backoff import exponential
 from controller.brev.client import DELETING, FAILURE, RUNNING, STOPPED, STOPPING, CreateRequest
 from controller.decision_pass import Pass
-from controller.models import Outcome, Phase, PreflightProblem, PreflightStatus
+from controller.models import Outcome, PreflightProblem, PreflightStatus, phase_timeout
+from controller.phases import PHASES, Phase
 from controller.plan import build_plan, priced
 from controller.plan import summary as plan_summary
 from controller.preflight_checks import MAX_PROBLEMS
+from controller.release import instance_released
 from controller.status_text import clip, log_lines
 from controller.steps import (
     CreateInstance,
@@ -24,12 +26,11 @@ from controller.steps import (
     RestoreCheckpoints,
     StartContainer,
     StartInstance,
+    StopContainer,
     UploadResults,
     Verdict,
     WaitForExit,
 )
-from controller.teardown import instance_released, stopping, teardown, uploading
-from controller.transitions import phase_timeout
 
 
 def pending(p: Pass, namespace: str, name: str, uid: str) -> None:
@@ -37,8 +38,7 @@ def pending(p: Pass, namespace: str, name: str, uid: str) -> None:
         # Failed validation or canceled before anything existed (a queued job among them):
         # nothing to tear down, and no queue to stand in any more.
         _leave_queue(p)
-        p.enter(Phase.DELETED, f"finished before provisioning: {p.s.reason}")
-        teardown(p)
+        p.enter_then_step(Phase.DELETED, f"finished before provisioning: {p.s.reason}")
         return
     if not p.obs.has_finalizer:
         # Nothing may exist on Brev that a delete without our finalizer could orphan.
@@ -479,8 +479,7 @@ def _judge_exit(p: Pass) -> None:
     else:
         p.end_run(Outcome.FAILED, reasons.TRAINING_FAILED, f"training container exited with code {code}")
     results = p.spec.data.results_uri if p.spec is not None else "(spec unknown)"
-    p.enter(Phase.UPLOADING, f"uploading results and logs to {results}")
-    uploading(p)
+    p.enter_then_step(Phase.UPLOADING, f"uploading results and logs to {results}")
 
 
 def _answers_after_exit(p: Pass) -> bool:
@@ -529,8 +528,7 @@ def _unanswered_after_exit(p: Pass, waited: float) -> None:
     if deletes and not p.s.cleaned_up_at:
         # The job's files and secrets go with the instance; a cleanup would hang as the probes did.
         p.s.cleaned_up_at = p.now
-    p.enter(Phase.UPLOADING, note)
-    uploading(p)  # nothing to upload from it: Deleted follows
+    p.enter_then_step(Phase.UPLOADING, note)  # nothing to upload from it: Deleted follows
 
 
 def _upload_then_retry(p: Pass) -> None:
@@ -560,8 +558,7 @@ def running(p: Pass) -> None:
         return
     if p.spec is None:
         # Deleted with a spec we cannot read: nothing to upload to; cleanup removes the container.
-        p.enter(Phase.UPLOADING, "spec does not parse; tearing down")
-        uploading(p)
+        p.enter_then_step(Phase.UPLOADING, "spec does not parse; tearing down")
         return
     if not p.s.run_outcome and instance_gone_or_failed(p) and not p.s.run_outcome:
         return  # confirming a suspected loss with brev delete first, or this attempt ended
@@ -599,8 +596,36 @@ def running(p: Pass) -> None:
 
 def _step_after_end(p: Pass) -> None:
     """The run ended before a container existed: go straight to teardown."""
-    if p.phase in (Phase.PROVISIONING, Phase.WAITING_EXEC, Phase.PULLING):
-        p.enter(Phase.DELETED, f"tearing down after {p.s.reason}")
-        teardown(p)
+    if p.phase != Phase.PENDING and PHASES[p.phase].pre_run:
+        p.enter_then_step(Phase.DELETED, f"tearing down after {p.s.reason}")
     elif p.phase == Phase.RUNNING:
         running(p)
+
+
+def stopping(p: Pass) -> None:
+    """Canceled, timed out or lost while running: stop the container, bounded by the grace."""
+    if p.s.reason in reasons.UNREACHABLE:
+        p.enter_then_step(Phase.UPLOADING, "instance lost; nothing to upload")
+        return
+    if p.s.reason == reasons.INSTANCE_NOT_LISTED:
+        # No stop through an exec that may not answer: straight to the one upload attempt.
+        p.enter_then_step(Phase.UPLOADING, "instance not listed; uploading what can be reached")
+        return
+    if p.s.run_ended_at is None:
+        p.s.run_ended_at = p.now
+    if p.since(p.s.run_ended_at) > p.tun.grace:
+        note = (
+            f"container {p.s.job_id} did not stop within {int(p.tun.grace)}s; uploading what is there, "
+            "then deleting"
+        )
+        p.s.teardown_message = note
+        p.events.append(EventNote("Warning", reasons.STOP_GRACE_EXPIRED, note))
+        p.enter_then_step(Phase.UPLOADING, note)
+        return
+    if not p.obs.container_stopped:
+        p.actions.append(StopContainer(p.instance))
+    # Bounded by the grace left, so the grace is never overrun by a whole wait.
+    left = p.tun.grace - p.since(p.s.run_ended_at)
+    bound = max(min(1.0, p.tun.wait_timeout), min(p.tun.wait_timeout, left))
+    p.actions.append(WaitForExit(p.instance, timeout_seconds=bound, start_if_missing=False))
+    p.requeue = 0.0

@@ -38,58 +38,16 @@ from controller import reasons
 from controller.absence import instance_fate
 from controller.brev.client import DELETING, RUNNING, Instance
 from controller.decision_pass import Pass
-from controller.models import Outcome, Phase, ResultsSummary
+from controller.models import Outcome, ResultsSummary, phase_timeout
+from controller.phases import Phase, entered_any
+from controller.release import instance_released
 from controller.status_text import clip
 from controller.steps import (
     CleanupWorkload,
-    DeleteInstance,
     EventNote,
-    StopContainer,
     UploadResults,
-    WaitForExit,
 )
 from controller.timestamps import format_time
-from controller.transitions import phase_timeout
-
-# The run ended because nothing on the instance can be reached any more: no stop, no upload.
-_UNREACHABLE = (
-    reasons.INSTANCE_LOST,
-    reasons.INSTANCE_FAILED,
-    reasons.INSTANCE_STOPPED,
-    reasons.INSTANCE_UNRESPONSIVE,
-)
-
-
-def stopping(p: Pass) -> None:
-    """Canceled, timed out or lost while running: stop the container, bounded by the grace."""
-    if p.s.reason in _UNREACHABLE:
-        p.enter(Phase.UPLOADING, "instance lost; nothing to upload")
-        uploading(p)
-        return
-    if p.s.reason == reasons.INSTANCE_NOT_LISTED:
-        # No stop through an exec that may not answer: straight to the one upload attempt.
-        p.enter(Phase.UPLOADING, "instance not listed; uploading what can be reached")
-        uploading(p)
-        return
-    if p.s.run_ended_at is None:
-        p.s.run_ended_at = p.now
-    if p.since(p.s.run_ended_at) > p.tun.grace:
-        note = (
-            f"container {p.s.job_id} did not stop within {int(p.tun.grace)}s; uploading what is there, "
-            "then deleting"
-        )
-        p.s.teardown_message = note
-        p.events.append(EventNote("Warning", reasons.STOP_GRACE_EXPIRED, note))
-        p.enter(Phase.UPLOADING, note)
-        uploading(p)
-        return
-    if not p.obs.container_stopped:
-        p.actions.append(StopContainer(p.instance))
-    # Bounded by the grace left, so the grace is never overrun by a whole wait.
-    left = p.tun.grace - p.since(p.s.run_ended_at)
-    bound = max(min(1.0, p.tun.wait_timeout), min(p.tun.wait_timeout, left))
-    p.actions.append(WaitForExit(p.instance, timeout_seconds=bound, start_if_missing=False))
-    p.requeue = 0.0
 
 
 def upload_trouble(p: Pass, error: str) -> str:
@@ -199,7 +157,7 @@ def _nothing_to_upload(p: Pass) -> bool:
     on to teardown (True when this step is done)."""
     unlisted = p.obs.instance_known and p.obs.instance is None and not p.exec_evidence()
     tried_unlisted = bool(p.s.upload_attempts) and p.s.reason == reasons.INSTANCE_NOT_LISTED and unlisted
-    lost = p.s.reason in _UNREACHABLE
+    lost = p.s.reason in reasons.UNREACHABLE
     if p.spec is not None and not lost and not tried_unlisted:
         return False
     if p.start_phase == Phase.RUNNING:
@@ -217,7 +175,7 @@ def teardown(p: Pass) -> None:
     name = p.s.instance_name
     if name and not _cleanup_done(p):
         return
-    if name and p.deletes_instance() and not _instance_released(p):
+    if name and p.deletes_instance() and not instance_released(p):
         return
     if p.s.run_outcome == Outcome.SUCCEEDED and p.s.uploaded_at is None:
         # A run that exited 0 whose results never reached S3 (nothing left to upload from) did
@@ -262,100 +220,10 @@ def _cleanup_done(p: Pass) -> bool:
     return True
 
 
-def instance_released(p: Pass) -> bool:
-    """Whether the current instance is confirmed deleted (asking brev to delete it if needed);
-    also how recovery releases a previous attempt's instance before the next create."""
-    return _instance_released(p)
-
-
-def _instance_released(p: Pass) -> bool:
-    """Ask brev to delete our instance, then confirm: `brev delete` answers not found, or the
-    delete was accepted and the instance stays unlisted for `absent_listings` listings."""
-    if not p.asked_brev():
-        return True  # no create was ever sent: nothing of ours can exist
-    if not p.obs.instance_known or p.ambiguous():
-        return False
-    differs = p.identity_differs()
-    if p.obs.delete_not_found:
-        if not differs:
-            if p.s.reason == reasons.INSTANCE_NOT_LISTED:
-                p.s.reason = reasons.INSTANCE_LOST  # now confirmed
-                p.s.message = f"{p.s.message}; brev delete confirms it is gone"
-            return True
-        p.not_accessible()
-        return False
-    if p.obs.delete_requested:
-        p.s.delete_accepted_at = p.s.delete_accepted_at or p.now
-        p.unstall(reasons.INSTANCE_NOT_ACCESSIBLE)  # brev found it and is deleting it
-    inst = p.obs.instance
-    if inst is not None:
-        p.seen(inst)
-        stale = p.since(p.s.delete_requested_at) > p.tun.create_settle
-        if inst.status != DELETING and not p.obs.delete_requested and (stale or not p.s.delete_accepted_at):
-            _delete(p)
-        _warn_if_slow(p)
-        return False
-    return _released_unlisted(p)
-
-
-def _released_unlisted(p: Pass) -> bool:
-    # Not listed. A create that may still be on its way must settle before absence means anything.
-    if p.s.instance_id is None and (
-        p.since(p.settle_from()) <= p.tun.create_settle or _create_may_be_in_flight(p)
-    ):
-        # status.message keeps saying why the job ended; InstanceReleased says teardown goes on.
-        p.s.teardown_message = f"waiting to confirm that instance {p.instance} was never created"
-        return False
-    if p.obs.delete_requested:
-        p.present()  # brev just resolved it: it exists, listed or not
-        return False
-    n = p.note_absence()
-    if p.s.delete_accepted_at and n >= p.tun.absent_listings:
-        return True
-    if p.identity_differs():
-        if not p.s.delete_accepted_at:
-            p.not_accessible()
-        # else: brev accepted the delete; this identity's listings confirm it (not Stalled).
-        return False
-    if p.since(p.s.delete_requested_at) >= p.tun.poll_interval:
-        _delete(p)  # "not found" under the creating identity is the proof
-    _warn_if_slow(p)
-    return False
-
-
-def _create_may_be_in_flight(p: Pass) -> bool:
-    """The last create was sent and its call was never seen returning (its pass was cancelled, or
-    the process that sent it crashed or lost the Lease): it may still land until the longest a
-    create can be in flight has passed, plus the settle time. Before that even `brev delete`'s
-    "not found" proves nothing."""
-    sent, returned = p.s.create_requested_at, p.s.create_returned_at
-    if sent is None or (returned is not None and returned >= sent):
-        return False
-    return p.since(sent) <= p.tun.create_in_flight_max + p.tun.create_settle
-
-
-def _delete(p: Pass) -> None:
-    p.s.delete_requested_at = p.now
-    p.actions.append(DeleteInstance(p.target))
-    p.events.append(EventNote("Normal", reasons.INSTANCE_DELETE_REQUESTED, f"brev delete {p.target}"))
-
-
-def _warn_if_slow(p: Pass) -> None:
-    if not p.timed_out():
-        return
-    note = (
-        f"instance {p.instance} still not confirmed deleted {int(p.phase_age())}s into teardown; still trying"
-    )
-    if not (p.s.teardown_message or "").startswith(f"instance {p.instance} still not confirmed"):
-        p.events.append(EventNote("Warning", reasons.INSTANCE_NOT_RELEASED, note))
-    p.s.teardown_message = note
-    if not p.actions:
-        p.requeue = p.tun.backoff_max
-
-
 def _workload_may_exist(p: Pass) -> bool:
-    """Secrets, spec or a container exist on the instance only from Pulling on."""
-    return str(Phase.PULLING) in p.s.phase_times
+    """Secrets, spec or a container exist on the instance only once the job entered a phase
+    that puts them there (the `workload` flag: Pulling on)."""
+    return entered_any(p.s.phase_times, "workload")
 
 
 def _may_still_hold_secrets(p: Pass, inst: Instance | None) -> bool:

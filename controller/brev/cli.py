@@ -40,6 +40,7 @@ from pathlib import Path
 
 import structlog
 
+from controller import reasons
 from controller.brev.client import (
     BrevCallRecorder,
     BrevCredentials,
@@ -603,12 +604,12 @@ def ssh_transport_error(instance: str, result: RunResult) -> BrevTransientError:
     if result.returncode == SSH_CONNECTION_FAILED:
         return BrevTransientError(
             f"ssh to {instance} failed to connect (exit 255)",
-            reason="SshConnectionFailed",
+            reason=reasons.SSH_CONNECTION_FAILED,
             cli_message=cli_message(result),
         )
     return BrevTransientError(
         f"the remote command on {instance} ended without reporting its status (ssh exit {result.returncode})",
-        reason="SshSessionLost",
+        reason=reasons.SSH_SESSION_LOST,
         cli_message=cli_message(result),
     )
 

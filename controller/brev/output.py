@@ -7,6 +7,7 @@ import json
 import re
 from typing import Any
 
+from controller import reasons
 from controller.brev.client import (
     CreateResult,
     Instance,
@@ -184,7 +185,7 @@ def create_outcome(name: str, result: RunResult) -> CreateResult:
         raise BrevPermanentError(
             f"no instance type matches the requested GPU filters for {name}; relax gpuName / "
             "minVram / types (see `brev search`)",
-            reason="NoMatchingInstanceType",
+            reason=reasons.NO_MATCHING_INSTANCE_TYPE,
             cli_message=msg,
         )
     skips = _SKIP_LINE.findall(out)
@@ -193,13 +194,13 @@ def create_outcome(name: str, result: RunResult) -> CreateResult:
         if any(marker in skip for skip in skips for marker in _CAPACITY_MARKERS):
             raise BrevTransientError(
                 f"no capacity for the requested instance types of {name}; will retry",
-                reason="InsufficientCapacity",
+                reason=reasons.INSUFFICIENT_CAPACITY,
                 cli_message=msg,
             )
         if all("is not a recognized type" in skip for skip in skips):
             raise BrevPermanentError(
                 f"instance type requested for {name} is not a recognized brev type (see `brev search`)",
-                reason="UnknownInstanceType",
+                reason=reasons.UNKNOWN_INSTANCE_TYPE,
                 cli_message=msg,
             )
     raise generic_error("create", name, result)

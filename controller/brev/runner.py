@@ -33,6 +33,7 @@ from pathlib import Path
 
 import structlog
 
+from controller import reasons
 from controller.brev.client import BrevCallRecorder, NullRecorder
 from controller.errors import BrevPermanentError, BrevTransientError
 
@@ -65,7 +66,7 @@ class RunResult:
 class CommandTimeout(BrevTransientError):
     """The call did not finish within its timeout; its whole process group was killed."""
 
-    reason = "BrevTimeout"
+    reason = reasons.BREV_TIMEOUT
 
     def __init__(self, message: str, *, stdout: str = "", stderr: str = "") -> None:
         super().__init__(message, cli_message=stderr.strip()[-2000:])

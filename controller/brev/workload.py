@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, NoReturn
 
+from controller import reasons
 from controller.brev.client import BrevClient, ExecResult
 from controller.brev.envfile import ENV_NAME_RE, S3Credentials, env_file, s3_env_file
 from controller.brev.logtail import TAIL_LINES, TAIL_MAX_BYTES, clean_log_tail
@@ -96,14 +97,14 @@ _MISSING_IMAGE_MARKERS = ("manifest unknown", "no such manifest", "not found")
 class ContainerNotFound(PermanentError):
     """The job's container is not on the instance (removed, or the instance was replaced)."""
 
-    reason = "ContainerNotFound"
+    reason = reasons.CONTAINER_NOT_FOUND
 
 
 class ImageNotPresent(TransientError):
     """`docker run` was not attempted: the image is not on the instance (pull it, with the
     registry credentials, then start again). `docker run` never pulls on its own."""
 
-    reason = "ImageNotPresent"
+    reason = reasons.IMAGE_NOT_PRESENT
 
 
 @dataclass(frozen=True)
@@ -345,7 +346,7 @@ class Workload:
         if remaining < _MIN_CALL_S:
             raise TransientError(
                 f"{what} on {self.instance} not attempted: the phase's time budget is spent",
-                reason="PhaseBudgetSpent",
+                reason=reasons.PHASE_BUDGET_SPENT,
             )
         return min(default, remaining)
 
@@ -377,7 +378,7 @@ class Workload:
         if _SECRETS_GONE not in (line.strip() for line in lines):
             raise TransientError(
                 f"{what} on {self.instance}: could not verify that its secret files were removed",
-                reason="SecretCleanupFailed",
+                reason=reasons.SECRET_CLEANUP_FAILED,
                 cli_message=_message(result),
             )
         return ExecResult(result.exit_code, "\n".join(kept), result.stderr)
@@ -408,7 +409,7 @@ class Workload:
                 "echo ok", limit if limit is not None else self.settings.probe_timeout, deadline, "probe"
             )
         except BrevTransientError as exc:
-            if exc.reason == "BrevAuthFailed":
+            if exc.reason == reasons.BREV_AUTH_FAILED:
                 raise
             return False
         return result.ok and result.stdout.strip() == "ok"
@@ -461,7 +462,7 @@ class Workload:
             )
         raise TransientError(
             f"docker login to {self.settings.registry} failed",
-            reason="RegistryLoginFailed",
+            reason=reasons.REGISTRY_LOGIN_FAILED,
             cli_message=_message(result),
         )
 
@@ -479,7 +480,9 @@ class Workload:
                 cli_message=_message(result),
             )
         raise TransientError(
-            f"docker {what} of {image} failed", reason="RegistryUnavailable", cli_message=_message(result)
+            f"docker {what} of {image} failed",
+            reason=reasons.REGISTRY_UNAVAILABLE,
+            cli_message=_message(result),
         )
 
     async def stage_inputs(
@@ -549,7 +552,9 @@ class Workload:
                 cli_message=_message(result),
             )
         raise TransientError(
-            f"staging inputs[{i}] from {uri} failed", reason="StagingFailed", cli_message=_message(result)
+            f"staging inputs[{i}] from {uri} failed",
+            reason=reasons.STAGING_FAILED,
+            cli_message=_message(result),
         )
 
     async def start_container(
@@ -629,7 +634,7 @@ class Workload:
             return False
         raise TransientError(
             f"docker run of {self.job_id} on {self.instance} failed",
-            reason="ContainerStartFailed",
+            reason=reasons.CONTAINER_START_FAILED,
             cli_message=_message(result),
         )
 
@@ -645,14 +650,14 @@ class Workload:
             if "no such" in _lower(result):
                 return None
             raise TransientError(
-                "docker inspect failed", reason="ContainerInspectFailed", cli_message=_message(result)
+                "docker inspect failed", reason=reasons.CONTAINER_INSPECT_FAILED, cli_message=_message(result)
             )
         try:
             return parse_state(result.stdout)
         except (ValueError, IndexError) as exc:
             raise TransientError(
                 "docker inspect printed no State",
-                reason="ContainerInspectFailed",
+                reason=reasons.CONTAINER_INSPECT_FAILED,
                 cli_message=_message(result),
             ) from exc
 
@@ -685,7 +690,7 @@ class Workload:
                 f"container {self.job_id} is not on {self.instance}", cli_message=_message(result)
             )
         return TransientError(
-            "docker wait failed", reason="ContainerWaitFailed", cli_message=_message(result)
+            "docker wait failed", reason=reasons.CONTAINER_WAIT_FAILED, cli_message=_message(result)
         )
 
     def _tail_command(self, tail: int) -> str:
@@ -740,7 +745,7 @@ class Workload:
                     f"container {self.job_id} is not on {self.instance}", cli_message=_message(result)
                 )
             raise TransientError(
-                "docker logs failed", reason="ContainerLogsFailed", cli_message=_message(result)
+                "docker logs failed", reason=reasons.CONTAINER_LOGS_FAILED, cli_message=_message(result)
             )
         return clean_log_tail(
             result.stdout, lines=tail, head_cut=len(result.stdout.encode()) >= TAIL_MAX_BYTES
@@ -761,10 +766,12 @@ class Workload:
         if result.exit_code == _TIMEOUT_RC:
             raise TransientError(
                 f"docker stop of {self.job_id} did not return within {grace + 10} s",
-                reason="ContainerStopFailed",
+                reason=reasons.CONTAINER_STOP_FAILED,
                 cli_message=_message(result),
             )
-        raise TransientError("docker stop failed", reason="ContainerStopFailed", cli_message=_message(result))
+        raise TransientError(
+            "docker stop failed", reason=reasons.CONTAINER_STOP_FAILED, cli_message=_message(result)
+        )
 
     async def upload_results(
         self,
@@ -832,11 +839,13 @@ class Workload:
             failed = ExecResult(result.exit_code, text, result.stderr)
             if step == "verify":
                 raise TransientError(
-                    "listing uploaded results failed", reason="UploadFailed", cli_message=_message(failed)
+                    "listing uploaded results failed",
+                    reason=reasons.UPLOAD_FAILED,
+                    cli_message=_message(failed),
                 )
             raise TransientError(
                 f"uploading results to {results_uri} failed",
-                reason="UploadFailed",
+                reason=reasons.UPLOAD_FAILED,
                 cli_message=_message(failed),
             )
         return self._verified(bucket, prefix, text)
@@ -848,7 +857,7 @@ class Workload:
         except (ValueError, IndexError, TypeError) as exc:
             raise TransientError(
                 "could not read the upload verification listing",
-                reason="UploadFailed",
+                reason=reasons.UPLOAD_FAILED,
                 cli_message=listing_output.strip()[-2000:],
             ) from exc
         key_prefix = f"{prefix}/" if prefix else ""
@@ -857,7 +866,7 @@ class Workload:
             raise TransientError(
                 f"upload verification failed: {len(missing)} of {len(local)} files missing or of the wrong "
                 f"size in s3://{bucket}/{key_prefix} (first: {sorted(missing)[0]})",
-                reason="UploadIncomplete",
+                reason=reasons.UPLOAD_INCOMPLETE,
             )
         return len(local), sum(local.values())
 
@@ -1022,7 +1031,7 @@ class Workload:
         if not result.ok:
             raise TransientError(
                 f"restoring checkpoints from {source} failed",
-                reason="CheckpointRestoreFailed",
+                reason=reasons.CHECKPOINT_RESTORE_FAILED,
                 cli_message=_message(result),
             )
         return parse_restore_report(result.stdout)
@@ -1047,12 +1056,12 @@ class Workload:
         found = re.search(rf"^{_CLEARED} ([01]) ([01])$", result.stdout, re.MULTILINE)
         if not result.ok or found is None or found.group(1) == "1":
             raise TransientError(
-                "docker rm -f failed", reason="ContainerRemoveFailed", cli_message=_message(result)
+                "docker rm -f failed", reason=reasons.CONTAINER_REMOVE_FAILED, cli_message=_message(result)
             )
         if found.group(2) == "1":
             raise TransientError(
                 f"could not remove {self.remote_dir} on {self.instance}",
-                reason="CleanupFailed",
+                reason=reasons.CLEANUP_FAILED,
                 cli_message=_message(result),
             )
 
@@ -1079,7 +1088,9 @@ def parse_sync_report(result: ExecResult) -> SyncReport:
     if not result.ok or not started:
         # The previous one's report stands; the failed start is this interval's failure.
         raise TransientError(
-            "starting the checkpoint sync failed", reason="CheckpointSyncFailed", cli_message=_message(result)
+            "starting the checkpoint sync failed",
+            reason=reasons.CHECKPOINT_SYNC_FAILED,
+            cli_message=_message(result),
         )
     return SyncReport(state, started=True, epoch=epoch, objects=objects, message=message)
 

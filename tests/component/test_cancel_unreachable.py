@@ -10,7 +10,8 @@ import asyncio
 import pytest
 
 from controller import reasons
-from controller.models import Outcome, Phase
+from controller.models import Outcome
+from controller.phases import Phase
 from tests.fakes.brev import Faults
 from tests.fakes.harness import Harness, job_spec
 

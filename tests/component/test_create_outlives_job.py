@@ -22,7 +22,8 @@ from controller.brev.client import CreateRequest
 from controller.directory import InstanceDirectory
 from controller.lanes import Lane, Lanes
 from controller.metrics import Recorder
-from controller.models import Outcome, Phase
+from controller.models import Outcome
+from controller.phases import Phase
 from controller.reconciler import Reconciler
 from controller.steps import CreateInstance, DeleteInstance, Observation
 from tests.component.test_lanes import GUARD_S, HangingBrev, until

@@ -14,7 +14,8 @@ from datetime import timedelta
 from typing import Any
 
 from controller import machine, reasons
-from controller.models import Outcome, Phase, TaoBrevJobSpec, TaoBrevJobStatus
+from controller.models import Outcome, TaoBrevJobSpec, TaoBrevJobStatus
+from controller.phases import Phase
 from controller.steps import ActionFailure, CreateInstance, Decision, DeleteInstance, Observation
 from tests.fakes.brev import Faults, identity_string
 from tests.fakes.clock import T0

@@ -17,7 +17,7 @@ import pytest
 from controller.brev.workload import ExitInfo
 from controller.kube import redact_status
 from controller.logs import forget_registered_secrets
-from controller.models import Phase
+from controller.phases import Phase
 from tests.fakes.brev import Faults
 from tests.fakes.harness import NAMESPACE, Harness
 from tests.fakes.workload import FakeWorkload

@@ -25,7 +25,8 @@ from typing import Any
 
 import yaml
 
-from controller.models import Phase, TaoBrevJobSpec, TaoBrevJobStatus
+from controller.models import TaoBrevJobSpec, TaoBrevJobStatus
+from controller.phases import Phase
 from controller.versions import load_versions
 
 GROUP = "taobrev.io"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from itertools import pairwise
 
 from controller import machine
-from controller.models import Phase
+from controller.phases import Phase
 from tests.fakes.brev import CreateRecord
 from tests.fakes.harness import Harness
 

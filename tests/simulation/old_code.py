@@ -25,12 +25,13 @@ from typing import Any
 
 import pytest
 
-from controller import absence, decision_pass, naming, orphans, reasons, reconciler, recovery, teardown
+from controller import absence, decision_pass, naming, orphans, reasons, reconciler, recovery, release
 from controller.actions import ActionRunner
 from controller.brev import output
 from controller.errors import BrevTransientError
 from controller.lanes import Lane
-from controller.models import Outcome, Phase
+from controller.models import Outcome
+from controller.phases import Phase
 from controller.settings import Settings
 from controller.steps import (
     Action,
@@ -89,7 +90,7 @@ def _late_creates(mp: pytest.MonkeyPatch) -> None:
 
     mp.setattr(ActionRunner, "_create", create)
     mp.setattr(reconciler.Reconciler, "_act", act)
-    mp.setattr(teardown, "_create_may_be_in_flight", lambda p: False)
+    mp.setattr(release, "_create_may_be_in_flight", lambda p: False)
 
 
 def _cluster_mark_only(mp: pytest.MonkeyPatch) -> None:

@@ -9,7 +9,8 @@ from datetime import UTC, datetime, timedelta
 
 from controller import admission, machine
 from controller.admission import Admission
-from controller.models import ConditionStatus, Outcome, Phase, TaoBrevJobSpec, TaoBrevJobStatus
+from controller.models import ConditionStatus, Outcome, TaoBrevJobSpec, TaoBrevJobStatus
+from controller.phases import Phase
 from controller.steps import CreateInstance, Decision, Observation
 from tests.fakes.harness import job_spec
 

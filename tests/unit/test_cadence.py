@@ -8,7 +8,8 @@ from datetime import timedelta
 
 import pytest
 
-from controller.models import Outcome, Phase
+from controller.models import Outcome
+from controller.phases import Phase
 from controller.steps import StopContainer, WaitForExit
 from controller.tunables import Tunables
 from tests.unit.test_machine import T0, TUN, at, decide, running

@@ -14,7 +14,8 @@ import pytest
 from controller.actions import ACTION_LANES, ActionRunner, JobContext, lane_of
 from controller.directory import InstanceDirectory
 from controller.lanes import BUDGETED, LANES, Lane, Lanes
-from controller.models import Outcome, Phase
+from controller.models import Outcome
+from controller.phases import Phase
 from controller.reconciler import _deadline
 from controller.steps import (
     Action,

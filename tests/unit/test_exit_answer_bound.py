@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from controller.models import Outcome, Phase, TaoBrevJobStatus
+from controller.models import Outcome, TaoBrevJobStatus
+from controller.phases import Phase
 from controller.steps import CleanupWorkload, DeleteInstance, ProbeExec, UploadResults
 from tests.unit.test_machine import T0, TUN, kinds
 from tests.unit.test_recovery import ID, inst, running_job, step

@@ -17,11 +17,11 @@ import pytest
 from kopf._core.engines import posting
 
 from controller import handlers
-from controller.handlers import FINALIZER, FINALIZER_POLL
+from controller.handlers import FINALIZER_POLL
 from controller.health import Watchdog
 from controller.leadership import SoleLeader
 from controller.logs import forget_registered_secrets, register_secret
-from controller.reconciler import JobRef
+from controller.reconciler import FINALIZER, JobRef
 from tests.unit.kopf_handlers import drive, teardown
 
 SECRET = "registered-Secret-value-42"

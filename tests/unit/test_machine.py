@@ -15,7 +15,8 @@ import pytest
 
 from controller import machine, naming, reasons
 from controller.brev.client import DELETING, DEPLOYING, FAILURE, RUNNING, STOPPED, Instance
-from controller.models import Outcome, Phase, TaoBrevJobSpec, TaoBrevJobStatus
+from controller.models import Outcome, TaoBrevJobSpec, TaoBrevJobStatus
+from controller.phases import Phase
 from controller.steps import (
     ActionFailure,
     CleanupWorkload,

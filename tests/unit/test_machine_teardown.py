@@ -13,7 +13,8 @@ import pytest
 
 from controller import machine, naming, reasons
 from controller.brev.client import STOPPED
-from controller.models import Outcome, Phase, TaoBrevJobStatus
+from controller.models import Outcome, TaoBrevJobStatus
+from controller.phases import Phase
 from controller.steps import (
     ActionFailure,
     CleanupWorkload,

@@ -18,14 +18,8 @@ import pytest
 import yaml
 
 from controller.errors import SpecError
-from controller.models import (
-    OnCompletion,
-    Outcome,
-    Phase,
-    TaoBrevJobSpec,
-    TaoBrevJobStatus,
-    default_input_path,
-)
+from controller.models import OnCompletion, Outcome, TaoBrevJobSpec, TaoBrevJobStatus, default_input_path
+from controller.phases import Phase
 from controller.versions import load_versions
 from tests.devenv import crdgen
 

@@ -14,7 +14,8 @@ import pytest
 from controller import reasons
 from controller.admission import JobFacts, admit
 from controller.brev.client import SearchResult
-from controller.models import EphemeralInstance, Outcome, Phase, TaoBrevJobSpec, TaoBrevJobStatus
+from controller.models import EphemeralInstance, Outcome, TaoBrevJobSpec, TaoBrevJobStatus
+from controller.phases import Phase
 from controller.preflight_checks import image_problems, marker_key, selection_problems
 from controller.steps import Problem, Verdict
 from tests.unit.test_admission import job, per_ns

@@ -11,7 +11,8 @@ import pytest
 
 from controller import naming, reasons, recovery
 from controller.brev.client import FAILURE, RUNNING, STOPPED, Instance
-from controller.models import AttemptRecord, Outcome, Phase, TaoBrevJobSpec, TaoBrevJobStatus, merge_patch
+from controller.models import AttemptRecord, Outcome, TaoBrevJobSpec, TaoBrevJobStatus, merge_patch
+from controller.phases import Phase
 from controller.steps import (
     ActionFailure,
     CheckpointRestore,
