@@ -53,7 +53,7 @@ def _probe_first(p: Pass) -> bool:
     going away may still answer for a moment (run_phases._answers_after_exit), and before a
     container started the phase's own probes are the evidence."""
     running = p.s.container_started_at is not None and p.s.container_exited_at is None
-    if not running or "ProbeExec" in p.obs.completed:
+    if not running or p.obs.did(ProbeExec):
         return False  # probed in this pass: it did not answer (an answer is exec evidence)
     p.actions.append(ProbeExec(p.instance))
     p.requeue = 0.0

@@ -92,12 +92,12 @@ class JobContext:
         return source if isinstance(source, TaoBrevJobSpec) else source()
 
 
-def _secrets(job: JobContext, action: str) -> JobSecrets:
+def _secrets(job: JobContext, action: type[Action]) -> JobSecrets:
     if job.secrets is None:
         # The reconciler loads them in every phase whose actions deliver one, so this is an
         # operator bug; transient so that it backs off and the phase timeout still ends the job.
         raise TransientError(
-            f"{action} needs the job's secrets, which were not loaded for this pass",
+            f"{action.__name__} needs the job's secrets, which were not loaded for this pass",
             reason=reasons.SECRETS_NOT_LOADED,
         )
     return job.secrets
@@ -234,7 +234,7 @@ class ActionRunner:
                     data.results_uri,
                     data.s3_endpoint_url,
                     data.s3_region,
-                    credentials=_secrets(job, "UploadResults").s3,
+                    credentials=_secrets(job, UploadResults).s3,
                     deadline=deadline,
                 )
                 return obs.with_(upload=UploadSummary(objects=objects, bytes=size))
@@ -296,7 +296,7 @@ class ActionRunner:
         """Checkpoint sync (starts a detached copy; one short call) and restore (before start)."""
         data = job.spec.data
         wl = self._workload(action.instance, job)
-        creds = _secrets(job, type(action).__name__).s3
+        creds = _secrets(job, type(action)).s3
         if isinstance(action, SyncCheckpoints):
             report = await wl.sync_checkpoints(
                 data.results_uri, data.s3_endpoint_url, data.s3_region, credentials=creds, deadline=deadline
@@ -334,7 +334,7 @@ class ActionRunner:
         return obs.with_(exit_code=info.code, log_tail=info.tail, exit_finished_at=info.finished_at)
 
     async def _prepare(self, wl: Workload, job: JobContext, deadline: datetime | None) -> None:
-        spec, secrets = job.spec, _secrets(job, "PrepareWorkload")
+        spec, secrets = job.spec, _secrets(job, PrepareWorkload)
         if spec.task.spec_content is not None:
             await wl.write_spec(spec.task.spec_content, deadline=deadline)
         await wl.pull_image(spec.task.image, ngc_api_key=secrets.ngc_api_key, deadline=deadline)
@@ -350,7 +350,7 @@ class ActionRunner:
     async def _start(
         self, wl: Workload, job: JobContext, deadline: datetime | None, resume_path: str | None = None
     ) -> None:
-        task, secrets = job.spec.task, _secrets(job, "StartContainer")
+        task, secrets = job.spec.task, _secrets(job, StartContainer)
         # Attempt >= 2: TAO's key=value override resumes from the restored checkpoint.
         args = [*(task.args or ()), *([resume_arg(resume_path)] if resume_path else [])]
 

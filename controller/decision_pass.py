@@ -13,12 +13,25 @@ from controller.identities import same_reach
 from controller.models import OnCompletion, Outcome, TaoBrevJobSpec, TaoBrevJobStatus, phase_timeout
 from controller.phases import TRANSITIONS, Phase
 from controller.status_text import clip
-from controller.steps import Action, ActionFailure, EventNote, Observation
+from controller.steps import (
+    Action,
+    ActionFailure,
+    CleanupWorkload,
+    EventNote,
+    Observation,
+    PrepareWorkload,
+    ProbeExec,
+    StartContainer,
+    StopContainer,
+    UploadResults,
+    WaitForExit,
+)
 from controller.tunables import Tunables
 
 # Actions whose success proves the instance answers exec (so it exists, listed or not).
 _EXEC_EVIDENCE = frozenset(
-    {"PrepareWorkload", "StartContainer", "WaitForExit", "StopContainer", "UploadResults", "CleanupWorkload"}
+    kind.__name__
+    for kind in (PrepareWorkload, StartContainer, WaitForExit, StopContainer, UploadResults, CleanupWorkload)
 )
 
 
@@ -206,7 +219,7 @@ class Pass:
 
     def exec_evidence(self) -> bool:
         done = set(self.obs.completed)
-        return bool(done & _EXEC_EVIDENCE) or ("ProbeExec" in done and bool(self.obs.probe_ok))
+        return bool(done & _EXEC_EVIDENCE) or (self.obs.did(ProbeExec) and bool(self.obs.probe_ok))
 
     def identity_differs(self) -> bool:
         """The CLI is logged in as someone else than who asked for the instance. Listings (made

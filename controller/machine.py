@@ -63,7 +63,18 @@ from controller.status_text import (
     clip,
     log_lines,
 )
-from controller.steps import ActionFailure, Decision, EventNote, Observation
+from controller.steps import (
+    ActionFailure,
+    CleanupWorkload,
+    CreateInstance,
+    Decision,
+    DeleteInstance,
+    EventNote,
+    Observation,
+    StartInstance,
+    SyncCheckpoints,
+    UploadResults,
+)
 from controller.teardown import teardown, upload_failed, upload_trouble, uploading
 from controller.tunables import MIN_ABSENT_LISTINGS, Tunables
 
@@ -163,39 +174,39 @@ def _handle_failure(p: Pass) -> bool:
     if f is None:
         p.recovered()
         return False
-    if f.action == "SyncCheckpoints":
+    if f.of(SyncCheckpoints):
         # Never the job's problem: counted and shown, retried at the next interval, no backoff.
         recovery.sync_failed(p, p.s.checkpoint or CheckpointStatus(), f.message)
         return False
-    if f.action == "CreateInstance":
+    if f.of(CreateInstance):
         _create_failed(p, f)
-    if f.action == "UploadResults":
+    if f.of(UploadResults):
         # Counted when it came back, not when asked: an attempt a crash cut short is no attempt.
         p.s.upload_attempts = (p.s.upload_attempts or 0) + 1  # the settle time starts when the call came back
-    if f.action == "StartInstance":
+    if f.of(StartInstance):
         p.s.start_requested_at = None  # the start did not happen: ask again after the backoff
-    if f.action == "CleanupWorkload" and p.deletes_instance():
+    if f.of(CleanupWorkload) and p.deletes_instance():
         # The secrets go with the instance: a failed cleanup never holds up its delete.
         p.s.cleaned_up_at = p.now
         p.s.teardown_message = clip(f"cleanup failed ({f.message}); deleting the instance anyway")
         p.events.append(EventNote("Warning", reasons.CLEANUP_FAILED, p.s.teardown_message))
         return False
-    if f.reason == InstanceNotFound.reason and f.action != "DeleteInstance":
+    if f.reason == InstanceNotFound.reason and not f.of(DeleteInstance):
         # "Not found" from exec or start is no proof of loss (another identity, a lagging
         # backend): retry with backoff; listings and `brev delete` decide whether it is gone.
         f = ActionFailure(f.action, f.reason, f.message, permanent=False)
-    if f.action == "UploadResults" and f.permanent and p.phase == Phase.UPLOADING:
+    if f.of(UploadResults) and f.permanent and p.phase == Phase.UPLOADING:
         upload_failed(p, f"upload failed: {f.message}")
         return False
     if f.permanent and not p.s.run_outcome:
         p.end_run(Outcome.FAILED, f.reason, f"{f.action}: {f.message}")
         return False
-    if f.action == "UploadResults" and p.phase == Phase.UPLOADING:
+    if f.of(UploadResults) and p.phase == Phase.UPLOADING:
         # Said each streak: what is wrong, the fix, until when the results wait on the instance.
         f = ActionFailure(f.action, f.reason, upload_trouble(p, f.message), f.permanent)
     # Transient, or permanent after the run ended: back off (never hot-loop), keep the outcome.
     p.transient(f)
-    if f.action == "CleanupWorkload" and p.s.retries >= p.tun.cleanup_attempts:
+    if f.of(CleanupWorkload) and p.s.retries >= p.tun.cleanup_attempts:
         p.stall(
             reasons.SECRETS_MAY_REMAIN,
             f"could not remove container {p.s.job_id} and the job's files (with its secrets) from "

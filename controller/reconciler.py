@@ -43,6 +43,7 @@ from controller.retained import RetainedStore
 from controller.retained_record import record_for
 from controller.secret_cache import SecretCache
 from controller.steps import (
+    READ_SECRETS,
     Action,
     ActionFailure,
     CreateInstance,
@@ -350,9 +351,9 @@ class Reconciler:
         try:
             return await self._load_secrets(ref.namespace, spec), None, None
         except PermanentError as exc:
-            return None, ActionFailure("ReadSecrets", exc.reason, str(exc), permanent=True), None
+            return None, ActionFailure(READ_SECRETS, exc.reason, str(exc), permanent=True), None
         except TransientError as exc:
-            trouble = ActionFailure("ReadSecrets", exc.reason, _secret_trouble(ref.namespace, exc), False)
+            trouble = ActionFailure(READ_SECRETS, exc.reason, _secret_trouble(ref.namespace, exc), False)
             return None, None, trouble
 
     def _spec_loader(self, ref: JobRef) -> Callable[[], TaoBrevJobSpec]:

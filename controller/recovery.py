@@ -341,7 +341,7 @@ def schedule_sync(p: Pass) -> None:
     started). The request time is written before the action, so a crash never doubles it."""
     if not enabled(p) or p.spec is None or p.s.container_started_at is None:
         return
-    if "SyncCheckpoints" in p.obs.completed or p.obs.failure is not None:
+    if p.obs.did(SyncCheckpoints) or p.obs.failure is not None:
         return
     if sync_due_in(p) != 0.0:
         return

@@ -564,7 +564,7 @@ def running(p: Pass) -> None:
         return  # confirming a suspected loss with brev delete first, or this attempt ended
     budget = None if p.s.run_outcome else recovery.over_budget(p)
     if not p.s.run_outcome and (p.timed_out() or budget is not None):
-        if "WaitForExit" in p.obs.completed:
+        if p.obs.did(WaitForExit):
             # Looked in this pass and it still runs: now it really is over time (or budget).
             if not _check_timeout(p) and budget is not None:
                 p.end_run(Outcome.FAILED, reasons.BUDGET_EXCEEDED, budget)

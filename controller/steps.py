@@ -41,14 +41,22 @@ class Verdict:
         return not self.problems
 
 
+# The pass's own read of the job's Secrets, which fails like an action but is none.
+READ_SECRETS = "ReadSecrets"
+
+
 @dataclass(frozen=True)
 class ActionFailure:
     """An action that did not succeed. `permanent` failures end the job; others are retried."""
 
-    action: str
+    action: str  # the Action's class name, or READ_SECRETS
     reason: str
     message: str
     permanent: bool
+
+    def of(self, *kinds: type[Action]) -> bool:
+        """Whether an action of one of these types failed (actions are referred to by type)."""
+        return any(self.action == kind.__name__ for kind in kinds)
 
 
 @dataclass(frozen=True)
@@ -140,6 +148,10 @@ class Observation:
 
     def with_(self, **changes: object) -> Observation:
         return replace(self, **changes)  # type: ignore[arg-type]
+
+    def did(self, kind: type[Action]) -> bool:
+        """Whether an action of this type completed in this pass."""
+        return kind.__name__ in self.completed
 
 
 # ---- actions (data only) ---------------------------------------------------------------------
