@@ -93,11 +93,12 @@ flake-hunt: $(STAMP) system-deps ## Integration + e2e tiers RUNS times (default 
 	$(PY) -m tests.devenv.flakehunt --runs $(or $(RUNS),5) --parallel $(or $(PARALLEL),1) $(ARGS)
 
 .PHONY: lint
-lint: $(STAMP) ## ruff check + format check (whole repo) + import-layer contracts (.importlinter) + CRD drift
+lint: $(STAMP) ## ruff check + format check (whole repo) + import layers (.importlinter, levels) + shellcheck of the remote programs + CRD drift
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports --no-cache --no-logo
 	$(PY) -m tests.devenv.levels --max 12 --quiet
+	$(PY) -m tests.devenv.shellcheck_remote
 	$(PY) -m tests.devenv.crdgen --check
 
 .PHONY: typecheck

@@ -437,7 +437,8 @@ class Workload:
             f"{self._secret_scope(key, config)}export DOCKER_CONFIG={config}; "
             f"echo {_STEP} login; docker login {registry} --username {shlex.quote('$oauthtoken')} "
             f"--password-stdin < {key} 2>&1 || exit $?; "
-            f"echo {_STEP} manifest; docker manifest inspect {img} 2>&1 >/dev/null || exit $?; "
+            # Its errors are the output (the manifest itself is not wanted).
+            f"echo {_STEP} manifest; {{ docker manifest inspect {img} >/dev/null; }} 2>&1 || exit $?; "
             f"echo {_STEP} pull; docker image inspect {img} >/dev/null 2>&1 || docker pull {img} 2>&1"
         )
         result = self._secrets_removed(
@@ -911,13 +912,13 @@ class Workload:
         `--exclude '*.pth' "$@"`: a checkpoint begun after this look is excluded too, and a skipped
         one is copied by the next interval's sync once TAO finished it (issue 25, scenario 11)."""
         return (
-            "set -f; IFS=$(printf '\\nx'); IFS=${IFS%x}; set --; skip=0; "
-            "for p in $(find results -type f -name '*.pth' 2>/dev/null); do "
+            "set --; skip=0; "
+            "while IFS= read -r p; do "
             'case "$p" in *_latest.pth) skip=$((skip + 1)); continue;; esac; '
             f"if {_WHOLE_ZIP}; then "
             # aws matches filters as fnmatch patterns: a [, * or ? in a name matches only itself.
             """set -- "$@" --include "$(printf '%s' "${p#results/}" | sed 's/[][*?]/[&]/g')"; """
-            "else skip=$((skip + 1)); fi; done; unset IFS; set +f"
+            "else skip=$((skip + 1)); fi; done < <(find results -type f -name '*.pth' 2>/dev/null)"
         )
 
     def checkpoint_prefix(self, results_uri: str) -> str:
@@ -1017,7 +1018,7 @@ class Workload:
             f"{self._abort_incomplete_uploads(results_uri, endpoint, region, mounts)}; "
             f"{owner} >/dev/null 2>&1; if {mine}; then {copy[0]} 2>&1 || exit $?; fi; "
             f"rm -rf {self._path('owner')}; {copy[1]} 2>&1 || exit $?; "
-            f"cd {self._path()} && echo {_RESTORED} $(find results -type f | wc -l) && "
+            f'cd {self._path()} && echo {_RESTORED} "$(find results -type f | wc -l)" && '
             f"{self._newest_whole_checkpoint()}"
         )
         result = await self._with_s3_keys(
