@@ -25,7 +25,7 @@ def _confirm_lost(p: Pass) -> tuple[str, str] | None:
     if p.exec_evidence():
         p.present()  # it answered exec in this pass: it exists, whatever the listing says
         return None
-    n = p.note_absence()
+    n = p.process_absence()
     if n < p.tun.absent_listings or _probe_first(p):
         return None
     where = f"instance {p.instance} ({p.s.instance_id or 'no id seen'})"
@@ -35,7 +35,7 @@ def _confirm_lost(p: Pass) -> tuple[str, str] | None:
     if not p.owned:
         # Not ours to delete: enough listings are the most we can learn.
         return reasons.INSTANCE_LOST, gone
-    if p.identity_differs():
+    if p.process_identity():
         p.not_accessible()  # only the creating identity's "not found" would be proof
         return None
     if p.s.container_started_at is not None and not p.s.upload_attempts:
@@ -82,15 +82,15 @@ def _confirm_by_delete(p: Pass, gone: str) -> tuple[str, str] | None:
     return None
 
 
-def instance_fate(p: Pass) -> tuple[str, str] | None:
+def process_instance_fate(p: Pass) -> tuple[str, str] | None:
     """None while the instance is (or may be) there; (reason, message) once it is confirmed lost
     or failed. Listing facts (DELETING, FAILURE) count at once; absence only when confirmed."""
-    if not p.obs.instance_known or p.ambiguous():
+    if not p.obs.instance_known or p.process_ambiguity():
         return None
     inst = p.obs.instance
     if inst is None:
         return _confirm_lost(p)
-    p.identity_differs()
+    p.process_identity()
     p.seen(inst)
     if inst.status == DELETING:
         return reasons.INSTANCE_LOST, f"instance {p.instance} is being deleted (not by this job)"

@@ -36,7 +36,12 @@ _EXEC_EVIDENCE = frozenset(
 
 
 class Pass:
-    """Accumulates one decision; keeps decide() readable without hidden I/O."""
+    """Accumulates one decision; keeps decide() readable without hidden I/O.
+
+    Naming says which methods write: `process_*` and the verbs (`enter`, `enter_then_step`,
+    `end_run`, `transient`, `backoff`, `recovered`, `stall`, `unstall`, `not_accessible`, `seen`,
+    `present`) change status; every other method and property only answers: a question never
+    changes state."""
 
     def __init__(
         self, spec: TaoBrevJobSpec | None, status: TaoBrevJobStatus, obs: Observation, tun: Tunables
@@ -203,7 +208,7 @@ class Pass:
         self.s.absent_since = None
         self.s.absent_checked_at = None
 
-    def note_absence(self) -> int:
+    def process_absence(self) -> int:
         """Count this listing if it is a new one: taken at least a poll interval after the last
         one counted. By when the listing was taken, not when the pass ran: the directory serves
         one listing to every pass for up to listing_max_age, and the same omission seen again is
@@ -221,7 +226,7 @@ class Pass:
         done = set(self.obs.completed)
         return bool(done & _EXEC_EVIDENCE) or (self.obs.did(ProbeExec) and bool(self.obs.probe_ok))
 
-    def identity_differs(self) -> bool:
+    def process_identity(self) -> bool:
         """The CLI is logged in as someone else than who asked for the instance. Listings (made
         with --all) and an accepted delete still count; a "not found" does not (brev resolves
         names and ids among the caller's own instances only)."""
@@ -240,7 +245,7 @@ class Pass:
             "credentials Secret) — nothing is concluded about the instance until then",
         )
 
-    def ambiguous(self) -> bool:
+    def process_ambiguity(self) -> bool:
         if not self.obs.instance_ambiguous:
             self.unstall(reasons.INSTANCE_AMBIGUOUS)
             return False

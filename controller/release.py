@@ -27,9 +27,9 @@ def instance_released(p: Pass) -> bool:
     attempt's instance before the next create."""
     if not p.asked_brev():
         return True  # no create was ever sent: nothing of ours can exist
-    if not p.obs.instance_known or p.ambiguous():
+    if not p.obs.instance_known or p.process_ambiguity():
         return False
-    differs = p.identity_differs()
+    differs = p.process_identity()
     if p.obs.delete_not_found:
         if not differs:
             if p.s.reason == reasons.INSTANCE_NOT_LISTED:
@@ -63,10 +63,10 @@ def _released_unlisted(p: Pass) -> bool:
     if p.obs.delete_requested:
         p.present()  # brev just resolved it: it exists, listed or not
         return False
-    n = p.note_absence()
+    n = p.process_absence()
     if p.s.delete_accepted_at and n >= p.tun.absent_listings:
         return True
-    if p.identity_differs():
+    if p.process_identity():
         if not p.s.delete_accepted_at:
             p.not_accessible()
         # else: brev accepted the delete; this identity's listings confirm it (not Stalled).

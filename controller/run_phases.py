@@ -7,7 +7,7 @@ import math
 import zlib
 
 from controller import admission, naming, reasons, recovery
-from controller.absence import instance_fate
+from controller.absence import process_instance_fate
 from controller.backoff import exponential
 from controller.brev.client import DELETING, FAILURE, RUNNING, STOPPED, STOPPING, CreateRequest
 from controller.decision_pass import Pass
@@ -205,12 +205,12 @@ def _check_timeout(p: Pass) -> bool:
     return False
 
 
-def instance_gone_or_failed(p: Pass) -> bool:
+def process_instance_loss(p: Pass) -> bool:
     """The instance is confirmed lost, FAILURE or DELETING (or, when another attempt may follow,
     STOPPED by someone else): the run ends — or, with attempts left, only this attempt does
     (controller/recovery.py). Also True while a `brev delete` confirming a suspected loss is under
     way (the caller does nothing else)."""
-    fate = instance_fate(p)
+    fate = process_instance_fate(p)
     retry = recovery.may_retry(p)
     if fate is None:
         # This job never stops an instance it created: someone did, and exec will not answer.
@@ -234,7 +234,7 @@ def provisioning(p: Pass) -> None:
         released = rec is not None and rec.deleted_at is not None
         recovery.release_previous(p, released or instance_released(p))
         return
-    if not p.obs.instance_known or p.ambiguous():
+    if not p.obs.instance_known or p.process_ambiguity():
         return  # listing failed transiently, or it cannot tell which instance is ours: look again
     inst = p.obs.instance
     if p.obs.created:
@@ -248,7 +248,7 @@ def provisioning(p: Pass) -> None:
             )
             p.actions.append(ProbeExec(p.instance))
         elif inst.status in (FAILURE, DELETING) or (inst.status in (STOPPED, STOPPING) and p.ephemeral):
-            instance_gone_or_failed(p)
+            process_instance_loss(p)
             if p.s.run_outcome:
                 _step_after_end(p)
         elif inst.status == STOPPED and not p.ephemeral:
@@ -260,11 +260,11 @@ def provisioning(p: Pass) -> None:
 def _provisioning_absent(p: Pass) -> None:
     if p.s.instance_id is not None:
         # Seen before, missing now: suspected lost, like mid-run.
-        if instance_gone_or_failed(p) and p.s.run_outcome:
+        if process_instance_loss(p) and p.s.run_outcome:
             _step_after_end(p)
         return
     if not p.ephemeral:
-        n = p.note_absence()
+        n = p.process_absence()
         if n < p.tun.absent_listings:
             return
         p.end_run(
@@ -278,7 +278,7 @@ def _provisioning_absent(p: Pass) -> None:
     if p.obs.created:
         return  # just created; the listing catches up on the next pass
     if p.s.create_requested_at is None or p.since(p.settle_from()) > p.tun.create_settle:
-        if p.identity_differs():
+        if p.process_identity():
             # The first create may have landed under the other identity: never a second one.
             p.not_accessible()
             return
@@ -327,7 +327,7 @@ def _create_request(p: Pass) -> CreateRequest:
 
 
 def waiting_exec(p: Pass) -> None:
-    if instance_gone_or_failed(p):
+    if process_instance_loss(p):
         if p.s.run_outcome:
             _step_after_end(p)
         return
@@ -415,7 +415,7 @@ def _grid_offset(period: float, job_id: str) -> float:
 
 
 def pulling(p: Pass) -> None:
-    if instance_gone_or_failed(p):
+    if process_instance_loss(p):
         if p.s.run_outcome:
             _step_after_end(p)
         return
@@ -491,7 +491,7 @@ def _answers_after_exit(p: Pass) -> bool:
     Listed but silent for `exit_answer_timeout` past that: the run ends InstanceUnresponsive."""
     if p.timed_out():
         return True
-    if instance_gone_or_failed(p):
+    if process_instance_loss(p):
         return False  # a loss being confirmed, or this attempt ended
     exited = p.s.container_exited_at
     settle = p.tun.absent_listings * p.tun.poll_interval
@@ -560,7 +560,7 @@ def running(p: Pass) -> None:
         # Deleted with a spec we cannot read: nothing to upload to; cleanup removes the container.
         p.enter_then_step(Phase.UPLOADING, "spec does not parse; tearing down")
         return
-    if not p.s.run_outcome and instance_gone_or_failed(p) and not p.s.run_outcome:
+    if not p.s.run_outcome and process_instance_loss(p) and not p.s.run_outcome:
         return  # confirming a suspected loss with brev delete first, or this attempt ended
     budget = None if p.s.run_outcome else recovery.over_budget(p)
     if not p.s.run_outcome and (p.timed_out() or budget is not None):

@@ -35,7 +35,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from controller import reasons
-from controller.absence import instance_fate
+from controller.absence import process_instance_fate
 from controller.brev.client import DELETING, RUNNING, Instance
 from controller.decision_pass import Pass
 from controller.models import Outcome, ResultsSummary, phase_timeout
@@ -127,7 +127,7 @@ def uploading(p: Pass) -> None:
     if _nothing_to_upload(p):
         return
     attempts = p.s.upload_attempts or 0
-    fate = instance_fate(p)
+    fate = process_instance_fate(p)
     if fate is not None and attempts:
         # Nothing left to upload from: say so (the results are lost), whatever the run's outcome.
         p.s.run_outcome = Outcome.FAILED
@@ -231,7 +231,7 @@ def _may_still_hold_secrets(p: Pass, inst: Instance | None) -> bool:
     maybe files until cleanup reaches it: never a silent finish."""
     if inst is None:
         # Missing from one listing proves nothing: it may still hold our secrets.
-        return p.note_absence() < p.tun.absent_listings
+        return p.process_absence() < p.tun.absent_listings
     if inst.status == DELETING:
         return False  # going away, and our files with it
     # Cannot be reached now (STOPPED, STARTING, UNHEALTHY, FAILURE): say so, look again later.

@@ -118,7 +118,7 @@ def _absence_per_pass(mp: pytest.MonkeyPatch) -> None:
         self.s.absent_since = self.s.absent_since or self.now
         return self.s.absent_listings
 
-    mp.setattr(decision_pass.Pass, "note_absence", per_pass)
+    mp.setattr(decision_pass.Pass, "process_absence", per_pass)
 
 
 def _no_exit_answer_bound(mp: pytest.MonkeyPatch) -> None:
