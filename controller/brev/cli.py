@@ -6,17 +6,14 @@ tests/brevsim/SIM-CONTRACT.md restates the ones the tests pin).
   `no oauth found for token` come first); `{"workspaces": null}` means no instances.
 - listings use `ls --json --all`: a token login lists only its own instances without `--all`,
   so a plain `ls` cannot tell "gone" from "not mine".
-- `brev exec <inst> <command>`: the remote command is ONE argv element, never `--`-split. brev
-  does not propagate the remote exit status (and re-runs a failing command), so each command is
-  wrapped to always exit 0 and print a random per-call sentinel with its real status; a missing
-  sentinel is a transport failure. brev appends the instance name to captured stdout: stripped.
-- `put_file` feeds content to `ssh <inst> 'cat > tmp && mv tmp path'` on stdin (brev exec forwards
-  no stdin), so a secret never appears in any argv.
-- `ssh_exec` runs the long-lived remote work (exit waits, log tails, transfers) over plain
-  `ssh <alias>` through the instance's ControlMaster (see `controller.brev.sshmux`): one shared
-  connection per instance instead of `brev exec` + bash + ssh per call. The same sentinel wrapper
-  tells a finished command (any status, even 255) from a connection failure (ssh's 255).
-  `delete_instance` first sends `ssh -O exit` so a deleted instance's master does not linger.
+- every remote command runs over plain `ssh <alias>` (`ssh_exec`) through the instance's
+  ControlMaster (see `controller.brev.sshmux`), never `brev exec`: brev exec does not propagate
+  the remote exit status, re-runs a failing command, forwards no stdin and costs a brev process
+  per call. Each command is wrapped to print a random per-call sentinel with its real status, so
+  a finished command (any status, even 255) is told from a connection failure (ssh's 255).
+- `put_file` feeds content to `ssh <inst> 'cat > tmp && mv tmp path'` on stdin, so a secret
+  never appears in any argv. `delete_instance` first sends `ssh -O exit` so a deleted
+  instance's master does not linger.
 - login is headless and never puts the key on argv: the client writes `~/.brev/credentials.json`
   in the shape `brev login` leaves, verifies it with `brev ls --json`, and on an auth EOF logs in
   again once and retries the call once.
@@ -56,7 +53,6 @@ from controller.brev.commands import (
     format_number,
     new_marker,
     put_file_command,
-    unwrap_exec,
     wrap_command,
 )
 from controller.brev.credentials import (
@@ -70,7 +66,6 @@ from controller.brev.output import (
     cli_message,
     create_outcome,
     delete_outcome,
-    exec_transport_error,
     generic_error,
     help_flags,
     is_auth_failure,
@@ -182,7 +177,7 @@ class BrevCLI:
         self._refresh_lock = asyncio.Lock()
         self._refreshed_at = 0.0  # monotonic end of the last successful `brev refresh`
         self._control_dir_ready = False
-        # Aliases this process opened an ssh master to (ours or brev exec's): closed at delete.
+        # Aliases this process opened an ssh master to: closed at delete.
         self._ssh_aliases: set[str] = set()
         self._names_by_id: dict[str, str] = {}
 
@@ -468,28 +463,6 @@ class BrevCLI:
         self._refreshed_at = time.monotonic()
 
     # -- remote commands ----------------------------------------------------------------------
-
-    async def exec(self, instance: str, command: str, *, timeout: float) -> ExecResult:  # noqa: ASYNC109
-        check_name(instance)
-        marker = new_marker()
-        try:
-            wrapped = wrap_command(command, marker)
-        except ValueError as exc:
-            raise SpecError(f"cannot send remote command: {exc}") from exc
-        await self.ensure_login()
-
-        def auth_failed(r: RunResult) -> bool:
-            return unwrap_exec(r.stdout, marker, instance) is None and is_auth_failure(r)
-
-        self._ssh_aliases.add(instance)  # brev exec's ssh opens the instance's master too
-        result = await self._call(
-            [self._settings.binary, "exec", instance, wrapped], "exec", timeout, auth_failed=auth_failed
-        )
-        unwrapped = unwrap_exec(result.stdout, marker, instance)
-        if unwrapped is None:
-            raise exec_transport_error(instance, result)
-        status, stdout = unwrapped
-        return ExecResult(exit_code=status, stdout=stdout, stderr=result.stderr)
 
     @property
     def _ssh_config(self) -> Path:

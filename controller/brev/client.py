@@ -151,13 +151,10 @@ class BrevClient(Protocol):
     async def refresh(self) -> None:
         """`brev refresh`: (re)write the ssh config so newly RUNNING instances can be reached."""
 
-    async def exec(self, instance: str, command: str, *, timeout: float) -> ExecResult:  # noqa: ASYNC109
-        """Run ONE shell command string on the instance and return its real exit status."""
-
     async def ssh_exec(self, instance: str, command: str, *, timeout: float) -> ExecResult:  # noqa: ASYNC109
-        """`exec` over plain ssh through the instance's shared ControlMaster: for the long-lived
-        remote work (exit waits, log tails, transfers), without brev's own process per call.
-        Same contract: the command's real exit status; a connection failure raises
+        """Run ONE shell command string on the instance over plain ssh through its shared
+        ControlMaster (not `brev exec`: no brev process per call, no re-run of a failing
+        command) and return its real exit status; a connection failure raises
         `BrevTransientError`. Needs the instance RUNNING (brev's ssh config lists only those)."""
 
     async def put_file(

@@ -9,7 +9,6 @@ import secrets
 import shlex
 
 from controller.brev.client import CreateRequest
-from controller.brev.output import STRAY_PREFIXES
 from controller.errors import SpecError
 
 NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9._-]{0,62}$")  # brev pkg/names/validate.go
@@ -109,38 +108,6 @@ def wrap_command(command: str, marker: str) -> str:
     else:
         inner = f"bash -c {shlex.quote(command)}"
     return f"{inner}; printf '\\n%s %s\\n' {marker} \"$?\""
-
-
-def unwrap_exec(stdout: str, marker: str, instance: str) -> tuple[int, str] | None:
-    """(status, the command's own stdout) from a wrapped command's captured stdout, or None when
-    the sentinel is missing (the command did not run to completion through brev)."""
-    key = f"\n{marker} "
-    idx = stdout.rfind(key)
-    if idx < 0:
-        return None
-    tail = stdout[idx + len(key) :]
-    status_text = tail.split("\n", 1)[0].strip()
-    try:
-        status = int(status_text)
-    except ValueError:
-        return None
-    return status, strip_preamble(stdout[:idx], instance)
-
-
-def strip_preamble(text: str, instance: str) -> str:
-    """Drop the lines brev itself prints on stdout before the remote output: token warnings and,
-    for a STOPPED instance it auto-starts, `Instance <name> is starting. ` plus a blank line."""
-    starting = f"Instance {instance} is starting"
-    while True:
-        first, sep, rest = text.partition("\n")
-        if not sep:
-            return text
-        if first.startswith(STRAY_PREFIXES):
-            text = rest
-        elif first.startswith(starting):
-            text = rest[1:] if rest.startswith("\n") else rest
-        else:
-            return text
 
 
 def remote_path_expr(path: str) -> str:

@@ -24,7 +24,6 @@ from controller.errors import (
 
 LOGGED_OUT_PROMPT = "You are currently logged out"
 # Lines the CLI prints on stdout before any real output (pkg/auth/auth.go, pkg/auth/kas.go).
-STRAY_PREFIXES = ("no oauth found for token", "WARN: malformed refresh token", LOGGED_OUT_PROMPT)
 
 
 def first_json(text: str) -> Any:
@@ -253,19 +252,6 @@ def delete_outcome(name_or_id: str, result: RunResult) -> None:
         )
     if result.returncode != 0:
         raise generic_error("delete", name_or_id, result)
-
-
-def exec_transport_error(instance: str, result: RunResult) -> BrevTransientError:
-    """brev exec returned without the sentinel: the command did not (visibly) run to completion."""
-    msg = cli_message(result)
-    match = re.search(r'is in state "([A-Z_]+)"', result.output)
-    if match:
-        return BrevTransientError(
-            f"instance {instance} is {match.group(1)}, not reachable over ssh", cli_message=msg
-        )
-    return BrevTransientError(
-        f"brev exec on {instance} failed before the command reported its status", cli_message=msg
-    )
 
 
 # -- credentials ------------------------------------------------------------------------------

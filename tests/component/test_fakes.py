@@ -50,9 +50,9 @@ def test_instance_lifecycle_follows_the_clock() -> None:
     w.clock.advance(60)
     assert [i.status for i in run(w.list_instances())] == [RUNNING]
     with pytest.raises(BrevTransientError):
-        run(w.exec("a", "echo ok", timeout=10))  # RUNNING is not ssh-ready
+        run(w.ssh_exec("a", "echo ok", timeout=10))  # RUNNING is not ssh-ready
     w.clock.advance(20)
-    assert run(w.exec("a", "echo ok", timeout=10)).stdout == "ok\n"
+    assert run(w.ssh_exec("a", "echo ok", timeout=10)).stdout == "ok\n"
     run(w.delete_instance("a"))
     assert [i.status for i in run(w.list_instances())] == [RUNNING]  # accepted, still listed
     w.clock.advance(10)
@@ -129,9 +129,9 @@ def test_a_hang_costs_the_whole_timeout_then_fails() -> None:
     w = world(exec_hangs=1)
     w.add_instance("a")
     with pytest.raises(BrevTransientError, match="exec"):
-        run(w.exec("a", "true", timeout=150))
+        run(w.ssh_exec("a", "true", timeout=150))
     assert w.clock.elapsed == 150
-    assert run(w.exec("a", "true", timeout=150)).ok
+    assert run(w.ssh_exec("a", "true", timeout=150)).ok
 
 
 def test_create_accepted_but_timed_out_leaves_the_instance() -> None:

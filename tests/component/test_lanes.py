@@ -55,17 +55,13 @@ class HangingBrev:
     creates: list[str] = field(default_factory=list)
     listings: int = 0
 
-    async def exec(self, instance: str, command: str, *, timeout: float) -> ExecResult:  # noqa: ASYNC109
+    async def ssh_exec(self, instance: str, command: str, *, timeout: float) -> ExecResult:  # noqa: ASYNC109
         self.started.append((instance, command))
         if instance in self.hung:
             await self.release.wait()
         out = healthy_answer(command)
         marker = f"\n{GONE}\n" if GONE in command else ""
         return ExecResult(0, out + marker)
-
-    async def ssh_exec(self, instance: str, command: str, *, timeout: float) -> ExecResult:  # noqa: ASYNC109
-        # The workload's transport: the same hung/healthy instances as over `brev exec`.
-        return await self.exec(instance, command, timeout=timeout)
 
     async def put_file(
         self,

@@ -615,13 +615,9 @@ class FakeBrev:
         self.execs.append(ExecRecord(inst.id, op, now, answered=True, seq=self.next_seq()))
         return inst
 
-    async def exec(self, instance: str, command: str, *, timeout: float) -> ExecResult:  # noqa: ASYNC109
+    async def ssh_exec(self, instance: str, command: str, *, timeout: float) -> ExecResult:  # noqa: ASYNC109
         self.exec_gate(instance, "exec", timeout)
         return ExecResult(0, "ok\n" if command.strip() == "echo ok" else "")
-
-    async def ssh_exec(self, instance: str, command: str, *, timeout: float) -> ExecResult:  # noqa: ASYNC109
-        # Same gate: plain ssh reaches the same instance and meets the same faults.
-        return await self.exec(instance, command, timeout=timeout)
 
     async def put_file(
         self,

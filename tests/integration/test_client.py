@@ -371,7 +371,7 @@ def test_duplicate_names_are_ambiguous_or_failed_and_ids_still_work(
     asyncio.run(client.delete_instance(second))
 
 
-# ---- exec and put_file ---------------------------------------------------------------------------
+# ---- ssh_exec and put_file ---------------------------------------------------------------------------
 
 TRICKY = [
     ("printf '%s|' \"a b\" '$HOME' \"it's\" \\$x", "a b|$HOME|it's|$x|"),
@@ -381,46 +381,25 @@ TRICKY = [
 ]
 
 
-def test_exec_sends_one_argv_element_returns_real_status_and_runs_once(
+def test_ssh_exec_sends_the_command_whole_returns_its_real_status_and_runs_it_once(
     brev_sim: BrevSim, make_client: MakeClient
 ) -> None:
-    """Never `brev exec <inst> -- ...`, never split; the real exit status comes from the sentinel,
-    and a failing command is not re-run by brev's recovery path."""
+    """Quotes, substitutions, newlines and leading dashes reach the remote bash as written; the
+    real exit status comes back; a failing command runs once (no `brev exec`, whose recovery
+    path runs a failing command a second time)."""
     brev_sim.add_instance("tbj-x")
     client = make_client()
 
     async def scenario() -> None:
         for command, expected in TRICKY:
-            result = await client.exec("tbj-x", command, timeout=60)
+            result = await client.ssh_exec("tbj-x", command, timeout=60)
             assert (result.exit_code, result.stdout) == (0, expected), command
-        failing = await client.exec("tbj-x", "echo before; touch ~/ran-$RANDOM; exit 7", timeout=60)
+        failing = await client.ssh_exec("tbj-x", "echo before; touch ~/ran-$RANDOM; exit 7", timeout=60)
         assert (failing.exit_code, failing.stdout) == (7, "before\n")
 
     asyncio.run(scenario())
-    execs = brev_argvs(brev_sim, "exec")
-    assert len(execs) == len(TRICKY) + 1
-    for argv in execs:
-        assert len(argv) == 3
-        assert argv[1] == "tbj-x"
-        assert "--" not in argv
+    assert brev_argvs(brev_sim, "exec") == []
     assert len(list(brev_sim.instance_files("tbj-x").glob("ran-*"))) == 1
-    # One agent for the client (`ssh-agent -a SOCK`), none spawned by brev's `eval $(ssh-agent -s)`.
-    agents = [c.argv for c in brev_sim.calls() if c.program == "ssh-agent"]
-    assert len(agents) == 1
-    assert "-a" in agents[0]
-
-
-def test_exec_on_an_instance_that_never_gets_ssh_is_a_transport_failure(
-    brev_sim: BrevSim, make_client: MakeClient
-) -> None:
-    brev_sim.add_instance("tbj-noshh", ssh_ready=False)
-    brev_sim.set_faults(exec_never_ready=True)
-    client = make_client()
-    with pytest.raises(BrevTransientError) as info:
-        asyncio.run(client.exec("tbj-noshh", "echo ok", timeout=60))
-    assert info.value.cli_message
-    job = Workload(client, "tbj-noshh", "job-1", settings=WorkloadSettings())
-    assert asyncio.run(job.probe(60)) is False
 
 
 def test_put_file_delivers_content_on_ssh_stdin_after_refreshing_the_ssh_config(
@@ -443,30 +422,6 @@ def test_put_file_delivers_content_on_ssh_stdin_after_refreshing_the_ssh_config(
     assert len(ssh_calls) == 2  # "Could not resolve hostname", then after the refresh
     assert ssh_calls[-1].stdin_bytes == len(content)
     assert all(content[:20].decode() not in " ".join(c.argv) for c in brev_sim.calls())
-
-
-def test_exec_on_a_stopped_instance_starts_it_and_strips_brevs_own_line(
-    brev_sim: BrevSim, make_client: MakeClient
-) -> None:
-    """brev auto-starts a STOPPED instance and prints `Instance X is starting.` on stdout, mixed
-    into the command's output; the client returns only the command's output."""
-    brev_sim.add_instance("tbj-stopped", status="STOPPED")
-    brev_sim.set_faults(start_s=1, ssh_delay_s=0)
-    result = asyncio.run(make_client().exec("tbj-stopped", "echo hi", timeout=60))
-    assert (result.exit_code, result.stdout) == (0, "hi\n")
-
-
-def test_exec_on_a_deploying_or_vanished_instance_is_transient(
-    brev_sim: BrevSim, make_client: MakeClient
-) -> None:
-    client = make_client()
-    brev_sim.set_speed(1.0)  # DEPLOYING is 1.2 s of wall time at 0.01: a loaded machine overruns it
-    brev_sim.add_instance("tbj-deploying", status="DEPLOYING")
-    with pytest.raises(BrevTransientError, match="DEPLOYING"):
-        asyncio.run(client.exec("tbj-deploying", "echo ok", timeout=60))
-    with pytest.raises(BrevTransientError) as info:
-        asyncio.run(client.exec("tbj-never-existed", "echo ok", timeout=60))
-    assert "could not look up instance" in info.value.cli_message
 
 
 def test_an_instance_that_vanishes_mid_run_disappears_from_the_listing(

@@ -239,9 +239,12 @@ class SimBrev(FakeBrev):
     async def start_instance(self, name: str) -> None:
         return await self._call("start", name, lambda: FakeBrev.start_instance(self, name), mutates=True)
 
-    async def exec(self, instance: str, command: str, *, timeout: float) -> ExecResult:  # noqa: ASYNC109
+    async def ssh_exec(self, instance: str, command: str, *, timeout: float) -> ExecResult:  # noqa: ASYNC109
         return await self._call(
-            "exec", instance, lambda: FakeBrev.exec(self, instance, command, timeout=timeout), mutates=False
+            "exec",
+            instance,
+            lambda: FakeBrev.ssh_exec(self, instance, command, timeout=timeout),
+            mutates=False,
         )
 
     async def put_file(

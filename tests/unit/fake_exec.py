@@ -33,15 +33,8 @@ class FakeClient:
     events: list[tuple[str, str]] = field(default_factory=list)
     # False: the removal trap's marker is missing (as when bash was killed before its EXIT trap).
     trap_runs: bool = True
-    # "brev exec" or "ssh" per remote command, in call order.
-    transports: list[str] = field(default_factory=list)
-
-    async def exec(self, instance: str, command: str, *, timeout: float) -> ExecResult:  # noqa: ASYNC109
-        self.transports.append("brev exec")
-        return await self._answer(command, timeout)
 
     async def ssh_exec(self, instance: str, command: str, *, timeout: float) -> ExecResult:  # noqa: ASYNC109
-        self.transports.append("ssh")
         return await self._answer(command, timeout)
 
     async def _answer(self, command: str, timeout: float) -> ExecResult:  # noqa: ASYNC109

@@ -261,29 +261,6 @@ def test_commands_starting_with_at_or_empty_are_refused() -> None:
             commands.wrap_command(bad, "m")
 
 
-@pytest.mark.parametrize(
-    ("stdout", "expected"),
-    [
-        ("ok\n\nMARK 0\ninst\n", (0, "ok\n")),
-        ("\nMARK 3\ninst\n", (3, "")),
-        ("no newline at end\nMARK 1\ninst\n", (1, "no newline at end")),
-        ("no oauth found for token\nreal\n\nMARK 0\ninst\n", (0, "real\n")),
-        ("Instance inst is starting. \n\nout\n\nMARK 0\ninst\n", (0, "out\n")),
-        ("Instance inst is starting. \n\n\nMARK 0\ninst\n", (0, "")),
-        # The command printed a fake sentinel of another call: only the last real one counts.
-        ("x\nOTHER 5\n\nMARK 0\ninst\n", (0, "x\nOTHER 5\n")),
-        ("ok\n\nMARK 0\n", (0, "ok\n")),
-    ],
-)
-def test_unwrap_returns_real_status_and_strips_brev_lines(stdout: str, expected: tuple[int, str]) -> None:
-    assert commands.unwrap_exec(stdout, "MARK", "inst") == expected
-
-
-def test_missing_sentinel_means_the_command_did_not_report() -> None:
-    assert commands.unwrap_exec("partial output\n", "MARK", "inst") is None
-    assert commands.unwrap_exec("\nMARK notanumber\n", "MARK", "inst") is None
-
-
 def test_markers_are_random_per_call() -> None:
     assert commands.new_marker() != commands.new_marker()
 
@@ -495,21 +472,6 @@ def test_start_of_a_not_stopped_instance(status: str, outcome: type[Exception] |
     else:
         with pytest.raises(outcome):
             output.start_outcome("tbj-a", result)
-
-
-def test_exec_transport_errors_keep_the_cli_message() -> None:
-    err = output.exec_transport_error(
-        "tbj-a",
-        _r(
-            "", 'Connection failed, checking instance status...\ninstance "tbj-a" is in state "DEPLOYING" — x'
-        ),
-    )
-    assert isinstance(err, BrevTransientError)
-    assert "DEPLOYING" in str(err)
-    err = output.exec_transport_error(
-        "tbj-a", _r("", "ssh: connect to host 1.2.3.4 port 22: Connection refused")
-    )
-    assert "Connection refused" in err.cli_message
 
 
 # ---- credentials ---------------------------------------------------------------------------------

@@ -62,12 +62,9 @@ class Brev:
         self.instances.append(Instance(name=request.name, id="i-new", status="DEPLOYING"))
         return CreateResult(name=request.name, adopted=False)
 
-    async def exec(self, instance: str, command: str, *, timeout: float) -> ExecResult:  # noqa: ASYNC109
+    async def ssh_exec(self, instance: str, command: str, *, timeout: float) -> ExecResult:  # noqa: ASYNC109
         self.commands.append(command)
         return ExecResult(exit_code=0, stdout="")
-
-    async def ssh_exec(self, instance: str, command: str, *, timeout: float) -> ExecResult:  # noqa: ASYNC109
-        return await self.exec(instance, command, timeout=timeout)
 
     async def delete_instance(self, name: str) -> None:
         self.deletes.append(name)
@@ -290,7 +287,7 @@ def test_a_waiting_pass_holds_no_typed_status_or_spec() -> None:
     blocked = asyncio.Event()
 
     class SlowProbe(Brev):
-        async def exec(self, instance: str, command: str, *, timeout: float) -> ExecResult:  # noqa: ASYNC109
+        async def ssh_exec(self, instance: str, command: str, *, timeout: float) -> ExecResult:  # noqa: ASYNC109
             self.commands.append(command)
             if len(self.commands) > 1:  # the second pass's probe hangs until released
                 blocked.set()
