@@ -83,3 +83,20 @@ def pytest_runtest_setup(item: pytest.Item) -> Generator[None, object, object]:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Generator[None, object, object]:
     return (yield from _guarded(item))
+
+
+# The tier a test is in is its directory: every test under tests/e2e is marked e2e and every test
+# under tests/integration integration, so `-m "not e2e"` (or `-m "not e2e and not integration"`
+# for the no-I/O tiers) is really the fast lane; a per-file `pytestmark` was missing from most
+# e2e files, and `-m "not e2e"` ran them all.
+TIER_MARKS = {
+    Path(__file__).resolve().parent / "e2e": "e2e",
+    Path(__file__).resolve().parent / "integration": "integration",
+}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        for directory, mark in TIER_MARKS.items():
+            if item.path.is_relative_to(directory):
+                item.add_marker(mark)

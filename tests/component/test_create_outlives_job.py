@@ -26,7 +26,8 @@ from controller.models import Outcome
 from controller.phases import Phase
 from controller.reconciler import Reconciler
 from controller.steps import CreateInstance, DeleteInstance, Observation
-from tests.component.test_lanes import GUARD_S, HangingBrev, until
+from tests.component.test_lanes import GUARD_S, HangingBrev
+from tests.fixtures.polling import until_async
 from tests.unit.test_actions_secrets import SECRETS, _spec
 from tests.unit.test_machine import INST, T0, TUN, at, decide
 from tests.unit.test_reconciler import Clock, Events, Kube
@@ -63,11 +64,11 @@ def test_a_create_queued_in_a_full_lane_never_starts_once_its_pass_is_cancelled(
                 await freed.wait()
 
         other = asyncio.ensure_future(occupy())
-        await until(lambda: lanes.gate(Lane.CREATE).in_flight == 1)
+        await until_async(lambda: lanes.gate(Lane.CREATE).in_flight == 1, "a create in flight")
         create = CreateInstance(CreateRequest(name="tbj-queued"))
         decided = Observation(now=datetime.now(UTC))  # the lanes measure their wait on the wall clock
         act = asyncio.ensure_future(rec._act([create], _job(), decided, None))
-        await until(lambda: lanes.gate(Lane.CREATE).waiting == 1)
+        await until_async(lambda: lanes.gate(Lane.CREATE).waiting == 1, "a queued create")
         act.cancel()  # the job was deleted (kopf cancels the daemon) or the Lease moved
         await asyncio.gather(act, return_exceptions=True)
         freed.set()

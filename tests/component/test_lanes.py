@@ -10,7 +10,7 @@ deadline (the lane's expiry is an injected sleep the test fires) instead of over
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
@@ -32,6 +32,7 @@ from controller.steps import (
     UploadResults,
     WaitForExit,
 )
+from tests.fixtures.polling import until_async
 from tests.unit.fake_exec import GONE, FakeClient, healthy_answer
 from tests.unit.test_actions_secrets import SECRETS, _spec
 
@@ -114,15 +115,6 @@ def job(name: str) -> JobContext:
     return JobContext("ns", name, f"job-{name}", _spec(), SECRETS)
 
 
-async def until(condition: Callable[[], bool]) -> None:
-    """Let the other tasks run until `condition` holds (they only need a few loop turns)."""
-    for _ in range(10_000):
-        if condition():
-            return
-        await asyncio.sleep(0)
-    raise AssertionError("condition never became true")
-
-
 async def guarded(aw: Awaitable[T]) -> T:
     return await asyncio.wait_for(aw, GUARD_S)
 
@@ -152,7 +144,7 @@ class World:
             (UploadResults("tbj-v"), "v"),
         ]
         self.hung = [asyncio.ensure_future(self.act([action], name)) for action, name in long_work]
-        await until(lambda: len(self.brev.started) == len(long_work))
+        await until_async(lambda: len(self.brev.started) == len(long_work), "the long work started")
 
     async def finish(self) -> None:
         """Release the hung calls; each returns (what it returns is not this file's concern)."""
@@ -198,7 +190,7 @@ def test_with_the_deprecated_single_pool_the_same_delete_queues_behind_them() ->
         w = World(Lanes(sizes, shared=(3 * SLOTS, "TAOBREV_MAX_CONCURRENT_BREV_CALLS")))
         await w.fill_long_lanes()
         delete = asyncio.ensure_future(w.act([DeleteInstance("i-e")], "e"))
-        await until(lambda: w.lanes.gate(Lane.DELETE).waiting == 1)
+        await until_async(lambda: w.lanes.gate(Lane.DELETE).waiting == 1, "a queued delete")
         assert not delete.done()
         assert w.brev.deletes == []
         await w.finish()
@@ -220,7 +212,7 @@ def test_a_probe_queued_behind_a_full_lane_fails_transiently_at_its_deadline() -
         await w.fill_long_lanes()
         deadline = datetime.now(UTC) + timedelta(seconds=600)
         probe = asyncio.ensure_future(w.act([ProbeExec("tbj-q")], "q", deadline))
-        await until(lambda: bool(expiries))
+        await until_async(lambda: bool(expiries), "an expiry")
         assert w.lanes.gate(Lane.PROBE).waiting == 1
         # It waits for a slot no longer than the phase has left.
         (expiry,) = expiries
@@ -248,7 +240,7 @@ def test_a_queued_call_whose_pass_is_cancelled_leaves_no_slot_behind() -> None:
         queued = asyncio.ensure_future(
             w.act([ProbeExec("tbj-q")], "q", datetime.now(UTC) + timedelta(seconds=600))
         )
-        await until(lambda: w.lanes.gate(Lane.PROBE).waiting == 1)
+        await until_async(lambda: w.lanes.gate(Lane.PROBE).waiting == 1, "a queued probe")
         queued.cancel()
         await asyncio.wait({queued})
         assert w.lanes.gate(Lane.PROBE).waiting == 0

@@ -27,6 +27,7 @@ from tests.devenv.controlplane import ControlPlane
 from tests.devenv.operator import OPERATOR_NAMESPACE, OperatorProcess, install_operator_identity
 from tests.devenv.s3 import S3Server
 from tests.fixtures.operator import Stack
+from tests.fixtures.polling import until
 
 LEASE = "taobrev-operator"
 LEASE_DURATION = 15.0
@@ -77,16 +78,21 @@ def metric_sum(op: OperatorProcess, name: str, skip: dict[str, str] | None = Non
 
 def wait_until(what: str, predicate: Any, timeout: float, *ops: OperatorProcess) -> float:
     """Poll `predicate` (an observable signal); returns when it held (monotonic seconds)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return time.monotonic()
+
+    def death() -> str | None:
         for op in ops:
             assert op.proc is not None
-            assert op.proc.poll() is None, f"operator died waiting for {what}:\n{op.log_tail()}"
-        time.sleep(0.1)
-    raise AssertionError(
-        f"timed out after {timeout}s waiting for {what}:\n" + "\n".join(o.log_tail() for o in ops)
+            if op.proc.poll() is not None:
+                return f"operator died:\n{op.log_tail()}"
+        return None
+
+    return until(
+        lambda: time.monotonic() if predicate() else None,
+        what,
+        guard=timeout,
+        interval=0.1,
+        alive=death,
+        detail=lambda: "\n".join(o.log_tail() for o in ops),
     )
 
 

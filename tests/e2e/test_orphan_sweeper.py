@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
 import urllib.request
 from collections.abc import Callable
 from typing import Any
@@ -27,6 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from controller import naming
 from tests.fixtures.operator import Stack
+from tests.fixtures.polling import until
 
 GRACE = 4.0
 INTERVAL = 0.5
@@ -59,15 +59,14 @@ def sweeps(stack: Stack) -> float:
 
 
 def wait_until(stack: Stack, check: Callable[[], bool], what: str, timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        proc = stack.operator.proc
-        if proc is not None and proc.poll() is not None:
-            raise AssertionError(f"operator died while waiting for {what}:\n{stack.operator.log_tail()}")
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{stack.operator.log_tail(80)}")
+    until(
+        check,
+        what,
+        guard=timeout,
+        interval=0.2,
+        alive=stack.operator_death,
+        detail=lambda: stack.operator.log_tail(80),
+    )
 
 
 def cluster_id(stack: Stack) -> str:

@@ -37,6 +37,7 @@ from controller.errors import (
 from controller.versions import load_versions
 from tests.brevsim.harness import BrevSim
 from tests.devenv.s3 import S3Server
+from tests.fixtures.polling import until_async
 
 pytestmark = pytest.mark.integration
 
@@ -86,29 +87,17 @@ def make_client(brev_sim: BrevSim, tmp_path: Path) -> Iterator[Callable[..., Bre
         client.close()
 
 
-async def eventually(probe: Callable[[], Awaitable[T | None]], what: str, interval: float = 0.05) -> T:
-    """Poll an observable until it yields a value (bounded by HANG_GUARD)."""
-    deadline = time.monotonic() + HANG_GUARD
-    while True:
-        value = await probe()
-        if value is not None and value is not False:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(interval)
-
-
 async def running(client: BrevCLI, name: str) -> Instance:
     async def probe() -> Instance | None:
         inst = await client.get_instance(name)
         assert inst is None or inst.status in ("DEPLOYING", "RUNNING"), inst
         return inst if inst is not None and inst.status == "RUNNING" else None
 
-    return await eventually(probe, f"{name} RUNNING")
+    return await until_async(probe, f"{name} RUNNING")
 
 
 async def exec_ready(job: Workload) -> bool:
-    return await eventually(lambda: job.probe(60), f"exec on {job.instance}")
+    return await until_async(lambda: job.probe(60), f"exec on {job.instance}")
 
 
 def brev_argvs(sim: BrevSim, verb: str) -> list[list[str]]:
@@ -282,7 +271,7 @@ def test_failure_status_is_observed_through_ls(brev_sim: BrevSim, make_client: M
         inst = await client.get_instance("tbj-f")
         return inst if inst is not None and inst.status == "FAILURE" else None
 
-    assert asyncio.run(eventually(failed, "FAILURE")).name == "tbj-f"
+    assert asyncio.run(until_async(failed, "FAILURE")).name == "tbj-f"
 
 
 def test_missing_instances_are_instance_not_found_for_delete_and_start(
@@ -471,12 +460,12 @@ def test_exit_codes_reach_the_caller_training_failure_and_stop(
         for job in (failing, long):
             await job.pull_image(TAO, ngc_api_key=b"nvapi-k")
             assert await job.start_container(TAO, "visual_changenet", "train")
-        (failed,) = await eventually(lambda: _exited(failing), "failing container exit")
+        (failed,) = await until_async(lambda: _exited(failing), "failing container exit")
         still = await long.wait_exit(1)
         # A grace the sim's TAO can use on a loaded machine (30 s; the stop returns at the exit):
         # the default 30 nominal s is 0.3 s of wall time, after which SIGKILL makes it 137.
         await long.stop_container(3000)
-        (stopped,) = await eventually(lambda: _exited(long), "stopped container exit")
+        (stopped,) = await until_async(lambda: _exited(long), "stopped container exit")
         state = await long.container_state()
         assert state is not None
         assert state.status == "exited"
@@ -549,7 +538,7 @@ def full_run(sim: BrevSim, s3: S3Server, make_client: MakeClient, caplog: LogCap
             TAO, "visual_changenet", "train", env={"PUBLIC_FLAG": "1"}, secret_env={"HF_TOKEN": hf_token}
         )
         assert not await job.start_container(TAO, "visual_changenet", "train")  # idempotent
-        (code,) = await eventually(lambda: _exited(job), "container exit")
+        (code,) = await until_async(lambda: _exited(job), "container exit")
         assert code == 0
         tail = await job.logs(5)
         assert tail[-1].endswith("train finished successfully")
@@ -564,7 +553,7 @@ def full_run(sim: BrevSim, s3: S3Server, make_client: MakeClient, caplog: LogCap
         async def gone() -> bool:
             return await client.get_instance(name) is None
 
-        await eventually(gone, f"{name} gone")
+        await until_async(gone, f"{name} gone")
         return upload
 
     with structlog.testing.capture_logs() as captured:

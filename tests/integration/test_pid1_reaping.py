@@ -18,9 +18,8 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -33,6 +32,7 @@ from tests.devenv.operator import OperatorProcess, install_operator_identity
 from tests.devenv.ports import free_port
 from tests.devenv.s3 import S3Server
 from tests.fixtures.operator import Stack
+from tests.fixtures.polling import until
 from tests.footprint import ProcInfo, cmdline, memory_of, pod_memory, processes, zombies
 
 pytestmark = pytest.mark.integration
@@ -49,18 +49,6 @@ def image_entrypoint() -> list[str]:
     [line] = [ln for ln in DOCKERFILE.read_text().splitlines() if ln.startswith("ENTRYPOINT ")]
     argv = [str(word) for word in json.loads(line.removeprefix("ENTRYPOINT "))]
     return [sys.executable if word == "python" else word for word in argv]
-
-
-def until(probe: Callable[[], T | bool | None], what: str, limit_s: float = 120.0) -> T:
-    """Poll an observable until it holds (the bound only guards against a hang)."""
-    deadline = time.monotonic() + limit_s
-    while True:
-        value = probe()
-        if value:
-            return value  # type: ignore[return-value]
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.2)
 
 
 @dataclass
@@ -157,7 +145,12 @@ def run_jobs_through_their_lifecycle(stack: Stack, op: NamespacedOperator) -> Co
         # long enough for all of them to be seen Running together.
         epochs = max(10, JOBS)
         stack.apply(stack.job_manifest(name, simulation={"epochs": epochs, "epoch_seconds": 300}))
-    until(lambda: all(stack.status(n).get("phase") == "Running" for n in names), "all jobs Running", 300)
+    until(
+        lambda: all(stack.status(n).get("phase") == "Running" for n in names),
+        "all jobs Running",
+        guard=300,
+        interval=0.2,
+    )
     table = snapshot(proc)
     during = Counter({name: n for name, (n, _rss, _pss) in table.items()})
     busy = pod_memory(1, proc=proc), pod_memory(1, metric="pss", proc=proc)
@@ -191,8 +184,8 @@ def test_with_the_image_entrypoint_no_zombie_is_left_after_many_instances(
     # One master per instance, at most one mux client per running job besides.
     assert 0 < during["ssh"] <= 2 * JOBS
     proc = op.ns_proc
-    until(lambda: not masters(proc), "every deleted instance's ssh master to exit")
-    until(lambda: not zombies(proc), "no zombie in the operator's PID namespace", 30)
+    until(lambda: not masters(proc), "every deleted instance's ssh master to exit", guard=120, interval=0.2)
+    until(lambda: not zombies(proc), "no zombie in the operator's PID namespace", guard=30, interval=0.2)
     assert zombies(proc) == []
     print(f"zombies left with tini as PID 1 after {JOBS} instances: 0")
 
@@ -205,7 +198,7 @@ def test_without_an_init_the_exited_ssh_masters_stay_zombies(
     stack, op = namespaced_stack
     run_jobs_through_their_lifecycle(stack, op)
     proc = op.ns_proc
-    until(lambda: not masters(proc), "every deleted instance's ssh master to exit")
+    until(lambda: not masters(proc), "every deleted instance's ssh master to exit", guard=120, interval=0.2)
     # A zombie is never reaped later by python: one read is the final answer.
     left = ssh_zombies(proc)
     print(f"ssh zombies left with python as PID 1 after {JOBS} instances: {len(left)}")

@@ -25,22 +25,11 @@ from controller.brev.workload import ContainerNotFound, Workload, WorkloadSettin
 from controller.errors import BrevTransientError
 from controller.versions import load_versions
 from tests.brevsim.harness import BrevSim
+from tests.fixtures.polling import until
 from tests.footprint import processes, ssh_masters
 
 pytestmark = pytest.mark.integration
 T = TypeVar("T")
-
-
-def until(probe: Callable[[], T | bool | None], what: str, limit_s: float = 30.0) -> T:
-    """Poll an observable until it holds (the bound only guards against a hang)."""
-    deadline = time.monotonic() + limit_s
-    while True:
-        value = probe()
-        if value:
-            return value  # type: ignore[return-value]
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 class Verbs:
@@ -224,7 +213,7 @@ def test_calls_to_one_instance_share_one_master_and_delete_makes_it_exit(
     by_pid = {p.pid: p for p in processes()}
     assert all(by_pid[pid].ppid != os.getpid() for pid in masters)  # daemonised, not our children
     asyncio.run(client.delete_instance("a"))
-    remaining = until(lambda: (m := ssh_masters(brev_sim.home)) and len(m) == 1 and m, "a's master to exit")
+    remaining = until(lambda: m if len(m := ssh_masters(brev_sim.home)) == 1 else None, "a's master to exit")
     assert remaining[0] in masters
     # Both calls run side by side: which one *finishes* first is the scheduler's choice, so the
     # promise is that both were made once and the delete started before the close had ended.

@@ -27,6 +27,7 @@ from tests.fakes.brev import FakeBrev
 from tests.fakes.clock import T0, FakeClock
 from tests.fakes.harness import job_spec
 from tests.fakes.kube import FakeKube
+from tests.fixtures.polling import until_async
 
 CLUSTER = "cluster-a"
 GRACE = 600.0
@@ -276,24 +277,19 @@ def test_only_the_leader_sweeps_and_a_new_term_forgets_the_old_terms_clock() -> 
     w = World(leadership=toggle, interval=0.001)
     w.brev.add_instance(ours("stripped"))
 
-    async def until(check: Any) -> None:
-        for _ in range(10_000):
-            if check():
-                return
-            await asyncio.sleep(0.001)
-        raise AssertionError("condition never held")
-
     async def scenario() -> None:
         task = asyncio.create_task(w.sweeper.run())
         for _ in range(50):
             await asyncio.sleep(0)
         assert w.brev.listings == 0  # a standby makes no Brev call
         toggle.leading.set()
-        await until(lambda: w.metric("taobrev_orphan_sweeps_total", result="done") >= 2)
+        await until_async(
+            lambda: w.metric("taobrev_orphan_sweeps_total", result="done") >= 2, "two sweeps", interval=0.001
+        )
         assert w.sweeper.memory.first_seen
         assert w.metric("taobrev_orphan_instances", state="pending_grace") == 1
         toggle.leading.clear()  # the term ends
-        await until(lambda: not w.sweeper.memory.first_seen)
+        await until_async(lambda: not w.sweeper.memory.first_seen, "the memory forgotten", interval=0.001)
         assert w.metric("taobrev_orphan_instances", state="pending_grace") == 0
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
