@@ -17,15 +17,14 @@ from functools import cached_property
 
 from controller import reasons
 from controller.brev.client import BrevClient
-from controller.brev.envfile import S3Credentials
+from controller.brev.envfile import JobSecrets
 from controller.brev.logtail import TAIL_LINES
 from controller.brev.workload import ContainerNotFound, ImageNotPresent, Workload, WorkloadSettings
-from controller.container_paths import SPEC_MOUNT_PATH
+from controller.container_paths import SPEC_MOUNT_PATH, container_path, resume_arg
 from controller.directory import InstanceDirectory
 from controller.errors import InstanceNotFound, PermanentError, TaoBrevError, TransientError
 from controller.lanes import BUDGETED, Lane, Lanes
 from controller.models import TaoBrevJobSpec
-from controller.recovery import container_path, resume_arg
 from controller.steps import (
     Action,
     ActionFailure,
@@ -55,24 +54,6 @@ LOG_TAIL_LINES = TAIL_LINES
 CREATE_LANE_WAIT = 60.0
 # Reported as the exit code when a container we were stopping does not exist (never started).
 CONTAINER_MISSING_EXIT = -1
-
-
-@dataclass(frozen=True)
-class JobSecrets:
-    """Secret values for one job, read from Kubernetes Secrets; never logged, put on argv or
-    shown by repr. Each reaches the instance only for the step that reads it (see workload)."""
-
-    ngc_api_key: bytes = field(repr=False)
-    s3_access_key_id: bytes = field(repr=False)
-    s3_secret_access_key: bytes = field(repr=False)
-    extra_env: Mapping[str, bytes] = field(default_factory=dict, repr=False)
-
-    def values(self) -> list[bytes]:
-        return [self.ngc_api_key, self.s3_access_key_id, self.s3_secret_access_key, *self.extra_env.values()]
-
-    @property
-    def s3(self) -> S3Credentials:
-        return S3Credentials(self.s3_access_key_id, self.s3_secret_access_key)
 
 
 @dataclass(frozen=True)

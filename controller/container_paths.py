@@ -16,3 +16,15 @@ SPEC_MOUNT_PATH: Final = f"{SPEC_DIR}/spec.yaml"
 DATA_ROOT: Final = f"{WORKSPACE}/data"
 # TAO's results_dir: everything written here is uploaded to spec.data.resultsUri/results.
 RESULTS_DIR: Final = f"{WORKSPACE}/results"
+# The TAO spec override that resumes training from a checkpoint (a container path).
+RESUME_KEY: Final = "train.resume_training_checkpoint_path"
+
+
+def resume_arg(path: str) -> str:
+    return f"{RESUME_KEY}={path}"
+
+
+def container_path(results_relative: str) -> str:
+    """`results/train/x.pth` (relative to the job directory) -> `/workspace/results/train/x.pth`."""
+    rel = results_relative.removeprefix("./").removeprefix("results/")
+    return f"{RESULTS_DIR}/{rel}"

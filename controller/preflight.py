@@ -24,7 +24,7 @@ from datetime import datetime
 
 import structlog
 
-from controller.actions import JobSecrets
+from controller.brev.envfile import JobSecrets
 from controller.errors import KubeAccessDenied, PermanentError, TaoBrevError
 from controller.models import TaoBrevJobSpec
 from controller.preflight_checks import image_problems, selection_problems

@@ -24,9 +24,10 @@ import structlog
 from pydantic import ValidationError
 
 from controller import machine, reasons, recovery
-from controller.actions import ActionRunner, JobContext, JobSecrets
+from controller.actions import ActionRunner, JobContext
 from controller.admission import Admission, JobFacts, gpus_of
 from controller.backoff import exponential
+from controller.brev.envfile import JobSecrets
 from controller.conditions import is_admitted
 from controller.directory import InstanceDirectory
 from controller.errors import MissingSecretError, PermanentError, SpecError, TaoBrevError, TransientError

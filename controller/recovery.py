@@ -30,7 +30,6 @@ from datetime import datetime
 
 from controller import naming, reasons
 from controller.brev.client import STOPPED, STOPPING
-from controller.container_paths import RESULTS_DIR
 from controller.decision_pass import Pass
 from controller.models import AttemptRecord, CheckpointStatus, Outcome, TaoBrevJobStatus
 from controller.phases import PHASES, Phase
@@ -42,7 +41,6 @@ from controller.steps import EventNote, SyncCheckpoints
 # operator's CPU at 1,000 running jobs (issue 11). Status is the coarse human view; the budget
 # check, ended attempts and the billing gauges use the exact figure every pass.
 BILL_STEP_SECONDS = 600
-RESUME_KEY = "train.resume_training_checkpoint_path"
 
 
 # -- policy --------------------------------------------------------------------------------------
@@ -396,13 +394,3 @@ def resume_path(p: Pass) -> str | None:
     if p.spec is None or p.spec.task.action != "train":
         return None
     return rec.resumed_from
-
-
-def resume_arg(path: str) -> str:
-    return f"{RESUME_KEY}={path}"
-
-
-def container_path(results_relative: str) -> str:
-    """`results/train/x.pth` (relative to the job directory) -> `/workspace/results/train/x.pth`."""
-    rel = results_relative.removeprefix("./").removeprefix("results/")
-    return f"{RESULTS_DIR}/{rel}"

@@ -57,3 +57,21 @@ def s3_env_file(credentials: S3Credentials, *, region: str | None = None) -> byt
     if region:
         values["AWS_DEFAULT_REGION"] = region
     return env_file(values, source="S3 credential")
+
+
+@dataclass(frozen=True)
+class JobSecrets:
+    """Secret values for one job, read from Kubernetes Secrets; never logged, put on argv or
+    shown by repr. Each reaches the instance only for the step that reads it (see workload)."""
+
+    ngc_api_key: bytes = field(repr=False)
+    s3_access_key_id: bytes = field(repr=False)
+    s3_secret_access_key: bytes = field(repr=False)
+    extra_env: Mapping[str, bytes] = field(default_factory=dict, repr=False)
+
+    def values(self) -> list[bytes]:
+        return [self.ngc_api_key, self.s3_access_key_id, self.s3_secret_access_key, *self.extra_env.values()]
+
+    @property
+    def s3(self) -> S3Credentials:
+        return S3Credentials(self.s3_access_key_id, self.s3_secret_access_key)

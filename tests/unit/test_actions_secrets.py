@@ -8,7 +8,8 @@ import asyncio
 from datetime import UTC, datetime
 from typing import Any
 
-from controller.actions import ActionRunner, JobContext, JobSecrets
+from controller.actions import ActionRunner, JobContext
+from controller.brev.envfile import JobSecrets
 from controller.directory import InstanceDirectory
 from controller.lanes import Lanes
 from controller.models import TaoBrevJobSpec
