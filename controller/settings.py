@@ -129,7 +129,7 @@ class Settings(BaseModel):
     create_settle: float = Field(120.0, ge=0, le=3600, description="grace for an ambiguous create to appear")
     backoff_max: float = Field(60.0, ge=1, le=3600, description="cap of the transient-error backoff")
     exec_timeout: float = Field(
-        900.0, ge=60, description="timeout of one brev exec (first exec needs >= 600 s)"
+        900.0, ge=60, description="timeout of an instance's first remote command (ssh may take >= 600 s)"
     )
     pull_timeout: float = Field(3600.0, ge=60, description="timeout of the registry login + pull step")
     # --- kubernetes access (the pod's token is mounted away from the default path; see deploy/)
