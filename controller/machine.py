@@ -50,6 +50,7 @@ from controller.phases import PHASES, TRANSITIONS, Phase
 from controller.run_phases import (
     assign_names,
     pending,
+    process_silence,
     provisioning,
     pulling,
     running,
@@ -74,6 +75,7 @@ from controller.steps import (
     StartInstance,
     SyncCheckpoints,
     UploadResults,
+    WaitForExit,
 )
 from controller.teardown import teardown, upload_failed, upload_trouble, uploading
 from controller.tunables import MIN_ABSENT_LISTINGS, Tunables
@@ -168,9 +170,11 @@ def _finish(p: Pass, generation: int, requeue: float | None) -> Decision:
     return Decision(status=p.s, actions=tuple(p.actions), requeue_after=requeue, events=tuple(p.events))
 
 
-def _handle_failure(p: Pass) -> bool:
+def _handle_failure(p: Pass) -> bool:  # noqa: PLR0911, PLR0912 - one branch per failure kind, in order
     """Fold an action failure into status. True if the pass should stop here (backoff)."""
     f = p.obs.failure
+    if p.exec_evidence():
+        p.s.unanswered_since = None  # it answered
     if f is None:
         p.recovered()
         return False
@@ -204,6 +208,9 @@ def _handle_failure(p: Pass) -> bool:
     if f.of(UploadResults) and p.phase == Phase.UPLOADING:
         # Said each streak: what is wrong, the fix, until when the results wait on the instance.
         f = ActionFailure(f.action, f.reason, upload_trouble(p, f.message), f.permanent)
+    silent = f.of(WaitForExit) and f.reason in reasons.SILENCE and not f.permanent
+    if silent and p.phase == Phase.RUNNING and not p.s.run_outcome and process_silence(p):
+        return False  # the run or this attempt ended: the step goes on from there
     # Transient, or permanent after the run ended: back off (never hot-loop), keep the outcome.
     p.transient(f)
     if f.of(CleanupWorkload) and p.s.retries >= p.tun.cleanup_attempts:

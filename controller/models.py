@@ -1022,6 +1022,13 @@ class TaoBrevJobStatus(_StatusModel):
     absent_checked_at: Timestamp | None = Field(
         default=None, description="Last listing counted in absentListings."
     )
+    unanswered_since: Timestamp | None = Field(
+        default=None,
+        description=(
+            "While Running: the first of the consecutive failed waits (the instance did not answer); "
+            "cleared by any answer. Past the answer bound the run (or attempt) ends InstanceUnresponsive."
+        ),
+    )
     stalled_reason: str | None = Field(
         default=None,
         description=(

@@ -137,3 +137,6 @@ STATUS_REJECTED = "StatusRejected"
 TRANSIENT_ERROR = "TransientError"
 UNKNOWN_INSTANCE_TYPE = "UnknownInstanceType"
 UPLOAD_INCOMPLETE = "UploadIncomplete"
+
+# A wait on the instance failed because it did not answer (not because of the operator).
+SILENCE = frozenset({BREV_UNAVAILABLE, SSH_CONNECTION_FAILED, SSH_SESSION_LOST, BREV_TIMEOUT})

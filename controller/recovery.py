@@ -111,6 +111,7 @@ def end_attempt(p: Pass, reason: str, message: str) -> None:
         "exit_code",
         "run_ended_at",
         "upload_attempts",
+        "unanswered_since",
     ):
         setattr(p.s, field, None)
     if p.phase == Phase.PROVISIONING:

@@ -629,3 +629,35 @@ def stopping(p: Pass) -> None:
     bound = max(min(1.0, p.tun.wait_timeout), min(p.tun.wait_timeout, left))
     p.actions.append(WaitForExit(p.instance, timeout_seconds=bound, start_if_missing=False))
     p.requeue = 0.0
+
+
+def process_silence(p: Pass) -> bool:
+    """Running, no exit seen, and a wait failed because the instance did not answer: since when
+    it has been silent (status.unansweredSince). Past `exit_answer_timeout` while it is still
+    listed RUNNING, it is treated as unresponsive: this attempt ends (another may follow on a new
+    instance) or the run ends InstanceUnresponsive; nothing on it is reached and teardown deletes
+    it. Without this bound a listed instance that never answered again billed until the Running
+    timeout (24 h; found by the simulation, seed 735). True when the run or attempt ended."""
+    p.s.unanswered_since = p.s.unanswered_since or p.now
+    silent = p.since(p.s.unanswered_since)
+    inst = p.obs.instance
+    if (
+        silent < p.tun.exit_answer_timeout
+        or not p.obs.instance_known
+        or inst is None
+        or inst.status != RUNNING
+    ):
+        return False  # absence and loss are judged by the listings (process_instance_loss)
+    note = (
+        f"instance {p.instance} is listed RUNNING but has not answered for {int(silent)}s while the "
+        f"training ran (bound: {int(p.tun.exit_answer_timeout)}s): its container cannot be reached"
+    )
+    if recovery.may_retry(p):
+        recovery.end_attempt(p, reasons.INSTANCE_UNRESPONSIVE, note)
+        return True
+    p.end_run(Outcome.FAILED, reasons.INSTANCE_UNRESPONSIVE, note)
+    p.s.teardown_message = note
+    if p.deletes_instance() and not p.s.cleaned_up_at:
+        # The job's files and secrets go with the instance; a cleanup would hang as the waits did.
+        p.s.cleaned_up_at = p.now
+    return True

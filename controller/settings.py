@@ -104,8 +104,9 @@ class Settings(BaseModel):
         300.0,
         ge=1,
         le=86400,
-        description="after a non-zero exit with attempts left, how long a listed instance may go "
-        "without answering before the run ends InstanceUnresponsive and it is deleted unreached",
+        description="how long a listed instance may go without answering (after a non-zero exit "
+        "with attempts left, or while Running) before the run or attempt ends InstanceUnresponsive "
+        "and it is deleted unreached",
     )
     listing_max_age: float = Field(10.0, ge=0, le=300, description="how stale the shared `brev ls` may be")
     secret_max_age: float = Field(

@@ -23,6 +23,8 @@ FOUND = {
     194: "one slow `brev ls` counted twice; then a teardown that read its body before the Lease wait",
     225: "a delete handler retried with the body of its first event (kopf gives the latest)",
     365: "a daemon's pass cancelled with its patch on the way: the next pass began before it",
+    735: "a listed instance silent since its container exited, the exit never seen (the wait was "
+    "cancelled with the Lease): Running's waits failed until the Running timeout",
 }
 
 

@@ -8,9 +8,9 @@ from datetime import timedelta
 
 from controller.models import Outcome, TaoBrevJobStatus
 from controller.phases import Phase
-from controller.steps import CleanupWorkload, DeleteInstance, ProbeExec, UploadResults
+from controller.steps import ActionFailure, CleanupWorkload, DeleteInstance, ProbeExec, UploadResults
 from tests.unit.test_machine import T0, TUN, kinds
-from tests.unit.test_recovery import ID, inst, running_job, step
+from tests.unit.test_recovery import ID, SPEC, inst, running_job, step
 
 EXITED = T0 + timedelta(seconds=100)
 BOUND = 300.0  # Tunables.exit_answer_timeout's default
@@ -42,3 +42,51 @@ def test_past_the_bound_the_run_ends_unreached_and_the_instance_is_deleted() -> 
     assert CleanupWorkload not in kinds(d), "a cleanup would hang as the probes did"
     assert DeleteInstance(ID) in d.actions
     assert TUN.exit_answer_timeout == BOUND
+
+
+# ---- the same bound while Running, when the exit itself was never seen ---------------------------
+# Seed 735 of the simulation: the container exited non-zero, the instance stopped answering, and
+# the wait that would have reported the exit was cancelled with the Lease. Every later wait failed
+# (the instance did not answer) until the Running timeout, 24 h of billing.
+
+SILENT = ActionFailure("WaitForExit", "SshConnectionFailed", "ssh: connect: Connection timed out", False)
+
+
+def test_failed_waits_of_a_silent_instance_end_the_attempt_at_the_bound_not_the_running_timeout() -> None:
+    d = step(running_job(), instance=inst(), failure=SILENT, now=T0 + timedelta(seconds=10))
+    assert d.status.unanswered_since == T0 + timedelta(seconds=10)
+    assert d.status.phase is Phase.RUNNING and d.status.run_outcome is None  # one silence: retried
+    d = step(d.status, instance=inst(), failure=SILENT, now=T0 + timedelta(seconds=10 + BOUND - 1))
+    assert d.status.phase is Phase.RUNNING and d.status.run_outcome is None
+    d = step(d.status, instance=inst(), failure=SILENT, now=T0 + timedelta(seconds=10 + BOUND + 1))
+    # Attempts left: this attempt ends, its instance is deleted before the next one is created.
+    assert d.status.phase is Phase.PROVISIONING
+    assert d.status.attempts[-1].ended_reason == "InstanceUnresponsive"
+    assert d.status.unanswered_since is None
+    assert any(e.type == "Warning" and e.reason == "InstanceUnresponsive" for e in d.events)
+
+
+def test_without_attempts_left_the_run_ends_unresponsive_and_the_instance_is_deleted_unreached() -> None:
+    one = SPEC.model_copy(update={"recovery": SPEC.recovery.model_copy(update={"max_attempts": 1})})
+    d = step(running_job(), one, instance=inst(), failure=SILENT, now=T0)
+    late = T0 + timedelta(seconds=BOUND + 1)
+    d = step(d.status, one, instance=inst(), failure=SILENT, now=late)
+    assert d.status.run_outcome is Outcome.FAILED
+    assert d.status.reason == "InstanceUnresponsive"
+    assert UploadResults not in kinds(d)
+    d = step(d.status, one, instance=inst(), now=late + timedelta(seconds=1))
+    assert d.status.phase is Phase.DELETED
+    assert DeleteInstance(ID) in d.actions
+
+
+def test_an_answer_clears_the_silence_and_other_failures_do_not_count() -> None:
+    d = step(running_job(), instance=inst(), failure=SILENT, now=T0)
+    assert d.status.unanswered_since == T0
+    answered = step(d.status, instance=inst(), completed=("WaitForExit",), now=T0 + timedelta(seconds=5))
+    assert answered.status.unanswered_since is None
+    busy = ActionFailure("WaitForExit", "LaneBusy", "no wait slot in time", False)
+    d = step(running_job(), instance=inst(), failure=busy, now=T0)
+    assert d.status.unanswered_since is None  # the operator's own queue, not the instance
+    # Unlisted or not RUNNING: the listings judge loss, not this bound.
+    d = step(running_job(unanswered_since=T0), instance=None, failure=SILENT, now=T0 + timedelta(hours=1))
+    assert d.status.reason != "InstanceUnresponsive"

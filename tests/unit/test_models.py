@@ -417,9 +417,9 @@ def test_api_field_names_match_the_contract() -> None:
             "startRequestedAt", "cleanedUpAt", "teardownMessage",
         "results", "retries", "conditions",
         "instanceId", "brevIdentity", "createReturnedAt", "runEndedAt", "uploadAttempts",
-        "deleteAcceptedAt", "absentListings", "absentSince", "absentCheckedAt", "stalledReason",
-        "stalledMessage", "attempt", "attempts", "checkpoint", "billedSeconds", "estimatedCostDollars",
-        "costKnown",
+        "deleteAcceptedAt", "absentListings", "absentSince", "absentCheckedAt", "unansweredSince",
+        "stalledReason", "stalledMessage", "attempt", "attempts", "checkpoint", "billedSeconds",
+        "estimatedCostDollars", "costKnown",
         "admittedAt", "queueReason", "queueMessage", "queuePosition", "preflight", "plan",
     }  # fmt: skip
     assert set(props["recovery"]["properties"]) == {
