@@ -174,7 +174,7 @@ def _handle_failure(p: Pass) -> bool:  # noqa: PLR0911, PLR0912 - one branch per
     """Fold an action failure into status. True if the pass should stop here (backoff)."""
     f = p.obs.failure
     if p.exec_evidence():
-        p.s.unanswered_since = None  # it answered
+        p.s.unanswered_since = p.s.unanswered_checked_at = None  # it answered
     if f is None:
         p.recovered()
         return False

@@ -1029,6 +1029,13 @@ class TaoBrevJobStatus(_StatusModel):
             "cleared by any answer. Past the answer bound the run (or attempt) ends InstanceUnresponsive."
         ),
     )
+    unanswered_checked_at: Timestamp | None = Field(
+        default=None,
+        description=(
+            "The last failed wait counted in unansweredSince; a gap longer than the answer bound "
+            "(operator down, Lease elsewhere) starts the count again."
+        ),
+    )
     stalled_reason: str | None = Field(
         default=None,
         description=(

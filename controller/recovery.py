@@ -112,6 +112,7 @@ def end_attempt(p: Pass, reason: str, message: str) -> None:
         "run_ended_at",
         "upload_attempts",
         "unanswered_since",
+        "unanswered_checked_at",
     ):
         setattr(p.s, field, None)
     if p.phase == Phase.PROVISIONING:

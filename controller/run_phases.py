@@ -638,19 +638,20 @@ def process_silence(p: Pass) -> bool:
     instance) or the run ends InstanceUnresponsive; nothing on it is reached and teardown deletes
     it. Without this bound a listed instance that never answered again billed until the Running
     timeout (24 h; found by the simulation, seed 735). True when the run or attempt ended."""
-    p.s.unanswered_since = p.s.unanswered_since or p.now
+    bound = p.tun.exit_answer_timeout
+    last = p.s.unanswered_checked_at
+    if p.s.unanswered_since is None or last is None or p.since(last) > bound:
+        # Silence is shown by failed waits spread over the bound, not by two at its ends: across
+        # a gap nobody asked (the operator was down, the Lease elsewhere), and it may have answered.
+        p.s.unanswered_since = p.now
+    p.s.unanswered_checked_at = p.now
     silent = p.since(p.s.unanswered_since)
     inst = p.obs.instance
-    if (
-        silent < p.tun.exit_answer_timeout
-        or not p.obs.instance_known
-        or inst is None
-        or inst.status != RUNNING
-    ):
+    if silent < bound or not p.obs.instance_known or inst is None or inst.status != RUNNING:
         return False  # absence and loss are judged by the listings (process_instance_loss)
     note = (
         f"instance {p.instance} is listed RUNNING but has not answered for {int(silent)}s while the "
-        f"training ran (bound: {int(p.tun.exit_answer_timeout)}s): its container cannot be reached"
+        f"training ran (bound: {int(bound)}s): its container cannot be reached"
     )
     if recovery.may_retry(p):
         recovery.end_attempt(p, reasons.INSTANCE_UNRESPONSIVE, note)

@@ -11,6 +11,7 @@ keyed by version; a warm run only checks that they exist.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
@@ -110,6 +111,17 @@ def build(force: bool = False) -> ControlPlaneBinaries:
     bins = ControlPlaneBinaries(out_dir / "kube-apiserver", out_dir / "etcd")
     if not force and bins.kube_apiserver.exists() and bins.etcd.exists():
         return bins
+    out_dir.mkdir(parents=True, exist_ok=True)
+    # Test workers (pytest-xdist) start their control planes at once: one builds, the others wait
+    # for it and find the binaries; two `go build -o` into one .tmp file would corrupt it.
+    with (out_dir.parent / f"{out_dir.name}.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not force and bins.kube_apiserver.exists() and bins.etcd.exists():
+            return bins
+        return _build(k8s, etcd, out_dir, bins)
+
+
+def _build(k8s: str, etcd: str, out_dir: Path, bins: ControlPlaneBinaries) -> ControlPlaneBinaries:
     if shutil.which("go") is None:
         raise RuntimeError("the Go toolchain is required to build kube-apiserver; install Go >= 1.26")
 

@@ -69,6 +69,7 @@ def test_failed_waits_of_a_silent_instance_end_the_attempt_at_the_bound_not_the_
 def test_without_attempts_left_the_run_ends_unresponsive_and_the_instance_is_deleted_unreached() -> None:
     one = SPEC.model_copy(update={"recovery": SPEC.recovery.model_copy(update={"max_attempts": 1})})
     d = step(running_job(), one, instance=inst(), failure=SILENT, now=T0)
+    d = step(d.status, one, instance=inst(), failure=SILENT, now=T0 + timedelta(seconds=BOUND / 2))
     late = T0 + timedelta(seconds=BOUND + 1)
     d = step(d.status, one, instance=inst(), failure=SILENT, now=late)
     assert d.status.run_outcome is Outcome.FAILED
@@ -90,3 +91,29 @@ def test_an_answer_clears_the_silence_and_other_failures_do_not_count() -> None:
     # Unlisted or not RUNNING: the listings judge loss, not this bound.
     d = step(running_job(unanswered_since=T0), instance=None, failure=SILENT, now=T0 + timedelta(hours=1))
     assert d.status.reason != "InstanceUnresponsive"
+
+
+def test_silence_across_a_gap_nobody_watched_is_counted_again_from_after_the_gap() -> None:
+    """One failed wait, the operator down longer than the bound, one failed wait: two observations
+    at the ends of the bound prove nothing about the time between (the instance may have answered
+    anyone who asked). The count starts again after the gap and needs failed waits spread over a
+    whole bound."""
+    d = step(running_job(), instance=inst(), failure=SILENT, now=T0)
+    after_downtime = T0 + timedelta(seconds=BOUND + 60)
+    d = step(d.status, instance=inst(), failure=SILENT, now=after_downtime)
+    assert d.status.phase is Phase.RUNNING and d.status.run_outcome is None
+    assert d.status.unanswered_since == after_downtime
+    for s in (BOUND / 3, 2 * BOUND / 3, BOUND - 1):
+        d = step(d.status, instance=inst(), failure=SILENT, now=after_downtime + timedelta(seconds=s))
+    assert d.status.phase is Phase.RUNNING, "not yet a whole bound of silence after the gap"
+    d = step(d.status, instance=inst(), failure=SILENT, now=after_downtime + timedelta(seconds=BOUND + 1))
+    assert d.status.phase is Phase.PROVISIONING
+    assert d.status.attempts[-1].ended_reason == "InstanceUnresponsive"
+
+
+def test_an_answer_clears_the_silence_count() -> None:
+    d = step(running_job(), instance=inst(), failure=SILENT, now=T0)
+    d = step(
+        d.status, instance=inst(), completed=("ProbeExec",), probe_ok=True, now=T0 + timedelta(seconds=100)
+    )
+    assert d.status.unanswered_since is None and d.status.unanswered_checked_at is None
