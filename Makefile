@@ -9,6 +9,12 @@ STAMP := $(VENV)/.installed
 export GOTOOLCHAIN ?= local
 # Seeds of the simulation slice `make test` runs (chosen to fit ~2 minutes on a 2-core CI machine).
 SIM_CI_SEEDS ?= 500
+# pytest-xdist workers for `make test`. Most of an e2e test is waiting on real timers (the
+# simulator's compressed durations, the operator's intervals), so on 2 cores 4 workers finish the
+# suite in about half the time of one (docs/testing.md has the figures); each worker has its own
+# control plane. worksteal: idle workers take queued tests from busy ones (durations are uneven).
+TEST_WORKERS ?= 4
+PYTEST_PARALLEL := $(if $(filter 0 1,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist worksteal)
 
 ##@ Newcomer path
 .PHONY: demo
@@ -16,8 +22,8 @@ demo: $(STAMP) native-deps ## Run a sample TaoBrevJob end to end on the local st
 	$(PY) -m tests.devenv demo
 
 .PHONY: test
-test: $(STAMP) lint typecheck system-deps simulate-ci ## What CI runs: lint + typecheck + a simulation slice, then the whole test suite (builds/reuses kube-apiserver + etcd)
-	$(PY) -m pytest tests
+test: $(STAMP) lint typecheck system-deps kube-build simulate-ci ## What CI runs: lint + typecheck + a simulation slice, then the whole test suite on TEST_WORKERS workers (builds/reuses kube-apiserver + etcd)
+	$(PY) -m pytest tests $(PYTEST_PARALLEL)
 
 ##@ Development
 .PHONY: venv
@@ -120,6 +126,13 @@ bench-rss: $(STAMP) native-deps ## Benchmark: only the footprint scenario (slope
 .PHONY: bench-recovery
 bench-recovery: $(STAMP) native-deps ## Benchmark: lost instance -> resumed on a new one (all durations x one factor)
 	$(PY) -m tests.bench_recovery
+
+.PHONY: coverage
+coverage: $(STAMP) system-deps kube-build ## Line coverage of controller/ over the whole suite, subprocesses included (the operator, the plugin): report in .coverage-report.txt
+	rm -rf .coverage-data && mkdir -p .coverage-data
+	COVERAGE_FILE=$(CURDIR)/.coverage-data/.coverage $(PY) -m coverage run -m pytest tests $(PYTEST_PARALLEL) -p no:cacheprovider $(ARGS)
+	cd .coverage-data && $(CURDIR)/$(PY) -m coverage combine --quiet && \
+	  $(CURDIR)/$(PY) -m coverage report --rcfile=$(CURDIR)/pyproject.toml | tee $(CURDIR)/.coverage-report.txt | tail -1
 
 .PHONY: kube-build
 kube-build: $(STAMP) ## Build (or reuse the cached) kube-apiserver and etcd
