@@ -418,6 +418,7 @@ def test_api_field_names_match_the_contract() -> None:
         "results", "retries", "conditions",
         "instanceId", "brevIdentity", "createReturnedAt", "runEndedAt", "uploadAttempts",
         "deleteAcceptedAt", "absentListings", "absentSince", "absentCheckedAt", "unansweredSince",
+        "unansweredCheckedAt",
         "stalledReason", "stalledMessage", "attempt", "attempts", "checkpoint", "billedSeconds",
         "estimatedCostDollars", "costKnown",
         "admittedAt", "queueReason", "queueMessage", "queuePosition", "preflight", "plan",
