@@ -71,13 +71,21 @@ system-deps: native-deps ## Install Debian packages the tests use (Prometheus se
 test-unit: $(STAMP) ## Unit tests only (no I/O, seconds)
 	$(PY) -m pytest tests/unit
 
+.PHONY: test-fast
+test-fast: $(STAMP) ## Everything but e2e (unit, component, model, simulation, integration), on TEST_WORKERS workers
+	$(PY) -m pytest tests -m "not e2e" $(PYTEST_PARALLEL)
+
 .PHONY: test-integration
 test-integration: $(STAMP) system-deps ## Client + simulator + S3 as real subprocesses (the PID 1 test runs tini)
-	$(PY) -m pytest tests/integration
+	$(PY) -m pytest tests/integration $(PYTEST_PARALLEL)
 
 .PHONY: test-e2e
-test-e2e: $(STAMP) system-deps ## End-to-end against the real control plane and the operator process
-	$(PY) -m pytest tests/e2e
+test-e2e: $(STAMP) system-deps kube-build ## End-to-end against the real control plane and the operator process
+	$(PY) -m pytest tests/e2e $(PYTEST_PARALLEL)
+
+.PHONY: test-pid1
+test-pid1: $(STAMP) system-deps ## The image's PID 1 reaps the exited ssh masters (tini vs python as PID 1; ~1 min; also in make test)
+	$(PY) -m pytest tests/integration/test_pid1_reaping.py
 
 # The whole operator on a virtual clock (tests/simulation/README.md): every seed one interleaving.
 SIM_JOBS ?= $(shell nproc 2>/dev/null || echo 2)
@@ -131,8 +139,8 @@ bench-recovery: $(STAMP) native-deps ## Benchmark: lost instance -> resumed on a
 coverage: $(STAMP) system-deps kube-build ## Line coverage of controller/ over the whole suite, subprocesses included (the operator, the plugin): report in .coverage-report.txt
 	rm -rf .coverage-data && mkdir -p .coverage-data
 	COVERAGE_FILE=$(CURDIR)/.coverage-data/.coverage $(PY) -m coverage run -m pytest tests $(PYTEST_PARALLEL) -p no:cacheprovider $(ARGS)
-	cd .coverage-data && $(CURDIR)/$(PY) -m coverage combine --quiet && \
-	  $(CURDIR)/$(PY) -m coverage report --rcfile=$(CURDIR)/pyproject.toml | tee $(CURDIR)/.coverage-report.txt | tail -1
+	COVERAGE_FILE=.coverage-data/.coverage $(PY) -m coverage combine --quiet .coverage-data
+	COVERAGE_FILE=.coverage-data/.coverage $(PY) -m coverage report | tee .coverage-report.txt | tail -1
 
 .PHONY: kube-build
 kube-build: $(STAMP) ## Build (or reuse the cached) kube-apiserver and etcd
