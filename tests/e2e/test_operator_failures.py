@@ -3,6 +3,7 @@ operator killed with SIGKILL in every phase of one run (missing Secrets: tests/e
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 from tests.fixtures.operator import Stack
@@ -81,7 +82,7 @@ def test_sigkill_in_every_phase_of_one_run_finishes_with_exactly_one_instance(st
     stack.sim.set_faults(**KILL_POINTS[0][1])
     stack.apply(stack.job_manifest(name, simulation={"epochs": 3, "epoch_seconds": 400}))
     for i, (phase, _) in enumerate(KILL_POINTS):
-        stack.wait_for(name, lambda o, phase=phase: _in_phase(phase, o), f"phase {phase}")
+        stack.wait_for(name, functools.partial(_in_phase, phase), f"phase {phase}")
         stack.operator.kill()
         stack.sim.clear_faults()
         if i + 1 < len(KILL_POINTS):
