@@ -11,7 +11,7 @@ export GOTOOLCHAIN ?= local
 SIM_CI_SEEDS ?= 500
 # pytest-xdist workers for `make test`. Most of an e2e test is waiting on real timers (the
 # simulator's compressed durations, the operator's intervals), so on 2 cores 4 workers finish the
-# suite in about half the time of one (docs/testing.md has the figures); each worker has its own
+# suite in under 40% of the time of one (docs/testing.md has the figures); each worker has its own
 # control plane. worksteal: idle workers take queued tests from busy ones (durations are uneven).
 TEST_WORKERS ?= 4
 PYTEST_PARALLEL := $(if $(filter 0 1,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist worksteal)
