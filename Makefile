@@ -111,7 +111,7 @@ lint: $(STAMP) ## ruff check + format check (whole repo) + import layers (.impor
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports --no-cache --no-logo
-	$(PY) -m tests.devenv.levels --max 12 --quiet
+	$(PY) -m tests.devenv.levels --max 10 --quiet
 	$(PY) -m tests.devenv.shellcheck_remote
 	$(PY) -m tests.devenv.crdgen --check
 

@@ -29,6 +29,7 @@ from controller.health import Watchdog
 from controller.kube import KubeAccess, api_client, resolve_connection
 from controller.leadership import KubeLeaseStore, LeaderElector, Leadership, SoleLeader, identity
 from controller.logs import register_secret
+from controller.machine import decide
 from controller.metrics import Recorder, RedactingRegistry
 from controller.orphans import Policy
 from controller.preflight import Preflight, SecretLoader
@@ -151,6 +152,7 @@ def build(settings: Settings, events: EventSink) -> App:
             recorder=recorder,
             events=events,
             tunables=settings.tunables(),
+            decide=decide,
             listing_max_age=settings.listing_max_age,
             secret_max_age=settings.secret_max_age,
             default_image=load_versions().images.tao_toolkit.pyt,

@@ -26,7 +26,6 @@ from pydantic import (
     Field,
     PlainSerializer,
     StringConstraints,
-    ValidationError,
     field_validator,
     model_validator,
 )
@@ -34,7 +33,6 @@ from pydantic.alias_generators import to_camel
 from pydantic.config import JsonDict
 
 from controller.container_paths import DATA_ROOT, SPEC_MOUNT_PATH
-from controller.errors import SpecError
 from controller.phases import PHASES, Phase
 from controller.timestamps import format_time
 
@@ -758,20 +756,6 @@ class TaoBrevJobSpec(_SpecModel):
             raise ValueError(_EXTRA_ENV_COLLISION_RULE.message)
         return self
 
-    @classmethod
-    def parse(cls, spec: Any, *, default_image: str | None = None) -> TaoBrevJobSpec:
-        """Validate a `.spec` as read from the API server; raise SpecError naming every bad field.
-
-        `default_image` fills an omitted spec.task.image (the API server applies the same default
-        from the CRD, so this matters only for specs that did not pass through it)."""
-        task = spec.get("task") if isinstance(spec, dict) else None
-        if default_image is not None and isinstance(task, dict) and "image" not in task:
-            spec = {**spec, "task": {**task, "image": default_image}}
-        try:
-            return cls.model_validate(spec)
-        except ValidationError as exc:
-            raise SpecError(f"invalid TaoBrevJob spec: {format_validation_error(exc, 'spec')}") from exc
-
 
 def _refuse_duplicates(where: str, values: list[str], key: str) -> None:
     seen: set[str] = set()
@@ -779,21 +763,6 @@ def _refuse_duplicates(where: str, values: list[str], key: str) -> None:
         if value in seen:
             raise ValueError(f"{where}: duplicate {key} {value!r}; each {key} may appear once")
         seen.add(value)
-
-
-def format_validation_error(exc: ValidationError, root: str) -> str:
-    """One line per error, each starting with the field's API path (camelCase, [i] for items)."""
-    lines = []
-    for err in exc.errors():
-        path = root
-        for part in err["loc"]:
-            path += f"[{part}]" if isinstance(part, int) else f".{part}"
-        msg = err["msg"].removeprefix("Value error, ")
-        if msg.startswith(f"{path}"):  # our own messages already name the field
-            lines.append(msg)
-        else:
-            lines.append(f"{path}: {msg}")
-    return "; ".join(lines)
 
 
 # --- status ----------------------------------------------------------------------------------

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import structlog
 from pydantic import ValidationError
 
-from controller import machine, reasons, recovery
+from controller import reasons, recovery
 from controller.actions import ActionRunner, JobContext
 from controller.admission import Admission, JobFacts, gpus_of
 from controller.backoff import exponential
@@ -35,7 +35,7 @@ from controller.fleet import Fleet
 from controller.kube import KubeAccess
 from controller.logs import register_secret
 from controller.metrics import Recorder
-from controller.models import TaoBrevJobSpec, TaoBrevJobStatus, merge_patch
+from controller.models import TaoBrevJobSpec, TaoBrevJobStatus, merge_patch, phase_timeout
 from controller.phases import Phase
 from controller.phases import row as phase_row
 from controller.preflight import Preflight, SecretLoader
@@ -43,17 +43,20 @@ from controller.pricing import PriceBook
 from controller.retained import RetainedStore
 from controller.retained_record import record_for
 from controller.secret_cache import SecretCache
+from controller.spec_parse import parse_spec
 from controller.steps import (
     READ_SECRETS,
     Action,
     ActionFailure,
     CreateInstance,
+    Decide,
     Decision,
     DeleteInstance,
     Observation,
     StartInstance,
     Verdict,
 )
+from controller.tunables import Tunables
 
 log = structlog.get_logger("taobrev.reconciler")
 
@@ -111,7 +114,8 @@ class Reconciler:
         runner: ActionRunner,
         recorder: Recorder,
         events: EventSink,
-        tunables: machine.Tunables,
+        tunables: Tunables,
+        decide: Decide,
         listing_max_age: float,
         secret_max_age: float = 0.0,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
@@ -139,6 +143,8 @@ class Reconciler:
         self._recorder = recorder
         self._events = events
         self._tunables = tunables
+        # The pure state machine (machine.decide), handed in by the composition root.
+        self._decide = decide
         self._listing_max_age = listing_max_age
         self._clock = clock
         # The pinned TAO image, for a spec that reached us without the CRD's default applied.
@@ -244,7 +250,7 @@ class Reconciler:
     def _spec(self, ref: JobRef) -> tuple[TaoBrevJobSpec | None, str | None]:
         """The parsed spec, or why it does not parse."""
         try:
-            return TaoBrevJobSpec.parse(dict(ref.spec), default_image=self._default_image), None
+            return parse_spec(dict(ref.spec), default_image=self._default_image), None
         except SpecError as exc:
             # The API server validated it already: a CRD newer than this operator, or a rule
             # pydantic checks more strictly than CEL. Never a reason to abandon an instance.
@@ -267,7 +273,7 @@ class Reconciler:
         for step in range(MAX_STEPS_PER_PASS):
             # A transient action failure comes back as obs.failure: decide() records it, asks for
             # a backoff and returns no actions, which ends the pass.
-            decision = machine.decide(
+            decision = self._decide(
                 spec,
                 status,
                 obs,
@@ -573,9 +579,7 @@ class Reconciler:
             ref.name,
             phase=str(phase),
             entered_at=entered.timestamp() if entered else None,
-            timeout_seconds=(
-                machine.phase_timeout(spec, phase) if spec is not None and not finished else None
-            ),
+            timeout_seconds=(phase_timeout(spec, phase) if spec is not None and not finished else None),
             outcome=str(status.outcome) if status.outcome else None,
             ended_at=finished.timestamp() if finished else None,
         )
@@ -726,7 +730,7 @@ def _deadline(spec: TaoBrevJobSpec | None, status: TaoBrevJobStatus, now: dateti
     if not bound.deadline_bound or (bound.pre_run and status.run_outcome):
         return None  # not bounded, or the run ended before it ran: only teardown is left
     entered = status.phase_times.get(str(status.phase))
-    limit = machine.phase_timeout(spec, status.phase)
+    limit = phase_timeout(spec, status.phase)
     if entered is None or limit is None:
         return None
     end = entered + timedelta(seconds=limit)

@@ -8,10 +8,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from datetime import datetime
+from typing import Protocol
 
 from controller.admission import Admission
 from controller.brev.client import CreateRequest, Instance
-from controller.models import TaoBrevJobStatus
+from controller.models import TaoBrevJobSpec, TaoBrevJobStatus
+from controller.tunables import Tunables
 
 
 @dataclass(frozen=True)
@@ -273,3 +275,23 @@ class Decision:
     @property
     def finished(self) -> bool:
         return self.requeue_after is None and not self.actions
+
+
+class Decide(Protocol):
+    """`machine.decide`'s signature: the reconciler receives the pure state machine from the
+    composition root (app.py) instead of importing it, so the imperative shell and the functional
+    core sit side by side, not one above the other."""
+
+    def __call__(
+        self,
+        spec: TaoBrevJobSpec | None,
+        status: TaoBrevJobStatus,
+        obs: Observation,
+        *,
+        namespace: str,
+        name: str,
+        uid: str,
+        generation: int,
+        tunables: Tunables | None = None,
+        spec_error: str | None = None,
+    ) -> Decision: ...

@@ -44,6 +44,7 @@ def _world() -> tuple[HangingBrev, Lanes, Reconciler]:
         recorder=Recorder(CollectorRegistry()),
         events=Events(),
         tunables=machine.Tunables(),
+        decide=machine.decide,
         listing_max_age=0.0,
         clock=Clock(),
     )

@@ -14,14 +14,15 @@ from datetime import timedelta
 from typing import Any
 
 from controller import machine, reasons
-from controller.models import Outcome, TaoBrevJobSpec, TaoBrevJobStatus
+from controller.models import Outcome, TaoBrevJobStatus
 from controller.phases import Phase
+from controller.spec_parse import parse_spec
 from controller.steps import ActionFailure, CreateInstance, Decision, DeleteInstance, Observation
 from tests.fakes.brev import Faults, identity_string
 from tests.fakes.clock import T0
 from tests.fakes.harness import NAME, NAMESPACE, TUNABLES, UID, Harness, job_spec
 
-SPEC = TaoBrevJobSpec.parse(job_spec())
+SPEC = parse_spec(job_spec())
 BOB = identity_string("bob", "token")
 ALICE = identity_string("alice", "api-key")
 CAPACITY = ActionFailure("CreateInstance", "InsufficientCapacity", "no capacity available", permanent=False)

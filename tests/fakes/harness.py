@@ -113,6 +113,7 @@ class Harness:
             recorder=self.recorder,
             events=self.events,
             tunables=self.tunables,
+            decide=machine.decide,
             listing_max_age=self.listing_max_age,
             clock=self.clock.now,
             prices=PriceBook(self.brev, clock=self.clock.monotonic),

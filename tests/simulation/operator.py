@@ -19,6 +19,7 @@ from controller.fleet import Fleet, quotas_from
 from controller.handlers import event_text
 from controller.lanes import LANES, Lane, Lanes
 from controller.leadership import LeaderElector, NotLeading, lead_or_stop
+from controller.machine import decide
 from controller.metrics import Recorder
 from controller.orphans import Policy
 from controller.preflight import Preflight, SecretLoader
@@ -138,6 +139,7 @@ class Process:
             recorder=self.recorder,
             events=self._event,
             tunables=s.tunables(),
+            decide=decide,
             listing_max_age=s.listing_max_age,
             clock=self.sim.clock.now,
             retained=self.retained,

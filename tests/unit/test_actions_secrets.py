@@ -13,6 +13,7 @@ from controller.brev.envfile import JobSecrets
 from controller.directory import InstanceDirectory
 from controller.lanes import Lanes
 from controller.models import TaoBrevJobSpec
+from controller.spec_parse import parse_spec
 from controller.steps import Action, Observation, PrepareWorkload, StartContainer, UploadResults, WaitForExit
 from tests.unit.fake_exec import FakeClient
 
@@ -39,7 +40,7 @@ def _spec() -> TaoBrevJobSpec:
             "extraEnv": [{"name": "HF_TOKEN", "secretKeyRef": {"name": "hf", "key": "HF_TOKEN"}}],
         },
     }
-    return TaoBrevJobSpec.parse(doc, default_image=TAO_IMAGE)
+    return parse_spec(doc, default_image=TAO_IMAGE)
 
 
 def _job(secrets: JobSecrets | None = SECRETS) -> JobContext:

@@ -9,14 +9,15 @@ from datetime import UTC, datetime, timedelta
 
 from controller import admission, machine
 from controller.admission import Admission
-from controller.models import ConditionStatus, Outcome, TaoBrevJobSpec, TaoBrevJobStatus
+from controller.models import ConditionStatus, Outcome, TaoBrevJobStatus
 from controller.phases import Phase
+from controller.spec_parse import parse_spec
 from controller.steps import CreateInstance, Decision, Observation
 from tests.fakes.harness import job_spec
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 TUN = machine.Tunables(poll_interval=5, wait_timeout=30, create_settle=60, backoff_base=2, backoff_max=60)
-SPEC = TaoBrevJobSpec.parse(job_spec())
+SPEC = parse_spec(job_spec())
 QUEUED = Admission(
     False,
     admission.NAMESPACE_INSTANCE_LIMIT,

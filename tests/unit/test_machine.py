@@ -17,6 +17,7 @@ from controller import machine, naming, reasons
 from controller.brev.client import DELETING, DEPLOYING, FAILURE, RUNNING, STOPPED, Instance
 from controller.models import Outcome, TaoBrevJobSpec, TaoBrevJobStatus
 from controller.phases import Phase
+from controller.spec_parse import parse_spec
 from controller.steps import (
     ActionFailure,
     CleanupWorkload,
@@ -47,7 +48,7 @@ MARKED_PREFIX = (
 
 def spec(**instance: Any) -> TaoBrevJobSpec:
     inst = instance or {"ephemeral": {"gpuName": "L40S"}}
-    return TaoBrevJobSpec.parse(
+    return parse_spec(
         {
             "task": {
                 "image": IMAGE,

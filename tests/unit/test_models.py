@@ -20,6 +20,7 @@ import yaml
 from controller.errors import SpecError
 from controller.models import OnCompletion, Outcome, TaoBrevJobSpec, TaoBrevJobStatus, default_input_path
 from controller.phases import Phase
+from controller.spec_parse import parse_spec
 from controller.versions import load_versions
 from tests.devenv import crdgen
 
@@ -276,14 +277,14 @@ def example_jobs() -> list[Manifest]:
 
 def test_valid_job_parses() -> None:
     """The base manifest of the invalid-spec table is itself valid (so each case breaks one thing)."""
-    TaoBrevJobSpec.parse(valid_job()["spec"], default_image=PINNED_IMAGE)
+    parse_spec(valid_job()["spec"], default_image=PINNED_IMAGE)
 
 
 @pytest.mark.parametrize("case", INVALID_SPECS, ids=lambda c: c.id)
 def test_invalid_spec_is_refused_naming_the_field(case: InvalidSpec) -> None:
     """Each bad spec raises SpecError whose message names the offending API field path."""
     with pytest.raises(SpecError) as info:
-        TaoBrevJobSpec.parse(case.manifest()["spec"], default_image=PINNED_IMAGE)
+        parse_spec(case.manifest()["spec"], default_image=PINNED_IMAGE)
     assert case.field in str(info.value), str(info.value)
     assert info.value.reason == "InvalidSpec"
 
@@ -299,7 +300,7 @@ def test_unknown_field_is_an_error_in_python() -> None:
     spec = valid_job()["spec"]
     spec["task"]["specContnet"] = "typo"
     with pytest.raises(SpecError, match=r"spec\.task\.specContnet: Extra inputs are not permitted"):
-        TaoBrevJobSpec.parse(spec, default_image=PINNED_IMAGE)
+        parse_spec(spec, default_image=PINNED_IMAGE)
 
 
 def test_every_bad_field_is_reported_at_once() -> None:
@@ -308,14 +309,14 @@ def test_every_bad_field_is_reported_at_once() -> None:
     spec["task"]["gpus"] = 0
     spec["data"]["resultsUri"] = "gs://nope"
     with pytest.raises(SpecError) as info:
-        TaoBrevJobSpec.parse(spec, default_image=PINNED_IMAGE)
+        parse_spec(spec, default_image=PINNED_IMAGE)
     assert "spec.task.gpus" in str(info.value)
     assert "spec.data.resultsUri" in str(info.value)
 
 
 def test_defaults_follow_the_api_contract() -> None:
     """Omitted fields get the SPEC.md defaults; the image default comes from versions.yaml."""
-    spec = TaoBrevJobSpec.parse(valid_job()["spec"], default_image=PINNED_IMAGE)
+    spec = parse_spec(valid_job()["spec"], default_image=PINNED_IMAGE)
     assert spec.task.image == PINNED_IMAGE
     assert spec.task.shm_size == "16g"
     assert spec.task.gpus is None
@@ -351,7 +352,7 @@ def test_input_path_defaults_to_last_uri_segment(uri: str, path: str) -> None:
     assert default_input_path(uri) == path
     spec = valid_job()["spec"]
     spec["data"]["inputs"] = [{"uri": uri}]
-    assert TaoBrevJobSpec.parse(spec, default_image=PINNED_IMAGE).data.inputs[0].path == path
+    assert parse_spec(spec, default_image=PINNED_IMAGE).data.inputs[0].path == path
 
 
 @pytest.mark.parametrize(
@@ -367,20 +368,18 @@ def test_effective_on_completion(instance: dict[str, Any], expected: OnCompletio
     """Default: delete what the job created, keep what it borrowed; explicit values win."""
     spec = valid_job()["spec"]
     spec["instance"] = instance
-    assert (
-        TaoBrevJobSpec.parse(spec, default_image=PINNED_IMAGE).instance.effective_on_completion() is expected
-    )
+    assert parse_spec(spec, default_image=PINNED_IMAGE).instance.effective_on_completion() is expected
 
 
 def test_snake_case_names_are_accepted_and_dump_is_camel_case() -> None:
     """populate_by_name: Python code may build specs with snake_case; the wire format is camelCase
     and a dump parses back to an equal model."""
-    spec = TaoBrevJobSpec.parse(valid_job()["spec"], default_image=PINNED_IMAGE)
+    spec = parse_spec(valid_job()["spec"], default_image=PINNED_IMAGE)
     dumped = spec.model_dump(by_alias=True, exclude_none=True, mode="json")
     assert dumped["task"]["networkArch"] == "classification_pyt"
     assert dumped["credentials"]["ngcApiKey"] == {"name": "ngc", "key": "NGC_API_KEY"}
     assert "network_arch" not in dumped["task"]
-    assert TaoBrevJobSpec.parse(dumped, default_image=PINNED_IMAGE) == spec
+    assert parse_spec(dumped, default_image=PINNED_IMAGE) == spec
     snake = TaoBrevJobSpec.model_validate(spec.model_dump())
     assert snake == spec
 
@@ -495,7 +494,7 @@ def test_status_refuses_naive_timestamps() -> None:
 def test_examples_cover_the_documented_cases() -> None:
     """crds/examples holds an ephemeral job with inline spec + S3 input, a reuse job with specPath,
     and a minimal job."""
-    specs = [TaoBrevJobSpec.parse(job["spec"], default_image=PINNED_IMAGE) for job in example_jobs()]
+    specs = [parse_spec(job["spec"], default_image=PINNED_IMAGE) for job in example_jobs()]
     assert any(s.instance.ephemeral and s.task.spec_content and s.data.inputs for s in specs)
     assert any(s.instance.reuse and s.task.spec_path for s in specs)
     assert any(job["metadata"]["name"] == "minimal" for job in example_jobs())
@@ -507,7 +506,7 @@ def test_example_secrets_hold_every_referenced_key() -> None:
         doc["metadata"]["name"]: set(doc["stringData"]) for _, doc in examples() if doc["kind"] == "Secret"
     }
     for job in example_jobs():
-        creds = TaoBrevJobSpec.parse(job["spec"], default_image=PINNED_IMAGE).credentials
+        creds = parse_spec(job["spec"], default_image=PINNED_IMAGE).credentials
         refs = [
             (creds.ngc_api_key.name, creds.ngc_api_key.key),
             (creds.s3.name, creds.s3.access_key_id_key),

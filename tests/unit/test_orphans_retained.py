@@ -10,10 +10,11 @@ from datetime import timedelta
 import pytest
 
 from controller.errors import KubeUnavailable, SpecError
-from controller.models import TaoBrevJobSpec
+from controller.machine import decide
 from controller.reconciler import Reconciler
 from controller.retained import RetainedStore
 from controller.retained_record import CONFIG_MAP, RetainedRecord
+from controller.spec_parse import parse_spec
 from controller.timestamps import parse_time
 from tests.fakes.harness import NAME, NAMESPACE, Harness, job_spec
 
@@ -30,6 +31,7 @@ def harness(instance: dict[str, object]) -> tuple[Harness, RetainedStore]:
         recorder=h.recorder,
         events=h.events,
         tunables=h.tunables,
+        decide=decide,
         listing_max_age=h.listing_max_age,
         clock=h.clock.now,
         retained=store,
@@ -92,14 +94,12 @@ def test_a_bad_retain_for_is_refused_naming_the_field_and_the_fix(
     if on_completion:
         instance["onCompletion"] = on_completion
     with pytest.raises(SpecError, match="retainFor") as err:
-        TaoBrevJobSpec.parse(job_spec(instance=instance))
+        parse_spec(job_spec(instance=instance))
     assert says in str(err.value)
 
 
 @pytest.mark.parametrize(("text", "seconds"), [("90", 90), ("90s", 90), ("12h", 43200), ("1d12h30m", 131400)])
 def test_retain_for_accepts_seconds_and_units(text: str, seconds: int) -> None:
-    spec = TaoBrevJobSpec.parse(
-        job_spec(instance={"ephemeral": {"retainFor": text}, "onCompletion": "Retain"})
-    )
+    spec = parse_spec(job_spec(instance={"ephemeral": {"retainFor": text}, "onCompletion": "Retain"}))
     assert spec.instance.ephemeral is not None
     assert spec.instance.ephemeral.retain_for_seconds() == seconds

@@ -22,6 +22,7 @@ from controller.models import TaoBrevJobSpec, TaoBrevJobStatus
 from controller.orphans import Policy
 from controller.retained import RetainedStore
 from controller.retained_record import CONFIG_MAP, RetainedRecord, record_for
+from controller.spec_parse import parse_spec
 from controller.sweeper import Sweeper
 from tests.fakes.brev import FakeBrev
 from tests.fakes.clock import T0, FakeClock
@@ -201,7 +202,7 @@ def retain_spec(retain_for: str | None) -> TaoBrevJobSpec:
     if retain_for is not None:
         eph["retainFor"] = retain_for
     raw = job_spec(instance={"ephemeral": eph, "onCompletion": "Retain"})
-    return TaoBrevJobSpec.parse(raw, default_image="nvcr.io/nvidia/tao/tao-toolkit:6.0.0-pyt")
+    return parse_spec(raw, default_image="nvcr.io/nvidia/tao/tao-toolkit:6.0.0-pyt")
 
 
 def test_record_for_keeps_only_created_and_retained_instances() -> None:
@@ -213,7 +214,7 @@ def test_record_for_keeps_only_created_and_retained_instances() -> None:
     forever = record_for("ns", "kept", retain_spec(None), finished)
     assert forever is not None
     assert forever.until is None
-    deleted_spec = TaoBrevJobSpec.parse(job_spec(), default_image="img")
+    deleted_spec = parse_spec(job_spec(), default_image="img")
     assert record_for("ns", "gone", deleted_spec, finished) is None
     reused = finished.model_copy(update={"instance_created": False})
     assert record_for("ns", "kept", retain_spec(None), reused) is None

@@ -17,6 +17,7 @@ from controller.brev.client import SearchResult
 from controller.models import EphemeralInstance, Outcome, TaoBrevJobSpec, TaoBrevJobStatus
 from controller.phases import Phase
 from controller.preflight_checks import image_problems, marker_key, selection_problems
+from controller.spec_parse import parse_spec
 from controller.steps import Problem, Verdict
 from tests.unit.test_admission import job, per_ns
 from tests.unit.test_machine import EPHEMERAL, T0, cond, decide
@@ -193,7 +194,7 @@ def test_once_the_problem_is_fixed_the_job_is_admitted_and_provisions() -> None:
 
 
 def test_problems_that_outlive_pending_seconds_fail_the_job_with_nothing_created() -> None:
-    spec_ = TaoBrevJobSpec.parse(
+    spec_ = parse_spec(
         {**EPHEMERAL.model_dump(by_alias=True, exclude_none=True), "timeouts": {"pendingSeconds": 120}}
     )
     s = decide(pending_job(), spec_=spec_, preflight=failing()).status
@@ -278,7 +279,7 @@ def dry_run_spec(**budget: Any) -> TaoBrevJobSpec:
     raw["recovery"] = {"maxAttempts": 2, "checkpointIntervalSeconds": 600}
     if budget:
         raw["budget"] = budget
-    return TaoBrevJobSpec.parse(raw)
+    return parse_spec(raw)
 
 
 def test_a_dry_run_plans_and_creates_nothing_even_when_its_preflight_passes() -> None:

@@ -124,6 +124,7 @@ def reconciler(
         recorder=Recorder(CollectorRegistry()),
         events=events or Events(),
         tunables=machine.Tunables(),
+        decide=machine.decide,
         listing_max_age=0.0,
         clock=clock or Clock(),
     )

@@ -13,6 +13,7 @@ from controller import naming, reasons, recovery
 from controller.brev.client import FAILURE, RUNNING, STOPPED, Instance
 from controller.models import AttemptRecord, Outcome, TaoBrevJobSpec, TaoBrevJobStatus, merge_patch
 from controller.phases import Phase
+from controller.spec_parse import parse_spec
 from controller.steps import (
     ActionFailure,
     CheckpointRestore,
@@ -41,7 +42,7 @@ TUNABLES_LISTINGS = TUN.absent_listings
 def rspec(
     *, recovery: dict[str, Any] | None = None, budget: dict[str, Any] | None = None, **instance: Any
 ) -> TaoBrevJobSpec:
-    return TaoBrevJobSpec.parse(
+    return parse_spec(
         {
             "task": {
                 "image": IMAGE,
