@@ -120,7 +120,7 @@ typecheck: $(STAMP) ## mypy --strict over the operator and the tests
 	$(VENV)/bin/mypy
 
 .PHONY: crds
-crds: $(STAMP) ## Regenerate crds/ from controller/models.py
+crds: $(STAMP) ## Regenerate crds/ from controller/api/models.py
 	$(PY) -m tests.devenv.crdgen --write
 
 .PHONY: bench

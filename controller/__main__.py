@@ -5,8 +5,8 @@ from __future__ import annotations
 import kopf
 
 from controller import handlers  # noqa: F401 - registers the handlers
-from controller.logs import configure_logging
 from controller.malloc_arenas import cap_malloc_arenas
+from controller.observability.logs import configure_logging
 from controller.settings import Settings
 
 
@@ -18,7 +18,7 @@ def main() -> None:
         standalone=True,
         clusterwide=not settings.namespaces,
         namespaces=settings.namespaces,
-        # /healthz is served by controller.health (progress-aware), not by kopf.
+        # /healthz is served by controller.observability.health (progress-aware), not by kopf.
         liveness_endpoint=None,
     )
 

@@ -19,27 +19,27 @@ from typing import Any
 import structlog
 from prometheus_client import CollectorRegistry
 
-from controller.actions import ActionRunner
+from controller.api.errors import KubeAccessDenied, PermanentError, TaoBrevError
 from controller.brev.cli import BrevCLI, BrevCLISettings
 from controller.brev.client import BrevCredentials
-from controller.directory import InstanceDirectory
-from controller.errors import KubeAccessDenied, PermanentError, TaoBrevError
-from controller.fleet import Fleet, quotas_from
-from controller.health import Watchdog
-from controller.kube import KubeAccess, api_client, resolve_connection
-from controller.leadership import KubeLeaseStore, LeaderElector, Leadership, SoleLeader, identity
-from controller.logs import register_secret
-from controller.machine import decide
-from controller.metrics import Recorder, RedactingRegistry
-from controller.orphans import Policy
-from controller.preflight import Preflight, SecretLoader
-from controller.pricing import PriceBook
+from controller.effects.actions import ActionRunner
+from controller.effects.directory import InstanceDirectory
+from controller.effects.pricing import PriceBook
+from controller.fleet.leadership import KubeLeaseStore, LeaderElector, Leadership, SoleLeader, identity
+from controller.fleet.ledger import Fleet, quotas_from
+from controller.fleet.orphans import Policy
+from controller.fleet.retained import RetainedStore
+from controller.fleet.sweeper import Sweeper
+from controller.kube.access import KubeAccess, api_client, resolve_connection
+from controller.kube.secret_arrivals import SecretArrivals
+from controller.lifecycle.machine import decide
+from controller.observability.health import Watchdog
+from controller.observability.logs import register_secret
+from controller.observability.metrics import Recorder, RedactingRegistry
+from controller.preflight.checker import Preflight, SecretLoader
+from controller.preflight.s3 import S3Checks
 from controller.reconciler import EventSink, Reconciler
-from controller.retained import RetainedStore
-from controller.s3_checks import S3Checks
-from controller.secret_arrivals import SecretArrivals
 from controller.settings import Settings
-from controller.sweeper import Sweeper
 from controller.versions import load_versions
 
 log = structlog.get_logger("taobrev.app")
@@ -59,7 +59,7 @@ class App:
     # Leader election (None when disabled); `leadership` is what the handlers consult.
     elector: LeaderElector | None = None
     leadership: Leadership = field(default_factory=SoleLeader)
-    # The orphan sweeper (controller/sweeper.py); its loop is started by the kopf startup handler.
+    # The orphan sweeper (controller/fleet/sweeper.py); its loop is started by the kopf startup handler.
     sweeper: Sweeper | None = None
 
 

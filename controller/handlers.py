@@ -4,7 +4,7 @@ Level-based driving (kopf's own recommendation for state machines): one daemon p
 loops `reconcile()` with the delay it asks for; the delete handler calls the same reconciler until
 teardown is confirmed, and only then lets kopf release the finalizer.
 
-Leader election (controller/leadership.py): both replicas run kopf and see every object, but only
+Leader election (controller/fleet/leadership.py): both replicas run kopf and see every object, but only
 the Lease holder acts. kopf's `standalone` mode stays (its peering pauses whole operators, with no
 Lease semantics); our gate sits in the two handlers that act:
 - the daemon waits for leadership before each pass and runs the pass inside the term, so losing
@@ -12,7 +12,7 @@ Lease semantics); our gate sits in the two handlers that act:
 - the delete handler raises kopf.TemporaryError on a standby, so the finalizer stays on the
   object until the leader has confirmed the teardown (returning would let kopf drop it).
 
-Both report each pass to the liveness watchdog (controller.health). Text that leaves through
+Both report each pass to the liveness watchdog (controller.observability.health). Text that leaves through
 kopf (Events, the TemporaryError message kopf stores in its progress annotation) is redacted
 here, because kopf's own posting never passes our logging filter.
 """
@@ -29,14 +29,14 @@ import kopf
 import structlog
 
 from controller import app as app_module
-from controller.bodies import shed_unused
+from controller.api.errors import PermanentError, TransientError
 from controller.brev.childwatch import raise_open_files_limit, use_pidfd_watcher
-from controller.errors import PermanentError, TransientError
-from controller.health import serve_health
-from controller.kube import GROUP, PLURAL, VERSION, resolve_connection
-from controller.leadership import NotLeading, lead_or_stop
-from controller.logs import redact_text
-from controller.metrics import serve_metrics
+from controller.fleet.leadership import NotLeading, lead_or_stop
+from controller.kube.access import GROUP, PLURAL, VERSION, resolve_connection
+from controller.kube.bodies import shed_unused
+from controller.observability.health import serve_health
+from controller.observability.logs import redact_text
+from controller.observability.metrics import serve_metrics
 from controller.reconciler import FINALIZER, JobRef
 from controller.settings import Settings
 
@@ -182,7 +182,7 @@ async def leader_probe(memo: kopf.Memo, **_: Any) -> bool:
 
 # kopf runs indexers on every watch event, before any other handler and with a terse logger (no
 # line per event), on the body it then keeps for the object's daemon: the one place to drop what
-# nobody reads from what kopf retains per running job (controller/bodies.py). Returns None: indexes
+# nobody reads from what kopf retains per running job (controller/kube/bodies.py). Returns None: indexes
 # nothing. Async, so it runs on the loop (a sync handler would hop to a thread per event).
 @kopf.index(*RESOURCE, id="shed-unused-metadata")
 async def shed_unused_metadata(body: kopf.Body, **_: Any) -> None:

@@ -23,28 +23,26 @@ from typing import Any, Protocol
 import structlog
 from pydantic import ValidationError
 
-from controller import reasons, recovery
-from controller.actions import ActionRunner, JobContext
-from controller.admission import Admission, JobFacts, gpus_of
-from controller.backoff import exponential
+from controller.api import reasons
+from controller.api.errors import MissingSecretError, PermanentError, SpecError, TaoBrevError, TransientError
+from controller.api.models import TaoBrevJobSpec, TaoBrevJobStatus, merge_patch, phase_timeout
+from controller.api.spec_parse import parse_spec
 from controller.brev.envfile import JobSecrets
-from controller.conditions import is_admitted
-from controller.directory import InstanceDirectory
-from controller.errors import MissingSecretError, PermanentError, SpecError, TaoBrevError, TransientError
-from controller.fleet import Fleet
-from controller.kube import KubeAccess
-from controller.logs import register_secret
-from controller.metrics import Recorder
-from controller.models import TaoBrevJobSpec, TaoBrevJobStatus, merge_patch, phase_timeout
-from controller.phases import Phase
-from controller.phases import row as phase_row
-from controller.preflight import Preflight, SecretLoader
-from controller.pricing import PriceBook
-from controller.retained import RetainedStore
-from controller.retained_record import record_for
-from controller.secret_cache import SecretCache
-from controller.spec_parse import parse_spec
-from controller.steps import (
+from controller.effects.actions import ActionRunner, JobContext
+from controller.effects.directory import InstanceDirectory
+from controller.effects.pricing import PriceBook
+from controller.fleet.admission import Admission, JobFacts, gpus_of
+from controller.fleet.ledger import Fleet
+from controller.fleet.retained import RetainedStore
+from controller.fleet.retained_record import record_for
+from controller.kube.access import KubeAccess
+from controller.kube.secret_cache import SecretCache
+from controller.lifecycle import recovery
+from controller.lifecycle.backoff import exponential
+from controller.lifecycle.conditions import is_admitted
+from controller.lifecycle.phases import Phase
+from controller.lifecycle.phases import row as phase_row
+from controller.lifecycle.steps import (
     READ_SECRETS,
     Action,
     ActionFailure,
@@ -56,7 +54,10 @@ from controller.steps import (
     StartInstance,
     Verdict,
 )
-from controller.tunables import Tunables
+from controller.lifecycle.tunables import Tunables
+from controller.observability.logs import register_secret
+from controller.observability.metrics import Recorder
+from controller.preflight.checker import Preflight, SecretLoader
 
 log = structlog.get_logger("taobrev.reconciler")
 
@@ -128,7 +129,7 @@ class Reconciler:
     ) -> None:
         self._kube = kube
         self._secrets = SecretCache(kube.read_secret, secret_max_age)
-        # Checks before anything bills (controller/preflight.py); None: not wired, and a missing
+        # Checks before anything bills (controller/preflight/checker.py); None: not wired, and a missing
         # Secret fails a Pending job at once as it did before.
         self._preflight = preflight(self._load_secrets, self._secrets.get) if preflight else None
         # Admission under the quotas (None: none wired, every job is admitted at once).
@@ -150,7 +151,7 @@ class Reconciler:
         # The pinned TAO image, for a spec that reached us without the CRD's default applied.
         self._default_image = default_image
         # Where a job that keeps its instance (onCompletion: Retain) records it before it finishes
-        # (controller/retained.py); None: not recorded (tests without a sweeper).
+        # (controller/fleet/retained.py); None: not recorded (tests without a sweeper).
         self._retained = retained
         # Hourly prices by instance type (`brev search`, cached): billed cost in status.
         self._prices = prices
@@ -723,7 +724,7 @@ def _deadline(spec: TaoBrevJobSpec | None, status: TaoBrevJobStatus, now: dateti
 
     Uploading is counted from entering the phase, except that the first upload attempt always
     gets the whole uploadingSeconds from now: an operator that was down past the budget must
-    still try the upload once (controller/teardown.py), not fail it unattempted."""
+    still try the upload once (controller/lifecycle/teardown.py), not fail it unattempted."""
     if spec is None or status.phase is None:
         return None
     bound = phase_row(status.phase)

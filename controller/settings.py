@@ -12,8 +12,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from controller.lanes import DEFAULT_SLOTS, LANES, Lane, LaneObserver, Lanes
-from controller.tunables import Timing, Tunables
+from controller.effects.lanes import DEFAULT_SLOTS, LANES, Lane, LaneObserver, Lanes
+from controller.lifecycle.tunables import Timing, Tunables
 
 PREFIX = "TAOBREV_"
 # Old names still read, with the field they now set (same meaning).
@@ -33,7 +33,7 @@ class Settings(BaseModel):
         description="Secret in the operator's namespace with keys api-key + org-id, or token",
     )
     operator_namespace: str = Field("taobrev-system", description="namespace of the operator and its Secret")
-    # --- lanes (controller/lanes.py): brev calls in flight per kind; each is one child process
+    # --- lanes (controller/effects/lanes.py): brev calls in flight per kind; each is one child process
     lane_create: int = Field(
         DEFAULT_SLOTS[Lane.CREATE], ge=1, le=1024, description="`brev create`/`brev start` calls in flight"
     )
@@ -173,7 +173,7 @@ class Settings(BaseModel):
         description="kopf's pooled API connections besides one per watch (kopf's default pool is "
         "unbounded: a burst of jobs kept one idle TLS connection, ~150 KiB, per concurrent patch)",
     )
-    # --- quotas and queueing (controller/admission.py, deploy/QUEUEING.md); 0 = unlimited
+    # --- quotas and queueing (controller/fleet/admission.py, deploy/QUEUEING.md); 0 = unlimited
     max_instances: int = Field(
         0, ge=0, description="cluster-wide cap on instances the operator's jobs hold at once; 0 = unlimited"
     )
@@ -187,7 +187,7 @@ class Settings(BaseModel):
         ge=0,
         description="default per-namespace cap on GPUs (annotation taobrev.io/max-gpus overrides)",
     )
-    # --- leader election (controller/leadership.py; client-go's defaults 15 s / 10 s / 2 s)
+    # --- leader election (controller/fleet/leadership.py; client-go's defaults 15 s / 10 s / 2 s)
     leader_election: bool = Field(
         True, description="elect one acting replica through a Lease; false only for a lone local run"
     )
@@ -199,7 +199,7 @@ class Settings(BaseModel):
         10.0, gt=0, le=3600, description="the leader stops acting if it has not renewed for this long"
     )
     leader_retry_period: float = Field(2.0, gt=0, le=600, description="seconds between election attempts")
-    # --- ownership and the orphan sweeper (controller/naming.py, controller/sweeper.py)
+    # --- ownership and the orphan sweeper (controller/api/naming.py, controller/fleet/sweeper.py)
     cluster_id: str | None = Field(
         None,
         min_length=1,

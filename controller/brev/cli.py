@@ -18,7 +18,7 @@ tests/brevsim/SIM-CONTRACT.md restates the ones the tests pin).
   in the shape `brev login` leaves, verifies it with `brev ls --json`, and on an auth EOF logs in
   again once and retries the call once.
 - errors are matched on substrings (messages carry trace fragments) and mapped onto
-  `controller.errors`, keeping the CLI's text.
+  `controller.api.errors`, keeping the CLI's text.
 """
 
 from __future__ import annotations
@@ -37,7 +37,13 @@ from pathlib import Path
 
 import structlog
 
-from controller import reasons
+from controller.api import reasons
+from controller.api.errors import (
+    BrevAuthError,
+    BrevConfigError,
+    BrevTransientError,
+    SpecError,
+)
 from controller.brev.client import (
     BrevCallRecorder,
     BrevCredentials,
@@ -82,12 +88,6 @@ from controller.brev.sshmux import (
     exit_master_argv,
     ssh_argv,
     unwrap_ssh,
-)
-from controller.errors import (
-    BrevAuthError,
-    BrevConfigError,
-    BrevTransientError,
-    SpecError,
 )
 from controller.versions import load_versions
 

@@ -108,7 +108,7 @@ class SearchResult:
 
 
 class BrevCallRecorder(Protocol):
-    """Counts and times every CLI call; wired to Prometheus by `controller.metrics`."""
+    """Counts and times every CLI call; wired to Prometheus by `controller.observability.metrics`."""
 
     def brev_call(self, verb: str, result: str, seconds: float) -> None: ...
 
@@ -119,7 +119,7 @@ class NullRecorder:
 
 
 class BrevClient(Protocol):
-    """Async operations on Brev. Errors are raised as `controller.errors.BrevError` subclasses."""
+    """Async operations on Brev. Errors are raised as `controller.api.errors.BrevError` subclasses."""
 
     async def ensure_login(self) -> None:
         """Log in headless (API key + org, or token) before any other call; idempotent."""

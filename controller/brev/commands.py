@@ -8,8 +8,8 @@ import re
 import secrets
 import shlex
 
+from controller.api.errors import SpecError
 from controller.brev.client import CreateRequest
-from controller.errors import SpecError
 
 NAME_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9._-]{0,62}$")  # brev pkg/names/validate.go
 

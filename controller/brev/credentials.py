@@ -13,8 +13,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from controller.api.errors import BrevConfigError
 from controller.brev.client import BrevCredentials
-from controller.errors import BrevConfigError
 
 API_KEY_PREFIX = "bak-"
 

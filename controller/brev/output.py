@@ -1,5 +1,5 @@
 """Reading brev's output: JSON with stray lines before it, versions, help text, and the mapping
-of its error messages (matched on substrings: they carry trace fragments) onto controller.errors."""
+of its error messages (matched on substrings: they carry trace fragments) onto controller.api.errors."""
 
 from __future__ import annotations
 
@@ -7,20 +7,20 @@ import json
 import re
 from typing import Any
 
-from controller import reasons
-from controller.brev.client import (
-    CreateResult,
-    Instance,
-    SearchResult,
-)
-from controller.brev.runner import RunResult
-from controller.errors import (
+from controller.api import reasons
+from controller.api.errors import (
     BrevPermanentError,
     BrevTransientError,
     InstanceAmbiguous,
     InstanceFailedWorkspace,
     InstanceNotFound,
 )
+from controller.brev.client import (
+    CreateResult,
+    Instance,
+    SearchResult,
+)
+from controller.brev.runner import RunResult
 
 LOGGED_OUT_PROMPT = "You are currently logged out"
 # Lines the CLI prints on stdout before any real output (pkg/auth/auth.go, pkg/auth/kas.go).

@@ -33,9 +33,9 @@ from pathlib import Path
 
 import structlog
 
-from controller import reasons
+from controller.api import reasons
+from controller.api.errors import BrevPermanentError, BrevTransientError
 from controller.brev.client import BrevCallRecorder, NullRecorder
-from controller.errors import BrevPermanentError, BrevTransientError
 
 log = structlog.get_logger(__name__)
 

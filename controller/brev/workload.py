@@ -31,12 +31,9 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, NoReturn
 
-from controller import reasons
-from controller.brev.client import BrevClient, ExecResult
-from controller.brev.envfile import ENV_NAME_RE, S3Credentials, env_file, s3_env_file
-from controller.brev.logtail import TAIL_LINES, TAIL_MAX_BYTES, clean_log_tail
-from controller.container_paths import DATA_ROOT, RESULTS_DIR, SPEC_DIR, SPEC_MOUNT_PATH
-from controller.errors import (
+from controller.api import reasons
+from controller.api.container_paths import DATA_ROOT, RESULTS_DIR, SPEC_DIR, SPEC_MOUNT_PATH
+from controller.api.errors import (
     BrevTransientError,
     EntitlementError,
     PermanentError,
@@ -44,6 +41,9 @@ from controller.errors import (
     TaoBrevError,
     TransientError,
 )
+from controller.brev.client import BrevClient, ExecResult
+from controller.brev.envfile import ENV_NAME_RE, S3Credentials, env_file, s3_env_file
+from controller.brev.logtail import TAIL_LINES, TAIL_MAX_BYTES, clean_log_tail
 from controller.versions import load_versions
 
 JOB_ID_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$")

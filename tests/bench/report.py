@@ -3,7 +3,7 @@ tests/unit/test_bench_figures.py)."""
 
 from __future__ import annotations
 
-from controller.models import RecoverySpec
+from controller.api.models import RecoverySpec
 from tests.bench import scenario_idle, scenario_isolation, scenario_rss, scenario_scale
 from tests.bench.figures import MIB, Figure, mean, ratio, slope
 from tests.bench.scale import Scale

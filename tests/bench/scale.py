@@ -1,7 +1,7 @@
 """One factor F for every duration of the benchmark: the simulator's nominal Brev durations, the
 operator's interval/timeout settings and the job spec's phase timeouts. Pure: no I/O.
 
-A setting whose floor (controller/settings.py, controller/models.py) is above nominal x F is
+A setting whose floor (controller/settings.py, controller/api/models.py) is above nominal x F is
 raised to the floor, and the table printed with the results says so: the run is then slower
 (never faster) than the real ratio on that one knob.
 """
@@ -14,7 +14,7 @@ from annotated_types import Ge, Gt
 from pydantic.alias_generators import to_camel
 from pydantic.fields import FieldInfo
 
-from controller.models import Timeouts
+from controller.api.models import Timeouts
 from controller.settings import PREFIX, Settings
 
 # Realistic nominal Brev durations (seconds at real speed) for the simulator's knobs

@@ -207,7 +207,7 @@ class ExitWaits:
     `docker run`) then queues in the operator's start lane (seen: 0.75 calls per job per minute in
     a window right after the last wave, container starts included). From its first exit wait on
     it is a steady running job: its waits end on its own grid over the whole wait period
-    (controller/run_phases.py), so jobs started together re-arm spread over the period."""
+    (controller/lifecycle/run_phases.py), so jobs started together re-arm spread over the period."""
 
     def __init__(self, sc: Scenario) -> None:
         self.path, self.offset = sc.sim.store.calls_path, 0

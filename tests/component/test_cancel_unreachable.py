@@ -9,9 +9,9 @@ import asyncio
 
 import pytest
 
-from controller import reasons
-from controller.models import Outcome
-from controller.phases import Phase
+from controller.api import reasons
+from controller.api.models import Outcome
+from controller.lifecycle.phases import Phase
 from tests.fakes.brev import Faults
 from tests.fakes.harness import Harness, job_spec
 

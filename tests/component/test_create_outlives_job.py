@@ -15,17 +15,17 @@ from datetime import UTC, datetime, timedelta
 
 from prometheus_client import CollectorRegistry
 
-from controller import machine
-from controller.actions import CREATE_LANE_WAIT, ActionRunner, JobContext
+from controller.api.models import Outcome
 from controller.brev.cli import BrevTimeouts
 from controller.brev.client import CreateRequest
-from controller.directory import InstanceDirectory
-from controller.lanes import Lane, Lanes
-from controller.metrics import Recorder
-from controller.models import Outcome
-from controller.phases import Phase
+from controller.effects.actions import CREATE_LANE_WAIT, ActionRunner, JobContext
+from controller.effects.directory import InstanceDirectory
+from controller.effects.lanes import Lane, Lanes
+from controller.lifecycle import machine
+from controller.lifecycle.phases import Phase
+from controller.lifecycle.steps import CreateInstance, DeleteInstance, Observation
+from controller.observability.metrics import Recorder
 from controller.reconciler import Reconciler
-from controller.steps import CreateInstance, DeleteInstance, Observation
 from tests.component.test_lanes import GUARD_S, HangingBrev
 from tests.fixtures.polling import until_async
 from tests.unit.test_actions_secrets import SECRETS, _spec

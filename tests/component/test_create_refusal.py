@@ -13,11 +13,12 @@ import asyncio
 from datetime import timedelta
 from typing import Any
 
-from controller import machine, reasons
-from controller.models import Outcome, TaoBrevJobStatus
-from controller.phases import Phase
-from controller.spec_parse import parse_spec
-from controller.steps import ActionFailure, CreateInstance, Decision, DeleteInstance, Observation
+from controller.api import reasons
+from controller.api.models import Outcome, TaoBrevJobStatus
+from controller.api.spec_parse import parse_spec
+from controller.lifecycle import machine
+from controller.lifecycle.phases import Phase
+from controller.lifecycle.steps import ActionFailure, CreateInstance, Decision, DeleteInstance, Observation
 from tests.fakes.brev import Faults, identity_string
 from tests.fakes.clock import T0
 from tests.fakes.harness import NAME, NAMESPACE, TUNABLES, UID, Harness, job_spec

@@ -9,15 +9,15 @@ from typing import Any, TypeVar
 
 import pytest
 
-from controller import machine
-from controller.brev.client import DELETING, DEPLOYING, RUNNING, BrevClient, CreateRequest
-from controller.errors import (
+from controller.api.errors import (
     BrevPermanentError,
     BrevTransientError,
     InstanceNotFound,
     SecretAccessDenied,
     StatusRejected,
 )
+from controller.brev.client import DELETING, DEPLOYING, RUNNING, BrevClient, CreateRequest
+from controller.lifecycle import machine
 from tests.fakes.brev import ORG_ID, FakeBrev, Faults
 from tests.fakes.clock import FakeClock
 from tests.fakes.kube import FakeKube, merge_patch

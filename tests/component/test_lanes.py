@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
-from controller.actions import ActionRunner, JobContext
 from controller.brev.client import CreateRequest, CreateResult, ExecResult, Instance, SearchResult
-from controller.directory import InstanceDirectory
-from controller.lanes import LANES, Lane, Lanes
-from controller.steps import (
+from controller.effects.actions import ActionRunner, JobContext
+from controller.effects.directory import InstanceDirectory
+from controller.effects.lanes import LANES, Lane, Lanes
+from controller.lifecycle.steps import (
     Action,
     CleanupWorkload,
     CreateInstance,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.lanes import DEFAULT_SLOTS, LANES, Lane
+from controller.effects.lanes import DEFAULT_SLOTS, LANES, Lane
 from controller.settings import Settings
 
 

@@ -8,8 +8,8 @@ from collections.abc import Coroutine
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from controller.models import Outcome
-from controller.phases import Phase
+from controller.api.models import Outcome
+from controller.lifecycle.phases import Phase
 from tests.fakes.brev import Faults
 from tests.fakes.clock import T0
 from tests.fakes.harness import SECRETS, Harness, job_spec

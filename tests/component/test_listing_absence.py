@@ -10,7 +10,7 @@ import asyncio
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-from controller.phases import Phase
+from controller.lifecycle.phases import Phase
 from tests.fakes.brev import Faults
 from tests.fakes.harness import Harness
 

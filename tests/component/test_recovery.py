@@ -8,9 +8,9 @@ import asyncio
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-from controller import naming
+from controller.api import naming
 from controller.brev.client import FAILURE, STOPPED
-from controller.tunables import Tunables
+from controller.lifecycle.tunables import Tunables
 from tests.fakes.brev import Faults
 from tests.fakes.harness import NAME, NAMESPACE, UID, Harness, job_spec
 

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from controller.brev.workload import ExitInfo
-from controller.kube import redact_status
-from controller.logs import forget_registered_secrets
-from controller.phases import Phase
+from controller.kube.access import redact_status
+from controller.lifecycle.phases import Phase
+from controller.observability.logs import forget_registered_secrets
 from tests.fakes.brev import Faults
 from tests.fakes.harness import NAMESPACE, Harness
 from tests.fakes.workload import FakeWorkload

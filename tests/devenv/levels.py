@@ -45,14 +45,21 @@ def longest_chain(package: str = "controller") -> list[str]:
 
 
 def unplaced(package: str = "controller", config: Path = Path(".importlinter")) -> list[str]:
-    """Top-level modules of `package` that the `layers` contract does not name: a new module
-    must be given its layer, or the contract would not guard its imports."""
+    """Modules of `package` that the `layers` contract does not name (itself, or a package that
+    holds it, such as `controller.brev`): a new module must be given its layer, or the contract
+    would not guard its imports. Packages themselves (their `__init__`) hold no code to place."""
     parser = configparser.ConfigParser()
     parser.read(config)
     text = parser.get("importlinter:contract:layers", "layers")
     placed = {name.strip() for line in text.splitlines() for name in line.replace("|", ":").split(":")}
-    tops = {m.split(".")[1] for m in levels(package)}
-    return sorted(tops - placed - {"__init__"})
+    modules = set(levels(package))
+    packages = {m for m in modules if any(o.startswith(m + ".") for o in modules)}
+
+    def is_placed(module: str) -> bool:
+        parts = module.split(".")
+        return any(".".join(parts[:i]) in placed for i in range(2, len(parts) + 1))
+
+    return sorted(m for m in modules - packages if not is_placed(m))
 
 
 def main() -> int:

@@ -1,4 +1,4 @@
-"""controller.kube.KubeAccess against the real API server: the status schema's limits (the CRD's
+"""controller.kube.access.KubeAccess against the real API server: the status schema's limits (the CRD's
 20-line lastLogLines) make a patch fail with 422, which must end in a trimmed status rather than a
 crash loop; a Secret the operator may not read is a SecretAccessDenied naming the RBAC fix."""
 
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from controller.errors import SecretAccessDenied
-from controller.kube import Connection, KubeAccess, api_client
+from controller.api.errors import SecretAccessDenied
+from controller.kube.access import Connection, KubeAccess, api_client
 from tests.devenv.controlplane import ControlPlane
 from tests.unit.test_models import valid_job
 

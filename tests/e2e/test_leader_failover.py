@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from controller.timestamps import parse_time
+from controller.api.timestamps import parse_time
 from tests.brevsim.harness import BrevSim
 from tests.devenv.controlplane import ControlPlane
 from tests.devenv.operator import OPERATOR_NAMESPACE, OperatorProcess, install_operator_identity

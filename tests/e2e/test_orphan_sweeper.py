@@ -24,7 +24,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from controller import naming
+from controller.api import naming
 from tests.fixtures.operator import Stack
 from tests.fixtures.polling import until
 
@@ -201,7 +201,7 @@ def test_policy_report_reports_and_deletes_nothing(stack: Stack) -> None:
 
 
 def retained_record(stack: Stack) -> dict[str, Any]:
-    """The records of every shard (controller/retained.py: taobrev-retained-00 .. -3f)."""
+    """The records of every shard (controller/fleet/retained.py: taobrev-retained-00 .. -3f)."""
     r = stack.kubectl("get", "configmap", "-n", "taobrev-system", "-o", "json", check=False)
     if r.returncode != 0:
         return {}

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from controller.naming import attempt_instance_name
+from controller.api.naming import attempt_instance_name
 from tests.fixtures.operator import Stack
 
 EPOCHS = 6

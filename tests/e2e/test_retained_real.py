@@ -8,10 +8,10 @@ import asyncio
 
 import pytest
 
-from controller.kube import Connection, KubeAccess, api_client
-from controller.retained import RetainedStore
-from controller.retained_record import RetainedRecord
-from controller.timestamps import parse_time
+from controller.api.timestamps import parse_time
+from controller.fleet.retained import RetainedStore
+from controller.fleet.retained_record import RetainedRecord
+from controller.kube.access import Connection, KubeAccess, api_client
 from tests.devenv.controlplane import ControlPlane
 
 pytestmark = pytest.mark.e2e

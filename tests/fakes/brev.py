@@ -29,6 +29,7 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+from controller.api.errors import BrevPermanentError, BrevTransientError, InstanceNotFound
 from controller.brev.client import (
     DELETING,
     DEPLOYING,
@@ -44,7 +45,6 @@ from controller.brev.client import (
     SearchResult,
 )
 from controller.brev.credentials import API_KEY_PREFIX, identity_of
-from controller.errors import BrevPermanentError, BrevTransientError, InstanceNotFound
 from tests.fakes.clock import FakeClock
 
 CLI_VERSION = "v0.6.327"

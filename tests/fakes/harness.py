@@ -12,13 +12,14 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry
 
-from controller import machine, naming
-from controller.admission import Quotas
-from controller.directory import InstanceDirectory
-from controller.errors import TransientError
-from controller.fleet import Fleet
-from controller.metrics import Recorder
-from controller.pricing import PriceBook
+from controller.api import naming
+from controller.api.errors import TransientError
+from controller.effects.directory import InstanceDirectory
+from controller.effects.pricing import PriceBook
+from controller.fleet.admission import Quotas
+from controller.fleet.ledger import Fleet
+from controller.lifecycle import machine
+from controller.observability.metrics import Recorder
 from controller.reconciler import JobRef, Reconciler
 from tests.fakes.brev import FakeBrev, Faults, Interrupt
 from tests.fakes.clock import FakeClock

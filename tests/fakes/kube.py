@@ -17,8 +17,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from controller.errors import KubeAccessDenied, KubeUnavailable, SecretAccessDenied, StatusRejected
-from controller.kube import KubeAccess, minimal_status, trimmed_status
+from controller.api.errors import KubeAccessDenied, KubeUnavailable, SecretAccessDenied, StatusRejected
+from controller.kube.access import KubeAccess, minimal_status, trimmed_status
 
 CONFIG_MAP_MAX_BYTES = 1024 * 1024  # the API server's limit on a ConfigMap's data (keys + values)
 

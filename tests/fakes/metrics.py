@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from controller.metrics import Recorder
+from controller.observability.metrics import Recorder
 
 
 class NullRecorder(Recorder):

@@ -17,7 +17,8 @@ import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
-from controller.actions import ActionRunner, JobContext
+from controller.api.container_paths import SPEC_MOUNT_PATH
+from controller.api.errors import BrevTransientError, EntitlementError, TaoBrevError, TransientError
 from controller.brev.envfile import S3Credentials
 from controller.brev.logtail import TAIL_LINES
 from controller.brev.workload import (
@@ -33,10 +34,9 @@ from controller.brev.workload import (
     Workload,
     WorkloadSettings,
 )
-from controller.container_paths import SPEC_MOUNT_PATH
-from controller.directory import InstanceDirectory
-from controller.errors import BrevTransientError, EntitlementError, TaoBrevError, TransientError
-from controller.lanes import Lanes
+from controller.effects.actions import ActionRunner, JobContext
+from controller.effects.directory import InstanceDirectory
+from controller.effects.lanes import Lanes
 from tests.fakes.brev import (
     ContainerStart,
     FakeBrev,

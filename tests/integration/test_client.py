@@ -19,11 +19,7 @@ from typing import Any, TypeVar
 import pytest
 import structlog
 
-from controller.brev.cli import BrevCLI, BrevCLISettings, BrevConfigError
-from controller.brev.client import BrevCredentials, CreateRequest, Instance
-from controller.brev.envfile import S3Credentials
-from controller.brev.workload import StageInput, Workload, WorkloadSettings
-from controller.errors import (
+from controller.api.errors import (
     BrevAuthError,
     BrevPermanentError,
     BrevTransientError,
@@ -34,6 +30,10 @@ from controller.errors import (
     SpecError,
     TransientError,
 )
+from controller.brev.cli import BrevCLI, BrevCLISettings, BrevConfigError
+from controller.brev.client import BrevCredentials, CreateRequest, Instance
+from controller.brev.envfile import S3Credentials
+from controller.brev.workload import StageInput, Workload, WorkloadSettings
 from controller.versions import load_versions
 from tests.brevsim.harness import BrevSim
 from tests.devenv.s3 import S3Server

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from controller.api.errors import BrevTransientError
 from controller.brev.cli import BrevCLI, BrevCLISettings
 from controller.brev.client import BrevCredentials, CreateRequest
-from controller.errors import BrevTransientError
 from controller.versions import load_versions
 from tests.brevsim.harness import BrevSim
 

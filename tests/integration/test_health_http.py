@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from controller.health import Watchdog, serve_health
+from controller.observability.health import Watchdog, serve_health
 from tests.devenv.ports import free_port
 from tests.unit.test_health import Clock
 

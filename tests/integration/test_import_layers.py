@@ -60,14 +60,14 @@ CASES = [
     # (contract id, {file: appended source}, text the broken contract must print)
     pytest.param(
         "pure-core",
-        {"controller/timestamps.py": "import subprocess"},
-        "controller.timestamps is not allowed to import subprocess",
+        {"controller/api/timestamps.py": "import subprocess"},
+        "controller.api.timestamps is not allowed to import subprocess",
         id="pure-direct-stdlib",
     ),
     pytest.param(
         "pure-core",
-        {"controller/conditions.py": "def _late():\n    import kubernetes"},
-        "controller.conditions is not allowed to import kubernetes",
+        {"controller/lifecycle/conditions.py": "def _late():\n    import kubernetes"},
+        "controller.lifecycle.conditions is not allowed to import kubernetes",
         id="pure-function-level-import",
     ),
     pytest.param(
@@ -76,9 +76,9 @@ CASES = [
         "pure-core",
         {
             "controller/helper_with_io.py": "import socket",
-            "controller/naming.py": "from controller import helper_with_io",
+            "controller/api/naming.py": "from controller import helper_with_io",
         },
-        "controller.naming is not allowed to import socket",
+        "controller.api.naming is not allowed to import socket",
         id="pure-transitive",
     ),
     pytest.param(
@@ -141,7 +141,9 @@ def test_unknown_module_in_a_contract_is_an_error(pristine: Path, tmp_path: Path
     root = tmp_path / "tree"
     shutil.copytree(pristine, root)
     config = root / ".importlinter"
-    config.write_text(config.read_text().replace("    controller.naming\n", "    controller.nameing\n", 1))
+    config.write_text(
+        config.read_text().replace("    controller.api.naming\n", "    controller.nameing\n", 1)
+    )
     proc = _lint(root, "pure-core")
     assert proc.returncode != 0
     assert "controller.nameing" in proc.stdout + proc.stderr

@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from controller import reasons
+from controller.api import reasons
 from controller.brev.envfile import S3Credentials
-from controller.s3_checks import S3Checks, S3Target
-from controller.steps import Problem
+from controller.lifecycle.steps import Problem
+from controller.preflight.s3 import S3Checks, S3Target
 from tests.devenv.ports import free_port
 from tests.devenv.s3 import DUMMY_ACCESS_KEY, DUMMY_SECRET_KEY, REGION, S3Server
 

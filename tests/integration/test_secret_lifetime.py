@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
+from controller.api.errors import EntitlementError, SpecError, TransientError
 from controller.brev.cli import BrevCLI
 from controller.brev.envfile import S3Credentials
 from controller.brev.workload import ImageNotPresent, StageInput, Workload, WorkloadSettings
-from controller.errors import EntitlementError, SpecError, TransientError
 from controller.versions import load_versions
 from tests.brevsim.harness import BrevSim
 from tests.devenv.s3 import S3Server

@@ -17,12 +17,12 @@ from typing import TypeVar
 
 import pytest
 
+from controller.api.errors import BrevTransientError
 from controller.brev.cli import BrevCLI, BrevCLISettings
 from controller.brev.client import BrevCredentials
 from controller.brev.runner import CommandTimeout
 from controller.brev.sshmux import control_dir, exit_master_argv, ssh_argv
 from controller.brev.workload import ContainerNotFound, Workload, WorkloadSettings
-from controller.errors import BrevTransientError
 from controller.versions import load_versions
 from tests.brevsim.harness import BrevSim
 from tests.fixtures.polling import until

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from itertools import pairwise
 
-from controller import machine
-from controller.phases import Phase
+from controller.lifecycle import machine
+from controller.lifecycle.phases import Phase
 from tests.fakes.brev import CreateRecord
 from tests.fakes.harness import Harness
 

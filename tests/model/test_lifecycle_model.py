@@ -15,7 +15,8 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from controller import machine, naming
+from controller.api import naming
+from controller.lifecycle import machine
 from tests.fakes.harness import NAME, NAMESPACE, UID, Harness, job_spec
 from tests.fakes.quiet import quiet_logs
 from tests.model import invariants

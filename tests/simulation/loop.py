@@ -8,7 +8,7 @@ tasks either). A run is a pure function of its seed.
 
 Each callback runs in the contextvars context it was scheduled with; the simulation keeps the
 operator process (replica) that owns a task there, and the loop swaps that process's private
-state (its secret registry: controller.logs is process-wide by design) in before the callback
+state (its secret registry: controller.observability.logs is process-wide by design) in before the callback
 runs and out after it, so two replicas in one Python process do not share what only one loaded.
 """
 

@@ -25,15 +25,17 @@ from typing import Any
 
 import pytest
 
-from controller import absence, decision_pass, naming, orphans, reasons, reconciler, recovery, release
-from controller.actions import ActionRunner
+from controller import reconciler
+from controller.api import naming, reasons
+from controller.api.errors import BrevTransientError
+from controller.api.models import Outcome
 from controller.brev import output
-from controller.errors import BrevTransientError
-from controller.lanes import Lane
-from controller.models import Outcome
-from controller.phases import Phase
-from controller.settings import Settings
-from controller.steps import (
+from controller.effects.actions import ActionRunner
+from controller.effects.lanes import Lane
+from controller.fleet import orphans
+from controller.lifecycle import absence, decision_pass, recovery, release
+from controller.lifecycle.phases import Phase
+from controller.lifecycle.steps import (
     Action,
     CreateInstance,
     Observation,
@@ -44,6 +46,7 @@ from controller.steps import (
     UploadResults,
     WaitForExit,
 )
+from controller.settings import Settings
 from tests.simulation.run import run_seed
 from tests.simulation.world import Knobs
 

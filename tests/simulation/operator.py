@@ -14,25 +14,25 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
 
-from controller.directory import InstanceDirectory
-from controller.fleet import Fleet, quotas_from
+from controller.api.reasons import RESULTS_BUCKET_NOT_FOUND
+from controller.effects.directory import InstanceDirectory
+from controller.effects.lanes import LANES, Lane, Lanes
+from controller.fleet.leadership import LeaderElector, NotLeading, lead_or_stop
+from controller.fleet.ledger import Fleet, quotas_from
+from controller.fleet.orphans import Policy
+from controller.fleet.retained import RetainedStore
+from controller.fleet.sweeper import Sweeper
 from controller.handlers import event_text
-from controller.lanes import LANES, Lane, Lanes
-from controller.leadership import LeaderElector, NotLeading, lead_or_stop
-from controller.machine import decide
-from controller.metrics import Recorder
-from controller.orphans import Policy
-from controller.preflight import Preflight, SecretLoader
-from controller.preflight_checks import s3_location
-from controller.reasons import RESULTS_BUCKET_NOT_FOUND
+from controller.kube.secret_arrivals import SecretArrivals
+from controller.lifecycle.machine import decide
+from controller.lifecycle.steps import Problem
+from controller.lifecycle.tunables import Timing
+from controller.observability.metrics import Recorder
+from controller.preflight.checker import Preflight, SecretLoader
+from controller.preflight.checks import s3_location
+from controller.preflight.s3 import S3Checks, S3Target
 from controller.reconciler import JobRef, Reconciler
-from controller.retained import RetainedStore
-from controller.s3_checks import S3Checks, S3Target
-from controller.secret_arrivals import SecretArrivals
 from controller.settings import Settings
-from controller.steps import Problem
-from controller.sweeper import Sweeper
-from controller.tunables import Timing
 from tests.simulation.world import CURRENT, MISSING_BUCKET, SimRunner
 
 if TYPE_CHECKING:

@@ -27,10 +27,10 @@ from typing import Any, TextIO, cast
 import structlog
 from prometheus_client import generate_latest
 
-from controller import logs
+from controller.lifecycle.tunables import Tunables
+from controller.observability import logs
 from controller.reconciler import JobRef
 from controller.settings import Settings
-from controller.tunables import Tunables
 from tests.fakes.harness import job_spec
 from tests.simulation.loop import Deadlock, SimLoop
 from tests.simulation.operator import Deployment, Process
@@ -85,7 +85,7 @@ class Violation(AssertionError):
 
 
 class _Switch:
-    """Swaps the running process's secret registry into controller.logs (process-wide there)."""
+    """Swaps the running process's secret registry into controller.observability.logs (process-wide there)."""
 
     def enter(self, context: Any) -> None:
         proc = context.get(CURRENT)
@@ -739,7 +739,7 @@ def _attempt_ended(status: dict[str, Any], name: str, instance_id: str) -> bool:
 
 
 class _LogSink(io.TextIOBase):
-    """Where the operator's own logging setup writes (controller.logs.configure_logging: the
+    """Where the operator's own logging setup writes (controller.observability.logs.configure_logging: the
     production chain, redaction included): every line is checked for secrets, then dropped."""
 
     def __init__(self, sim: Simulation) -> None:

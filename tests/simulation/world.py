@@ -24,17 +24,17 @@ from dataclasses import dataclass, fields
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from controller.actions import ActionRunner, JobContext
+from controller.api.errors import BrevTransientError, KubeUnavailable
 from controller.brev import output
 from controller.brev.client import CreateRequest, CreateResult, ExecResult, Instance
 from controller.brev.logtail import TAIL_LINES
 from controller.brev.runner import RunResult
 from controller.brev.workload import ContainerNotFound, ExitInfo, Workload
-from controller.directory import InstanceDirectory
-from controller.errors import BrevTransientError, KubeUnavailable
-from controller.kube import redact_status
-from controller.lanes import Lanes
-from controller.leadership import LeaseConflict, LeaseRecord
+from controller.effects.actions import ActionRunner, JobContext
+from controller.effects.directory import InstanceDirectory
+from controller.effects.lanes import Lanes
+from controller.fleet.leadership import LeaseConflict, LeaseRecord
+from controller.kube.access import redact_status
 from tests.fakes.brev import FakeBrev
 from tests.fakes.clock import FakeClock
 from tests.fakes.kube import FakeKube
@@ -473,7 +473,7 @@ class SimKube(FakeKube):
             )
         obj = self.objects.get((namespace, name))
         before = None if obj is None else obj.status
-        # What the operator's client sends (controller/kube.py redacts at the sink), not the raw
+        # What the operator's client sends (controller/kube/access.py redacts at the sink), not the raw
         # status: the fake stands for the API server, the sink is the operator's own code.
         ok = await super().patch_status(namespace, name, redact_status(status))
         if ok and obj is not None:

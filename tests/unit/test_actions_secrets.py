@@ -8,13 +8,20 @@ import asyncio
 from datetime import UTC, datetime
 from typing import Any
 
-from controller.actions import ActionRunner, JobContext
+from controller.api.models import TaoBrevJobSpec
+from controller.api.spec_parse import parse_spec
 from controller.brev.envfile import JobSecrets
-from controller.directory import InstanceDirectory
-from controller.lanes import Lanes
-from controller.models import TaoBrevJobSpec
-from controller.spec_parse import parse_spec
-from controller.steps import Action, Observation, PrepareWorkload, StartContainer, UploadResults, WaitForExit
+from controller.effects.actions import ActionRunner, JobContext
+from controller.effects.directory import InstanceDirectory
+from controller.effects.lanes import Lanes
+from controller.lifecycle.steps import (
+    Action,
+    Observation,
+    PrepareWorkload,
+    StartContainer,
+    UploadResults,
+    WaitForExit,
+)
 from tests.unit.fake_exec import FakeClient
 
 NOW = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)

@@ -1,12 +1,12 @@
-"""Admission (controller/admission.py): order, priorities, ties, namespace vs cluster limits,
+"""Admission (controller/fleet/admission.py): order, priorities, ties, namespace vs cluster limits,
 namespace annotation overrides, GPUs, suspend and reused instances."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from controller import admission
-from controller.admission import (
+from controller.fleet import admission
+from controller.fleet.admission import (
     Admission,
     JobFacts,
     NamespaceLimits,

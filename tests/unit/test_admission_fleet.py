@@ -1,4 +1,4 @@
-"""The fleet (controller/fleet.py): one ledger for concurrent passes, built from a listing and
+"""The fleet (controller/fleet/ledger.py): one ledger for concurrent passes, built from a listing and
 kept current by each pass's own writes; namespace annotations with fallbacks; the reconciler
 asks it for a Pending job's verdict and a queued job costs no Secret read and no brev call."""
 
@@ -9,11 +9,11 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from controller import admission
-from controller.admission import JobFacts, NamespaceLimits, Quotas
-from controller.errors import KubeUnavailable
-from controller.fleet import Fleet, quotas_from
-from controller.models import TaoBrevJobStatus
+from controller.api.errors import KubeUnavailable
+from controller.api.models import TaoBrevJobStatus
+from controller.fleet import admission
+from controller.fleet.admission import JobFacts, NamespaceLimits, Quotas
+from controller.fleet.ledger import Fleet, quotas_from
 from controller.reconciler import JobRef
 from tests.fakes.clock import FakeClock
 from tests.fakes.harness import NAMESPACE, Harness, job_spec
@@ -323,7 +323,7 @@ def test_deleting_a_job_ends_its_queued_wait() -> None:
 def test_the_queue_gauge_counts_waiting_jobs_by_namespace_and_reason() -> None:
     from prometheus_client import CollectorRegistry
 
-    from controller.metrics import Recorder
+    from controller.observability.metrics import Recorder
 
     registry = CollectorRegistry()
     h = Harness(quotas=Quotas(default=NamespaceLimits(max_instances=1)))

@@ -7,12 +7,13 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from controller import admission, machine
-from controller.admission import Admission
-from controller.models import ConditionStatus, Outcome, TaoBrevJobStatus
-from controller.phases import Phase
-from controller.spec_parse import parse_spec
-from controller.steps import CreateInstance, Decision, Observation
+from controller.api.models import ConditionStatus, Outcome, TaoBrevJobStatus
+from controller.api.spec_parse import parse_spec
+from controller.fleet import admission
+from controller.fleet.admission import Admission
+from controller.lifecycle import machine
+from controller.lifecycle.phases import Phase
+from controller.lifecycle.steps import CreateInstance, Decision, Observation
 from tests.fakes.harness import job_spec
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)

@@ -1,4 +1,4 @@
-"""The one backoff formula (controller.backoff) and the one retry layer for a pass that failed
+"""The one backoff formula (controller.lifecycle.backoff) and the one retry layer for a pass that failed
 transiently (Reconciler.reconcile): growing delays, reset by a good pass, and one Warning Event
 per streak of the same reason (it used to live in handlers.drive)."""
 
@@ -8,12 +8,12 @@ import asyncio
 
 import pytest
 
-from controller import machine
-from controller.backoff import exponential
-from controller.decision_pass import Pass
-from controller.errors import KubeUnavailable, SecretAccessDenied
-from controller.models import TaoBrevJobStatus
-from controller.steps import ActionFailure, Observation
+from controller.api.errors import KubeUnavailable, SecretAccessDenied
+from controller.api.models import TaoBrevJobStatus
+from controller.lifecycle import machine
+from controller.lifecycle.backoff import exponential
+from controller.lifecycle.decision_pass import Pass
+from controller.lifecycle.steps import ActionFailure, Observation
 from tests.unit.test_reconciler import NOW, PROVISIONING, Brev, Events, Kube, reconciler, ref
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import kopf
 
-from controller.bodies import shed_unused
+from controller.kube.bodies import shed_unused
 
 
 def test_managed_fields_leave_the_body_kopf_holds_and_everything_else_stays() -> None:

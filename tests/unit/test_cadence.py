@@ -8,10 +8,10 @@ from datetime import timedelta
 
 import pytest
 
-from controller.models import Outcome
-from controller.phases import Phase
-from controller.steps import StopContainer, WaitForExit
-from controller.tunables import Tunables
+from controller.api.models import Outcome
+from controller.lifecycle.phases import Phase
+from controller.lifecycle.steps import StopContainer, WaitForExit
+from controller.lifecycle.tunables import Tunables
 from tests.unit.test_machine import T0, TUN, at, decide, running
 from tests.unit.test_recovery import SPEC, running_job, step
 

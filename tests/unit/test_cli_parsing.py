@@ -12,10 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from controller.brev import cli, commands, credentials, output
-from controller.brev.client import BrevCredentials, CreateRequest
-from controller.brev.runner import RunResult
-from controller.errors import (
+from controller.api.errors import (
     BrevPermanentError,
     BrevTransientError,
     InstanceAmbiguous,
@@ -23,6 +20,9 @@ from controller.errors import (
     InstanceNotFound,
     SpecError,
 )
+from controller.brev import cli, commands, credentials, output
+from controller.brev.client import BrevCredentials, CreateRequest
+from controller.brev.runner import RunResult
 
 # ---- JSON / ls / search / version ----------------------------------------------------------------
 

@@ -11,13 +11,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from controller.actions import ACTION_LANES, ActionRunner, JobContext, lane_of
-from controller.directory import InstanceDirectory
-from controller.lanes import BUDGETED, LANES, Lane, Lanes
-from controller.models import Outcome
-from controller.phases import Phase
-from controller.reconciler import _deadline
-from controller.steps import (
+from controller.api.models import Outcome
+from controller.effects.actions import ACTION_LANES, ActionRunner, JobContext, lane_of
+from controller.effects.directory import InstanceDirectory
+from controller.effects.lanes import BUDGETED, LANES, Lane, Lanes
+from controller.lifecycle.phases import Phase
+from controller.lifecycle.steps import (
     Action,
     CleanupWorkload,
     DeleteInstance,
@@ -26,6 +25,7 @@ from controller.steps import (
     ProbeExec,
     StopContainer,
 )
+from controller.reconciler import _deadline
 from tests.unit.fake_exec import FakeClient, healthy_answer
 from tests.unit.test_actions_secrets import SECRETS, _spec
 from tests.unit.test_machine import EPHEMERAL, T0, at, decide, running

@@ -14,8 +14,8 @@ import yaml
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from controller.logs import redact_text
-from controller.metrics import Recorder
+from controller.observability.logs import redact_text
+from controller.observability.metrics import Recorder
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"

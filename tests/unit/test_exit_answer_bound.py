@@ -6,9 +6,15 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from controller.models import Outcome, TaoBrevJobStatus
-from controller.phases import Phase
-from controller.steps import ActionFailure, CleanupWorkload, DeleteInstance, ProbeExec, UploadResults
+from controller.api.models import Outcome, TaoBrevJobStatus
+from controller.lifecycle.phases import Phase
+from controller.lifecycle.steps import (
+    ActionFailure,
+    CleanupWorkload,
+    DeleteInstance,
+    ProbeExec,
+    UploadResults,
+)
 from tests.unit.test_machine import T0, TUN, kinds
 from tests.unit.test_recovery import ID, SPEC, inst, running_job, step
 

@@ -17,10 +17,10 @@ import pytest
 from kopf._core.engines import posting
 
 from controller import handlers
+from controller.fleet.leadership import SoleLeader
 from controller.handlers import FINALIZER_POLL
-from controller.health import Watchdog
-from controller.leadership import SoleLeader
-from controller.logs import forget_registered_secrets, register_secret
+from controller.observability.health import Watchdog
+from controller.observability.logs import forget_registered_secrets, register_secret
 from controller.reconciler import FINALIZER, JobRef
 from tests.unit.kopf_handlers import drive, teardown
 

@@ -1,10 +1,10 @@
-"""controller.health: the progress watchdog (injected clock) and the /healthz it serves."""
+"""controller.observability.health: the progress watchdog (injected clock) and the /healthz it serves."""
 
 from __future__ import annotations
 
 import pytest
 
-from controller.health import Watchdog, serve_health
+from controller.observability.health import Watchdog, serve_health
 
 
 class Clock:

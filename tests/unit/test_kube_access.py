@@ -1,4 +1,4 @@
-"""controller.kube.KubeAccess against injected fakes of the kubernetes API classes.
+"""controller.kube.access.KubeAccess against injected fakes of the kubernetes API classes.
 
 The fakes raise what the real client raises (ApiException with a status, urllib3 errors); the
 real API server is exercised by tests/e2e/test_controlplane_faults.py and test_secret_sinks.py.
@@ -16,7 +16,7 @@ import pytest
 from kubernetes.client.rest import ApiException
 from urllib3.exceptions import NewConnectionError, ReadTimeoutError
 
-from controller.errors import (
+from controller.api.errors import (
     KubeAccessDenied,
     KubeUnavailable,
     PermanentError,
@@ -25,8 +25,8 @@ from controller.errors import (
     StatusRejected,
     TransientError,
 )
-from controller.kube import USABLE_LABEL, KubeAccess, minimal_status
-from controller.logs import MASK, forget_registered_secrets, register_secret
+from controller.kube.access import USABLE_LABEL, KubeAccess, minimal_status
+from controller.observability.logs import MASK, forget_registered_secrets, register_secret
 
 SECRET_VALUE = "s3cr3t-VALUE-registered-0123"
 

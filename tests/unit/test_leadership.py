@@ -1,4 +1,4 @@
-"""Leader election logic (controller/leadership.py) with a fake clock and an in-memory Lease store
+"""Leader election logic (controller/fleet/leadership.py) with a fake clock and an in-memory Lease store
 that enforces resourceVersion preconditions like the API server. No I/O, no sleeps."""
 
 from __future__ import annotations
@@ -16,8 +16,7 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
-from controller.health import Watchdog
-from controller.leadership import (
+from controller.fleet.leadership import (
     KubeLeaseStore,
     LeaderElector,
     LeaseConflict,
@@ -27,10 +26,11 @@ from controller.leadership import (
     identity,
     lead_or_stop,
 )
-from controller.metrics import Recorder
+from controller.lifecycle.tunables import Timing
+from controller.observability.health import Watchdog
+from controller.observability.metrics import Recorder
 from controller.reconciler import FINALIZER, JobRef
 from controller.settings import Settings
-from controller.tunables import Timing
 from tests.unit.kopf_handlers import drive, teardown
 
 

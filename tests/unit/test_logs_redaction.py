@@ -1,4 +1,5 @@
-"""controller.logs: one format for structlog and stdlib (kopf) lines, and secrets never printed."""
+"""controller.observability.logs: one format for structlog and stdlib (kopf) lines, and secrets
+never printed."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import structlog
 
 from controller.brev.client import BrevCredentials
 from controller.brev.credentials import identity_of
-from controller.logs import (
+from controller.observability.logs import (
     MASK,
     configure_logging,
     forget_registered_secrets,

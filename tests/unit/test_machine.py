@@ -13,12 +13,13 @@ from typing import Any
 
 import pytest
 
-from controller import machine, naming, reasons
+from controller.api import naming, reasons
+from controller.api.models import Outcome, TaoBrevJobSpec, TaoBrevJobStatus
+from controller.api.spec_parse import parse_spec
 from controller.brev.client import DELETING, DEPLOYING, FAILURE, RUNNING, STOPPED, Instance
-from controller.models import Outcome, TaoBrevJobSpec, TaoBrevJobStatus
-from controller.phases import Phase
-from controller.spec_parse import parse_spec
-from controller.steps import (
+from controller.lifecycle import machine
+from controller.lifecycle.phases import Phase
+from controller.lifecycle.steps import (
     ActionFailure,
     CleanupWorkload,
     CreateInstance,
@@ -40,7 +41,7 @@ TUN = machine.Tunables(poll_interval=5, wait_timeout=30, create_settle=60, backo
 INST = "tbj-ns-job-abc"
 IMAGE = "nvcr.io/nvidia/tao/tao-toolkit:6.0.0-pyt"
 
-# The marked name a job gets under the default Tunables (controller/naming.py).
+# The marked name a job gets under the default Tunables (controller/api/naming.py).
 MARKED_PREFIX = (
     f"tbj-{naming.owner_mark(machine.Tunables().cluster_id, machine.Tunables().deployment)}-ns-job-"
 )
@@ -477,7 +478,7 @@ def test_instance_lost_while_uploading_fails_the_job_instead_of_retrying_forever
 def test_transitions_only_go_forward_in_phase_order() -> None:
     """The table is data that decide() asserts against: a backwards or self edge would let a job
     re-run a step it already passed (e.g. create a second instance). The one exception is back to
-    Provisioning for a new attempt (controller/recovery.py), never after the run ended."""
+    Provisioning for a new attempt (controller/lifecycle/recovery.py), never after the run ended."""
     order = list(Phase)
     assert set(machine.TRANSITIONS) == set(Phase)
     for src, dsts in machine.TRANSITIONS.items():

@@ -11,11 +11,12 @@ from typing import Any
 
 import pytest
 
-from controller import machine, naming, reasons
+from controller.api import naming, reasons
+from controller.api.models import Outcome, TaoBrevJobStatus
 from controller.brev.client import STOPPED
-from controller.models import Outcome, TaoBrevJobStatus
-from controller.phases import Phase
-from controller.steps import (
+from controller.lifecycle import machine
+from controller.lifecycle.phases import Phase
+from controller.lifecycle.steps import (
     ActionFailure,
     CleanupWorkload,
     CreateInstance,
@@ -33,7 +34,7 @@ from tests.unit.test_machine import EPHEMERAL, INST, REUSE, T0, TUN, at, cond, d
 P = timedelta(seconds=TUN.poll_interval)
 ID = "i-1"
 
-# The marked name a job gets under the default Tunables (controller/naming.py).
+# The marked name a job gets under the default Tunables (controller/api/naming.py).
 MARKED_PREFIX = (
     f"tbj-{naming.owner_mark(machine.Tunables().cluster_id, machine.Tunables().deployment)}-ns-job-"
 )

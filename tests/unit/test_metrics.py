@@ -1,4 +1,5 @@
-"""controller.metrics.Recorder: series shapes as Prometheus scrapes them, over a private registry."""
+"""controller.observability.metrics.Recorder: series shapes as Prometheus scrapes them, over a
+private registry."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ import pytest
 from prometheus_client import REGISTRY, CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from controller.job_metrics import JobGauges
-from controller.logs import forget_registered_secrets, register_secret
-from controller.metrics import PHASES, Recorder, RedactingRegistry
+from controller.observability.job_metrics import JobGauges
+from controller.observability.logs import forget_registered_secrets, register_secret
+from controller.observability.metrics import PHASES, Recorder, RedactingRegistry
 
 
 class FakeClock:

@@ -1,4 +1,4 @@
-"""The TaoBrevJob models (controller.models) and the CRD generated from them (tests.devenv.crdgen).
+"""The TaoBrevJob models (controller.api.models) and the CRD generated from them (tests.devenv.crdgen).
 
 `INVALID_SPECS` is shared with tests/e2e/test_crd.py: every bad spec in it must be refused by the
 pydantic model here AND by the real API server there, each time naming the offending field.
@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 import yaml
 
-from controller.errors import SpecError
-from controller.models import OnCompletion, Outcome, TaoBrevJobSpec, TaoBrevJobStatus, default_input_path
-from controller.phases import Phase
-from controller.spec_parse import parse_spec
+from controller.api.errors import SpecError
+from controller.api.models import OnCompletion, Outcome, TaoBrevJobSpec, TaoBrevJobStatus, default_input_path
+from controller.api.spec_parse import parse_spec
+from controller.lifecycle.phases import Phase
 from controller.versions import load_versions
 from tests.devenv import crdgen
 

@@ -6,8 +6,8 @@ import re
 
 import pytest
 
-from controller import naming
-from controller.models import BREV_NAME_PATTERN
+from controller.api import naming
+from controller.api.models import BREV_NAME_PATTERN
 
 CLUSTER = "6f1c2a3e-0d4b-4c1e-9a9e-2b7f5c8d1e00"  # a kube-system uid
 OTHER = "0a9b8c7d-1111-2222-3333-444455556666"

@@ -1,4 +1,4 @@
-"""The pure sweep decision (controller/orphans.py): grace, policy, the ownership mark, never
+"""The pure sweep decision (controller/fleet/orphans.py): grace, policy, the ownership mark, never
 sweeping blind, references (status, attempts, reuse, a Pending job's name), retained instances."""
 
 from __future__ import annotations
@@ -7,10 +7,9 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
-from controller import naming
+from controller.api import naming
 from controller.brev.client import DELETING, RUNNING, Instance
-from controller.metrics import ORPHAN_REASONS, ORPHAN_STATES
-from controller.orphans import (
+from controller.fleet.orphans import (
     REDELETE_AFTER,
     UNPROVEN,
     DeleteMark,
@@ -23,7 +22,8 @@ from controller.orphans import (
     decide,
     references_of,
 )
-from controller.retained_record import RetainedRecord
+from controller.fleet.retained_record import RetainedRecord
+from controller.observability.metrics import ORPHAN_REASONS, ORPHAN_STATES
 from tests.fakes.clock import T0
 
 CLUSTER = "cluster-a"

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from kubernetes.client.rest import ApiException
 
+from controller.api.errors import KubeAccessDenied, KubeUnavailable
 from controller.app import _kube_system_uid
-from controller.errors import KubeAccessDenied, KubeUnavailable
-from controller.kube import GROUP, PLURAL, VERSION, KubeAccess
+from controller.kube.access import GROUP, PLURAL, VERSION, KubeAccess
 
 
 class FakeCustom:

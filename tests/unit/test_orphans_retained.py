@@ -9,13 +9,13 @@ from datetime import timedelta
 
 import pytest
 
-from controller.errors import KubeUnavailable, SpecError
-from controller.machine import decide
+from controller.api.errors import KubeUnavailable, SpecError
+from controller.api.spec_parse import parse_spec
+from controller.api.timestamps import parse_time
+from controller.fleet.retained import RetainedStore
+from controller.fleet.retained_record import CONFIG_MAP, RetainedRecord
+from controller.lifecycle.machine import decide
 from controller.reconciler import Reconciler
-from controller.retained import RetainedStore
-from controller.retained_record import CONFIG_MAP, RetainedRecord
-from controller.spec_parse import parse_spec
-from controller.timestamps import parse_time
 from tests.fakes.harness import NAME, NAMESPACE, Harness, job_spec
 
 OPERATOR_NS = "taobrev-system"

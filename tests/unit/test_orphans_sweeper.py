@@ -1,4 +1,4 @@
-"""The sweep loop's I/O (controller/sweeper.py) over the in-memory Brev and Kubernetes fakes:
+"""The sweep loop's I/O (controller/fleet/sweeper.py) over the in-memory Brev and Kubernetes fakes:
 delete + confirm, no sweep when a list fails, Report, foreign and teammates' instances, the
 retained-instance record (written before a Retain job finishes) and retainFor expiry."""
 
@@ -12,18 +12,18 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from controller import naming
+from controller.api import naming
+from controller.api.errors import KubeUnavailable
+from controller.api.models import TaoBrevJobSpec, TaoBrevJobStatus
+from controller.api.spec_parse import parse_spec
 from controller.brev.client import Instance
-from controller.directory import InstanceDirectory
-from controller.errors import KubeUnavailable
-from controller.leadership import Leadership, SoleLeader
-from controller.metrics import Recorder
-from controller.models import TaoBrevJobSpec, TaoBrevJobStatus
-from controller.orphans import Policy
-from controller.retained import RetainedStore
-from controller.retained_record import CONFIG_MAP, RetainedRecord, record_for
-from controller.spec_parse import parse_spec
-from controller.sweeper import Sweeper
+from controller.effects.directory import InstanceDirectory
+from controller.fleet.leadership import Leadership, SoleLeader
+from controller.fleet.orphans import Policy
+from controller.fleet.retained import RetainedStore
+from controller.fleet.retained_record import CONFIG_MAP, RetainedRecord, record_for
+from controller.fleet.sweeper import Sweeper
+from controller.observability.metrics import Recorder
 from tests.fakes.brev import FakeBrev
 from tests.fakes.clock import T0, FakeClock
 from tests.fakes.harness import job_spec

@@ -1,4 +1,4 @@
-"""The phase table (controller/phases.py) is whole and says what the scattered checks said."""
+"""The phase table (controller/lifecycle/phases.py) is whole and says what the scattered checks said."""
 
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ from datetime import UTC, datetime
 
 import pytest
 
-from controller import machine
-from controller.admission import JobFacts
-from controller.conditions import is_admitted
-from controller.models import TaoBrevJobStatus, Timeouts, phase_timeout
-from controller.phases import PHASES, TRANSITIONS, Phase, entered_any, row
+from controller.api.models import TaoBrevJobStatus, Timeouts, phase_timeout
+from controller.fleet.admission import JobFacts
+from controller.lifecycle import machine
+from controller.lifecycle.conditions import is_admitted
+from controller.lifecycle.phases import PHASES, TRANSITIONS, Phase, entered_any, row
 
 T = datetime(2026, 12, 5, tzinfo=UTC)
 

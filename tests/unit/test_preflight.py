@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 
-from controller import reasons
-from controller.admission import JobFacts, admit
+from controller.api import reasons
+from controller.api.models import EphemeralInstance, Outcome, TaoBrevJobSpec, TaoBrevJobStatus
+from controller.api.spec_parse import parse_spec
 from controller.brev.client import SearchResult
-from controller.models import EphemeralInstance, Outcome, TaoBrevJobSpec, TaoBrevJobStatus
-from controller.phases import Phase
-from controller.preflight_checks import image_problems, marker_key, selection_problems
-from controller.spec_parse import parse_spec
-from controller.steps import Problem, Verdict
+from controller.fleet.admission import JobFacts, admit
+from controller.lifecycle.phases import Phase
+from controller.lifecycle.steps import Problem, Verdict
+from controller.preflight.checks import image_problems, marker_key, selection_problems
 from tests.unit.test_admission import job, per_ns
 from tests.unit.test_machine import EPHEMERAL, T0, cond, decide
 
@@ -244,7 +244,7 @@ def test_the_listing_shows_which_pending_jobs_wait_for_their_inputs() -> None:
 
 
 def test_a_failing_upload_after_exit_0_never_shows_succeeded_and_says_fix_and_deadline() -> None:
-    from controller.steps import ActionFailure
+    from controller.lifecycle.steps import ActionFailure
     from tests.unit.test_machine import at, running
 
     d = decide(at(Phase.RUNNING), instance=running(), exit_code=0)
@@ -334,7 +334,7 @@ def test_turning_the_dry_run_off_runs_the_job() -> None:
 
 
 def test_a_queued_job_whose_check_fails_later_leaves_the_queue() -> None:
-    from controller.admission import Admission
+    from controller.fleet.admission import Admission
 
     queued = Admission(False, "NamespaceInstanceLimit", "3rd in namespace ns's queue", position=3)
     passed = Verdict(checked_at=T0)

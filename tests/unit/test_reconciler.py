@@ -12,14 +12,15 @@ from typing import Any
 import pytest
 from prometheus_client import CollectorRegistry
 
-from controller import machine, reasons
-from controller.actions import ActionRunner
+from controller.api import reasons
+from controller.api.errors import InstanceNotFound, TransientError
+from controller.api.models import TaoBrevJobSpec, TaoBrevJobStatus
 from controller.brev.client import RUNNING, CreateRequest, CreateResult, ExecResult, Instance
-from controller.directory import InstanceDirectory
-from controller.errors import InstanceNotFound, TransientError
-from controller.lanes import Lanes
-from controller.metrics import Recorder
-from controller.models import TaoBrevJobSpec, TaoBrevJobStatus
+from controller.effects.actions import ActionRunner
+from controller.effects.directory import InstanceDirectory
+from controller.effects.lanes import Lanes
+from controller.lifecycle import machine
+from controller.observability.metrics import Recorder
 from controller.reconciler import FINALIZER, JobRef, Reconciler, parse_status
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)

@@ -9,12 +9,13 @@ from typing import Any
 
 import pytest
 
-from controller import naming, reasons, recovery
+from controller.api import naming, reasons
+from controller.api.models import AttemptRecord, Outcome, TaoBrevJobSpec, TaoBrevJobStatus, merge_patch
+from controller.api.spec_parse import parse_spec
 from controller.brev.client import FAILURE, RUNNING, STOPPED, Instance
-from controller.models import AttemptRecord, Outcome, TaoBrevJobSpec, TaoBrevJobStatus, merge_patch
-from controller.phases import Phase
-from controller.spec_parse import parse_spec
-from controller.steps import (
+from controller.lifecycle import recovery
+from controller.lifecycle.phases import Phase
+from controller.lifecycle.steps import (
     ActionFailure,
     CheckpointRestore,
     CheckpointSync,

@@ -8,10 +8,10 @@ import asyncio
 
 import pytest
 
+from controller.api.container_paths import container_path, resume_arg
+from controller.api.errors import TransientError
 from controller.brev.client import ExecResult
 from controller.brev.workload import parse_restore_report, parse_sync_report
-from controller.container_paths import container_path, resume_arg
-from controller.errors import TransientError
 from tests.unit.fake_exec import FakeClient
 from tests.unit.test_workload_commands import CREDS, _job, _trap_removes
 

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from controller.errors import KubeUnavailable
-from controller.naming import MAX_NAME
-from controller.retained import RetainedStore
-from controller.retained_record import CONFIG_MAP, SHARDS, RetainedRecord
-from controller.timestamps import parse_time
+from controller.api.errors import KubeUnavailable
+from controller.api.naming import MAX_NAME
+from controller.api.timestamps import parse_time
+from controller.fleet.retained import RetainedStore
+from controller.fleet.retained_record import CONFIG_MAP, SHARDS, RetainedRecord
 from tests.fakes.kube import CONFIG_MAP_MAX_BYTES, FakeKube
 
 OPERATOR_NS = "taobrev-system"

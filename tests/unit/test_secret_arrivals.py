@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 
-from controller.secret_arrivals import SecretArrivals
+from controller.kube.secret_arrivals import SecretArrivals
 
 KEY = ("ml", "ngc")
 

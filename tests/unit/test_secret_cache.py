@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 
-from controller.errors import SecretNotAllowed
-from controller.secret_cache import SecretCache
+from controller.api.errors import SecretNotAllowed
+from controller.kube.secret_cache import SecretCache
 
 
 class Reads:

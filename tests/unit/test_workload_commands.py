@@ -13,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from controller.api.errors import EntitlementError, PermanentError, SpecError, TransientError
 from controller.brev.envfile import S3Credentials, env_file, s3_env_file
 from controller.brev.logtail import LINE_CUT, TAIL_LINE_CHARS, TAIL_LINES, TAIL_MAX_BYTES, clean_log_tail
 from controller.brev.workload import (
@@ -27,7 +28,6 @@ from controller.brev.workload import (
     parse_state,
     split_s3_uri,
 )
-from controller.errors import EntitlementError, PermanentError, SpecError, TransientError
 from tests.unit.fake_exec import FakeClient
 
 AWS_IMAGE = "public.ecr.aws/aws-cli/aws-cli:2.22.35"

@@ -1,0 +1,444 @@
+"""Kubernetes access the operator needs: read Secrets, patch status; list TaoBrevJobs (the orphan
+sweeper and admission, controller/fleet/ledger.py); the cluster identity, Namespace quota annotations
+and the retained-instance ConfigMap. Nothing else.
+
+The API server is a fault source like Brev: every call carries `_request_timeout` (a paused or
+half-open server must not hold a pass forever), and every failure leaves this module as a
+`controller.api.errors` type, never a raw `ApiException` (see `_translate`). Text written to status is
+redacted here, at the sink, so no caller can forget it.
+
+Connection settings are resolved once (`resolve_connection`) and shared with kopf's login handler,
+so both clients authenticate the same way. In the cluster the pod's token is NOT at the default
+service-account path (the brev CLI would take it as its own Brev token; tests/brevsim/SIM-CONTRACT.md
+section 2):
+`TAOBREV_KUBE_TOKEN_PATH` points at a projected token elsewhere, re-read on every refresh because
+the kubelet rotates it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from kubernetes import client as k8s
+from kubernetes import config as k8s_config
+from kubernetes.client.rest import ApiException
+from urllib3.exceptions import HTTPError as Urllib3Error
+
+from controller.api.errors import (
+    KubeAccessDenied,
+    KubeUnavailable,
+    SecretAccessDenied,
+    SecretNotAllowed,
+    StatusRejected,
+    TaoBrevError,
+)
+from controller.observability.logs import redact_text
+
+GROUP = "taobrev.io"
+VERSION = "v1alpha1"
+PLURAL = "taobrevjobs"
+# The allow-list label (TAOBREV_REQUIRE_SECRET_LABEL): a Secret must carry it to be used by a job.
+USABLE_LABEL = "taobrev.io/usable"
+USABLE_VALUE = "true"
+RBAC_HINT = "deploy/base/rbac.yaml (or the per-namespace RoleBinding of deploy/)"
+
+# Page size of the TaoBrevJob listing (admission's view of the fleet).
+_LIST_PAGE = 500
+
+# Status fields that carry free text (logs, CLI output): trimmed first when a patch is refused.
+_LOG_LINES_KEPT = 5
+_LINE_CHARS = 240
+_MESSAGE_CHARS = 512
+_MINIMAL_MESSAGE_CHARS = 200
+# Left out of the minimal status: bulky, free text, or rebuilt on the next pass.
+_NOT_MINIMAL = frozenset({"lastLogLines", "teardownMessage", "conditions", "results"})
+
+
+@dataclass(frozen=True)
+class Connection:
+    server: str
+    ca_path: str | None
+    token_path: Path | None
+    token: str | None
+    cert_path: str | None = None
+    key_path: str | None = None
+    insecure: bool = False
+
+    def current_token(self) -> str | None:
+        if self.token_path is not None:
+            return self.token_path.read_text().strip()
+        return self.token
+
+
+class ConnectionSettings(Protocol):
+    """What `resolve_connection` reads of `controller.settings.Settings` (kube stays below
+    settings in the import graph: settings is built from the environment, kube only talks)."""
+
+    @property
+    def kube_token_path(self) -> Path | None: ...
+    @property
+    def kube_server(self) -> str | None: ...
+    @property
+    def kube_ca_path(self) -> Path | None: ...
+
+
+def resolve_connection(settings: ConnectionSettings) -> Connection:
+    """Explicit token path (in-cluster, non-default path) first, else the kubeconfig."""
+    if settings.kube_token_path is not None:
+        server = settings.kube_server
+        if not server:
+            host = os.environ.get("KUBERNETES_SERVICE_HOST")
+            port = os.environ.get("KUBERNETES_SERVICE_PORT", "443")
+            if not host:
+                raise SystemExit(
+                    "TAOBREV_KUBE_TOKEN_PATH is set but neither TAOBREV_KUBE_SERVER nor "
+                    "KUBERNETES_SERVICE_HOST names the API server"
+                )
+            server = f"https://{host}:{port}"
+        if not settings.kube_token_path.exists():
+            raise SystemExit(f"TAOBREV_KUBE_TOKEN_PATH={settings.kube_token_path} does not exist")
+        ca = str(settings.kube_ca_path) if settings.kube_ca_path else None
+        return Connection(server=server, ca_path=ca, token_path=settings.kube_token_path, token=None)
+    cfg = k8s.Configuration()
+    k8s_config.load_kube_config(client_configuration=cfg)
+    auth = (cfg.api_key or {}).get("authorization") or (cfg.api_key or {}).get("BearerToken")
+    token = auth.split(" ", 1)[1] if auth and " " in auth else auth
+    return Connection(
+        server=cfg.host,
+        ca_path=cfg.ssl_ca_cert,
+        token_path=None,
+        token=token,
+        cert_path=cfg.cert_file,
+        key_path=cfg.key_file,
+        insecure=not cfg.verify_ssl,
+    )
+
+
+def api_client(conn: Connection) -> k8s.ApiClient:
+    cfg = k8s.Configuration()
+    cfg.host = conn.server
+    cfg.ssl_ca_cert = conn.ca_path
+    cfg.verify_ssl = not conn.insecure
+    cfg.cert_file = conn.cert_path
+    cfg.key_file = conn.key_path
+    # One attempt per call: urllib3's default 3 retries would turn a hung server into 4 request
+    # timeouts per call; our callers back off and retry a TransientError themselves.
+    cfg.retries = 0
+    if conn.token_path is not None or conn.token is not None:
+        cfg.api_key = {"authorization": f"Bearer {conn.current_token()}"}
+
+        def _refresh(c: k8s.Configuration) -> None:
+            # Projected tokens rotate; re-reading the file keeps us authenticated.
+            c.api_key = {"authorization": f"Bearer {conn.current_token()}"}
+
+        cfg.refresh_api_key_hook = _refresh
+    return k8s.ApiClient(cfg)
+
+
+class KubeAccess:
+    """Async facade over the (blocking) kubernetes client; calls run in worker threads.
+
+    Raises only `controller.api.errors` types: `KubeUnavailable` (timeouts, connection errors, 429,
+    5xx, unexpected answers), `KubeAccessDenied` (401/403), `SecretAccessDenied` (403 on a Secret),
+    `StatusRejected` (a status refused even when minimal), all `TransientError`; and
+    `SecretNotAllowed` (`PermanentError`) when the allow-list label is required and missing.
+    """
+
+    def __init__(
+        self,
+        api: k8s.ApiClient | None = None,
+        *,
+        request_timeout: float = 30.0,
+        require_secret_label: bool = False,
+        core: Any = None,
+        custom: Any = None,
+    ) -> None:
+        # `core`/`custom` let tests inject fakes of CoreV1Api / CustomObjectsApi.
+        self._core = core if core is not None else k8s.CoreV1Api(api)
+        self._custom = custom if custom is not None else k8s.CustomObjectsApi(api)
+        # (connect, read): connecting to a dead server fails fast; a paused one times out the read.
+        self._timeout = (min(request_timeout, 10.0), request_timeout)
+        self._require_label = require_secret_label
+
+    async def read_secret(
+        self, namespace: str, name: str, *, operator_own: bool = False
+    ) -> Mapping[str, bytes] | None:
+        """The Secret's decoded data, or None if it does not exist.
+
+        `operator_own` marks the operator's own Secret (Brev credentials), which the allow-list
+        label does not apply to: it is installed by the admin, not referenced by a job's author.
+        """
+        where = f"Secret {namespace}/{name}"
+
+        def _read() -> Mapping[str, bytes] | None:
+            try:
+                secret = self._core.read_namespaced_secret(name, namespace, _request_timeout=self._timeout)
+            except ApiException as exc:
+                if exc.status == 404:
+                    return None
+                if exc.status == 403:
+                    raise SecretAccessDenied(
+                        f"the operator may not read {where} (403 Forbidden). Right after an API "
+                        f"server restart this passes by itself; otherwise grant `get` on secrets in "
+                        f"namespace {namespace} to the operator's ServiceAccount ({RBAC_HINT})"
+                    ) from None
+                raise _translate(exc, f"reading {where}") from None
+            except (Urllib3Error, OSError) as exc:
+                raise _translate(exc, f"reading {where}") from None
+            labels = (secret.metadata.labels if secret.metadata is not None else None) or {}
+            if self._require_label and not operator_own and labels.get(USABLE_LABEL) != USABLE_VALUE:
+                raise SecretNotAllowed(
+                    f"{where} is not labelled {USABLE_LABEL}={USABLE_VALUE}, which this operator "
+                    f"requires (TAOBREV_REQUIRE_SECRET_LABEL=true); if jobs may use it, run "
+                    f"`kubectl label secret -n {namespace} {name} {USABLE_LABEL}={USABLE_VALUE}`"
+                )
+            data = secret.data or {}
+            return {k: base64.b64decode(v) for k, v in data.items()}
+
+        return await asyncio.to_thread(_read)
+
+    async def patch_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> bool:
+        """Merge-patch the status subresource, every string redacted. False if the object is gone.
+
+        A refused patch (422 invalid, 409 conflict, 413 too large) is retried trimmed (log tail,
+        messages), then as a minimal status (phase, outcome, reason, short message, timestamps,
+        names and ids) so the job's progress is recorded; only if that is refused too does it
+        raise `StatusRejected` (transient: the pass backs off instead of crash-looping).
+        """
+        where = f"status of TaoBrevJob {namespace}/{name}"
+
+        def _patch() -> bool:
+            # In the worker thread: a long log tail must not block the event loop while masked.
+            redacted = redact_status(status)
+            attempts = (redacted, trimmed_status(redacted), minimal_status(redacted))
+            last: ApiException | None = None
+            for body in attempts:
+                try:
+                    # The answer (the whole object) is not read: parsing it was a tenth of the
+                    # operator's CPU at 1,000 running jobs. Errors still raise, with their body.
+                    answer = self._custom.patch_namespaced_custom_object_status(
+                        GROUP,
+                        VERSION,
+                        namespace,
+                        PLURAL,
+                        name,
+                        {"status": body},
+                        _request_timeout=self._timeout,
+                        _preload_content=False,
+                    )
+                    answer.drain_conn()  # read to the end, so the connection goes back to the pool
+                    answer.release_conn()
+                except ApiException as exc:
+                    if exc.status == 404:
+                        return False
+                    if exc.status not in (409, 413, 422):
+                        raise _translate(exc, f"patching the {where}") from None
+                    last = exc
+                    continue
+                except (Urllib3Error, OSError) as exc:
+                    raise _translate(exc, f"patching the {where}") from None
+                return True
+            assert last is not None
+            raise StatusRejected(
+                f"the API server refused the {where} even trimmed to a minimum: {_answer(last)}"
+            )
+
+        return await asyncio.to_thread(_patch)
+
+    # -- cluster identity, the job list and the retained-instance record (controller/fleet/sweeper.py)
+
+    async def namespace_uid(self, name: str) -> str:
+        """The uid of a namespace (kube-system's names this cluster: TAOBREV_CLUSTER_ID's default)."""
+        where = f"namespace {name}"
+
+        def _get() -> str:
+            try:
+                ns = self._core.read_namespace(name, _request_timeout=self._timeout)
+            except ApiException as exc:
+                raise _translate(exc, f"reading the uid of {where} (or set TAOBREV_CLUSTER_ID)") from None
+            except (Urllib3Error, OSError) as exc:
+                raise _translate(exc, f"reading the uid of {where}") from None
+            uid = ns.metadata.uid if ns.metadata is not None else None
+            if not uid:
+                raise KubeUnavailable(f"{where} has no uid in the API server's answer")
+            return str(uid)
+
+        return await asyncio.to_thread(_get)
+
+    async def read_config_map(self, namespace: str, name: str) -> tuple[dict[str, str], str] | None:
+        """(data, resourceVersion) of a ConfigMap, or None if it does not exist."""
+        where = f"ConfigMap {namespace}/{name}"
+
+        def _read() -> tuple[dict[str, str], str] | None:
+            try:
+                cm = self._core.read_namespaced_config_map(name, namespace, _request_timeout=self._timeout)
+            except ApiException as exc:
+                if exc.status == 404:
+                    return None
+                raise _translate(exc, f"reading {where}") from None
+            except (Urllib3Error, OSError) as exc:
+                raise _translate(exc, f"reading {where}") from None
+            version = cm.metadata.resource_version if cm.metadata is not None else None
+            return dict(cm.data or {}), str(version or "")
+
+        return await asyncio.to_thread(_read)
+
+    async def write_config_map(
+        self, namespace: str, name: str, data: Mapping[str, str], resource_version: str | None
+    ) -> None:
+        """Create (resource_version None) or replace the ConfigMap only if it is still at
+        `resource_version` (optimistic concurrency: a 409 is a KubeUnavailable, read again)."""
+        where = f"ConfigMap {namespace}/{name}"
+
+        def _write() -> None:
+            meta = k8s.V1ObjectMeta(
+                name=name,
+                namespace=namespace,
+                resource_version=resource_version,
+                labels={"app.kubernetes.io/name": "taobrev-operator"},
+            )
+            body = k8s.V1ConfigMap(metadata=meta, data=dict(data))
+            try:
+                if resource_version is None:
+                    self._core.create_namespaced_config_map(namespace, body, _request_timeout=self._timeout)
+                else:
+                    self._core.replace_namespaced_config_map(
+                        name, namespace, body, _request_timeout=self._timeout
+                    )
+            except ApiException as exc:
+                raise _translate(exc, f"writing {where}") from None
+            except (Urllib3Error, OSError) as exc:
+                raise _translate(exc, f"writing {where}") from None
+
+        await asyncio.to_thread(_write)
+
+    async def list_jobs(
+        self, namespaces: Sequence[str] = (), *, page_size: int = _LIST_PAGE
+    ) -> list[dict[str, Any]]:
+        """Every TaoBrevJob in `namespaces` (all namespaces when empty), every page, as plain dicts.
+        Raises rather than return a partial list: a caller deciding what is unreferenced (the
+        orphan sweeper) or what holds a quota slot (admission) needs all of them."""
+
+        def _page(namespace: str | None, token: str | None) -> Mapping[str, Any]:
+            kwargs: dict[str, Any] = {"limit": page_size, "_request_timeout": self._timeout}
+            if token:
+                kwargs["_continue"] = token
+            if namespace is None:
+                result = self._custom.list_cluster_custom_object(GROUP, VERSION, PLURAL, **kwargs)
+            else:
+                result = self._custom.list_namespaced_custom_object(
+                    GROUP, VERSION, namespace, PLURAL, **kwargs
+                )
+            if not isinstance(result, Mapping) or not isinstance(result.get("items"), list):
+                raise KubeUnavailable("listing TaoBrevJobs: the API server's answer has no items list")
+            return result
+
+        def _list() -> list[dict[str, Any]]:
+            items: list[dict[str, Any]] = []
+            for namespace in namespaces or (None,):
+                where = f"listing TaoBrevJobs in {namespace or 'all namespaces'}"
+                token: str | None = None
+                while True:
+                    try:
+                        page = _page(namespace, token)
+                    except ApiException as exc:
+                        raise _translate(exc, where) from None
+                    except (Urllib3Error, OSError) as exc:
+                        raise _translate(exc, where) from None
+                    items += [dict(i) for i in page["items"]]
+                    token = (page.get("metadata") or {}).get("continue") or None
+                    if not token:
+                        break
+            return items
+
+        return await asyncio.to_thread(_list)
+
+    async def namespace_annotations(self, name: str) -> Mapping[str, str] | None:
+        """The Namespace's annotations, or None if it does not exist. 401/403 raise
+        `KubeAccessDenied` naming the grant (`get` on namespaces, deploy/base/rbac.yaml)."""
+
+        def _read() -> Mapping[str, str] | None:
+            try:
+                ns = self._core.read_namespace(name, _request_timeout=self._timeout)
+            except ApiException as exc:
+                if exc.status == 404:
+                    return None
+                raise _translate(exc, f"reading Namespace {name} (quota annotations)") from None
+            except (Urllib3Error, OSError) as exc:
+                raise _translate(exc, f"reading Namespace {name} (quota annotations)") from None
+            meta = ns.metadata
+            return dict((meta.annotations if meta is not None else None) or {})
+
+        return await asyncio.to_thread(_read)
+
+
+def redact_status(value: Any) -> Any:
+    """`value` with every string (at any depth) passed through the one redaction step."""
+    if isinstance(value, str):
+        return redact_text(value)
+    if isinstance(value, Mapping):
+        return {k: redact_status(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [redact_status(v) for v in value]
+    return value
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def trimmed_status(status: Mapping[str, Any]) -> dict[str, Any]:
+    """The status with its free-text fields cut to sizes any sane schema accepts."""
+    out = dict(status)
+    if isinstance(out.get("lastLogLines"), list):
+        out["lastLogLines"] = [
+            _cut(str(line), _LINE_CHARS) for line in out["lastLogLines"][-_LOG_LINES_KEPT:]
+        ]
+    for key in ("message", "teardownMessage"):
+        if isinstance(out.get(key), str):
+            out[key] = _cut(out[key], _MESSAGE_CHARS)
+    if isinstance(out.get("conditions"), list):
+        out["conditions"] = [
+            {**c, "message": _cut(str(c["message"]), _MESSAGE_CHARS)}
+            if isinstance(c, Mapping) and isinstance(c.get("message"), str)
+            else c
+            for c in out["conditions"]
+        ]
+    return out
+
+
+def minimal_status(status: Mapping[str, Any]) -> dict[str, Any]:
+    """Phase, outcome, reason, a short message, timestamps, names and ids: what the job's
+    progress and teardown need, without the bulky or free-text fields."""
+    out = {k: v for k, v in status.items() if k not in _NOT_MINIMAL}
+    if isinstance(out.get("message"), str):
+        out["message"] = _cut(out["message"], _MINIMAL_MESSAGE_CHARS)
+    return out
+
+
+def _answer(exc: ApiException) -> str:
+    body = exc.body.decode(errors="replace") if isinstance(exc.body, bytes) else str(exc.body or "")
+    return redact_text(_cut(f"{exc.status} {exc.reason}: {body}".strip(), 400))
+
+
+def _translate(exc: BaseException, doing: str) -> TaoBrevError:
+    """Every failure of an API call as a transient `controller.api.errors` type with a clear message."""
+    if isinstance(exc, ApiException):
+        if exc.status in (401, 403):
+            return KubeAccessDenied(
+                f"{doing}: {_answer(exc)}. Right after an API server restart this passes by itself; "
+                f"if it persists, check the operator's token and RBAC ({RBAC_HINT})"
+            )
+        if exc.status == 0:  # the client's own failure (e.g. a timeout wrapped by the client)
+            return KubeUnavailable(f"{doing}: no answer from the API server: {redact_text(str(exc.reason))}")
+        return KubeUnavailable(f"{doing}: the API server answered {_answer(exc)}")
+    kind = type(exc).__name__
+    return KubeUnavailable(
+        f"{doing}: no answer from the API server ({kind}: {redact_text(_cut(str(exc), 300))})"
+    )

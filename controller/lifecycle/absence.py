@@ -1,0 +1,99 @@
+"""Whether the instance is still there (PURE): listing facts, suspected loss, confirmed absence.
+
+Absence is confirmed, never assumed. The instance is matched by Brev's id once seen. A listing
+without it makes it *suspected* lost (`absentListings`); only after `Tunables.absent_listings`
+(>= 3) consecutive listings, spaced by the poll interval, with no exec evidence in between, and
+a probe that does not answer (a container that runs: `docker wait` is a long poll a leader change
+or a restart cuts short, so a healthy run can go three listings without evidence), does the
+machine act: if a container ran, the run ends as InstanceNotListed and one upload of what can
+be reached is tried first; then `brev delete` (by id, under the identity that created the
+instance) decides, and only its "not found" turns the reason into InstanceLost.
+"""
+
+from __future__ import annotations
+
+from controller.api import reasons
+from controller.brev.client import DELETING, FAILURE
+from controller.lifecycle.decision_pass import Pass
+from controller.lifecycle.steps import DeleteInstance, EventNote, ProbeExec
+
+
+def _confirm_lost(p: Pass) -> tuple[str, str] | None:
+    """The instance is not in this listing. Suspected lost until `absent_listings` listings (with
+    no exec evidence) say so; then `brev delete` (owned) decides. Returns (reason, message) once
+    confirmed."""
+    if p.exec_evidence():
+        p.present()  # it answered exec in this pass: it exists, whatever the listing says
+        return None
+    n = p.process_absence()
+    if n < p.tun.absent_listings or _probe_first(p):
+        return None
+    where = f"instance {p.instance} ({p.s.instance_id or 'no id seen'})"
+    gone = (
+        f"{where} disappeared: not listed in {n} consecutive listings over {int(p.since(p.s.absent_since))}s"
+    )
+    if not p.owned:
+        # Not ours to delete: enough listings are the most we can learn.
+        return reasons.INSTANCE_LOST, gone
+    if p.process_identity():
+        p.not_accessible()  # only the creating identity's "not found" would be proof
+        return None
+    if p.s.container_started_at is not None and not p.s.upload_attempts:
+        # A container ran: its results may still be reachable. Upload first; the delete in
+        # teardown then confirms (InstanceNotListed until it does, never InstanceLost).
+        p.events.append(EventNote("Warning", reasons.INSTANCE_NOT_LISTED, gone))
+        return reasons.INSTANCE_NOT_LISTED, f"{gone}; uploading what can be reached, then deleting it"
+    return _confirm_by_delete(p, gone)
+
+
+def _probe_first(p: Pass) -> bool:
+    """Ask the instance itself before acting on listings: a running container that answers a
+    probe is there, whatever three listings said (the simulation found healthy runs deleted and
+    re-created on listing glitches alone). Only while the container runs: after an exit a VM
+    going away may still answer for a moment (run_phases._answers_after_exit), and before a
+    container started the phase's own probes are the evidence."""
+    running = p.s.container_started_at is not None and p.s.container_exited_at is None
+    if not running or p.obs.did(ProbeExec):
+        return False  # probed in this pass: it did not answer (an answer is exec evidence)
+    p.actions.append(ProbeExec(p.instance))
+    p.requeue = 0.0
+    return True
+
+
+def _confirm_by_delete(p: Pass, gone: str) -> tuple[str, str] | None:
+    if p.obs.delete_not_found or p.obs.delete_requested:
+        if p.obs.delete_requested:
+            p.s.delete_accepted_at = p.s.delete_accepted_at or p.now
+        how = (
+            "brev delete answers not found"
+            if p.obs.delete_not_found
+            else "it was unreachable, so it was deleted"
+        )
+        return reasons.INSTANCE_LOST, f"{gone}; {how}"
+    if p.since(p.s.delete_requested_at) >= p.tun.poll_interval:
+        p.s.delete_requested_at = p.now
+        p.actions.append(DeleteInstance(p.target))
+        p.events.append(
+            EventNote(
+                "Warning", reasons.INSTANCE_NOT_LISTED, f"{gone}; confirming with brev delete {p.target}"
+            )
+        )
+        p.requeue = 0.0
+    return None
+
+
+def process_instance_fate(p: Pass) -> tuple[str, str] | None:
+    """None while the instance is (or may be) there; (reason, message) once it is confirmed lost
+    or failed. Listing facts (DELETING, FAILURE) count at once; absence only when confirmed."""
+    if not p.obs.instance_known or p.process_ambiguity():
+        return None
+    inst = p.obs.instance
+    if inst is None:
+        return _confirm_lost(p)
+    p.process_identity()
+    p.seen(inst)
+    if inst.status == DELETING:
+        return reasons.INSTANCE_LOST, f"instance {p.instance} is being deleted (not by this job)"
+    if inst.status == FAILURE:
+        return reasons.INSTANCE_FAILED, f"instance {p.instance} went to FAILURE during {p.phase}"
+    return None

@@ -1,0 +1,398 @@
+"""Recovery on a new instance, checkpoint sync/restore, billed time and budgets (PURE).
+
+When an attempt's instance is lost (absence confirmed by controller/lifecycle/absence.py, never one
+listing), goes to FAILURE or DELETING, is STOPPED by someone else, never accepts commands
+(WaitingExec timeout), or the container exits with a code in `spec.recovery.retryOnExitCodes`,
+and `spec.recovery.maxAttempts` allows, the attempt ends instead of the run:
+
+1. `end_attempt`: the attempt's record (`status.attempts[]`) says why; phase goes back to
+   Provisioning with the OLD instance still current (its name and id stay in status).
+2. `release_previous` (start of every Provisioning pass): `brev delete` the old instance and
+   confirm it gone exactly as teardown does (not-found under the creating identity, or an
+   accepted delete then `absent_listings` listings). Only then is `deletedAt` written.
+3. In the SAME status write the next attempt's name (`naming.attempt_instance_name`) becomes
+   current and its per-instance fields are reset; the create follows in a later pass, after that
+   status landed. So at no point are two instances of the job live unless the older one is the
+   current one being deleted, and a crash anywhere restarts from status without a second create
+   or a forgotten instance. Confirm-then-create costs the delete confirmation (one `brev delete`
+   answering not-found for a lost instance; a few listings for a live one) in recovery time.
+
+A reused instance (spec.instance.reuse) is never recovered: there is nothing to create.
+
+Billed time per attempt runs from the first `brev create` request to the confirmed deletion
+(or the job's finish for a retained instance, or now); cost = billed x the type's hourly price
+from `brev search` (unknown prices make the total unknown, never zero).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from controller.api import naming, reasons
+from controller.api.models import AttemptRecord, CheckpointStatus, Outcome, TaoBrevJobStatus
+from controller.brev.client import STOPPED, STOPPING
+from controller.lifecycle.decision_pass import Pass
+from controller.lifecycle.phases import PHASES, Phase
+from controller.lifecycle.status_text import clip
+from controller.lifecycle.steps import EventNote, SyncCheckpoints
+
+# Stored billed seconds of a running attempt move in steps of this much. Every step is a status
+# write and a watch event per running job: at 60 s (every exit wait re-arm) they were half the
+# operator's CPU at 1,000 running jobs (issue 11). Status is the coarse human view; the budget
+# check, ended attempts and the billing gauges use the exact figure every pass.
+BILL_STEP_SECONDS = 600
+
+
+# -- policy --------------------------------------------------------------------------------------
+
+
+def enabled(p: Pass) -> bool:
+    """Recovery (and so checkpoint sync) applies: a parsed spec, an instance this job creates,
+    and more than one attempt allowed."""
+    spec = p.spec
+    return spec is not None and spec.instance.ephemeral is not None and spec.recovery.max_attempts > 1
+
+
+def attempt_no(p: Pass) -> int:
+    return p.s.attempt or 1
+
+
+def may_retry(p: Pass) -> bool:
+    """Another attempt may follow this one: recovery applies, the run has not ended, the job is
+    not being deleted, and attempts are left."""
+    return (
+        enabled(p)
+        and p.spec is not None
+        and not p.s.run_outcome
+        and not p.obs.deleting
+        and attempt_no(p) < p.spec.recovery.max_attempts
+    )
+
+
+def retries_exit_code(p: Pass, code: int) -> bool:
+    return code != 0 and p.spec is not None and code in p.spec.recovery.retry_on_exit_codes and may_retry(p)
+
+
+def stopped_by_someone(p: Pass) -> tuple[str, str] | None:
+    """An instance this job created is STOPPED/STOPPING: this job never stops it, so someone (or
+    Brev) did, and nothing on it answers. With attempts left a new one follows; without, the run
+    ends (InstanceStopped) and teardown deletes it."""
+    inst = p.obs.instance
+    if not p.owned or inst is None or inst.status not in (STOPPED, STOPPING):
+        return None
+    return reasons.INSTANCE_STOPPED, f"instance {p.instance} is {inst.status} (not stopped by this job)"
+
+
+# -- attempts ------------------------------------------------------------------------------------
+
+
+def current(p: Pass) -> AttemptRecord | None:
+    return p.s.attempts[-1] if p.s.attempts else None
+
+
+def end_attempt(p: Pass, reason: str, message: str) -> None:
+    """This attempt is over, the job is not: record why and go back to Provisioning, where the old
+    instance is deleted and confirmed before the next one is created."""
+    track(p)
+    rec = current(p)
+    assert rec is not None, "an owned instance always has an attempt record"
+    n = rec.attempt
+    # absence.py's wording for the end of a run; here no upload follows.
+    message = message.removesuffix("; uploading what can be reached, then deleting it")
+    rec.ended_at = p.now
+    rec.ended_reason = reason
+    rec.ended_message = clip(message)
+    note = f"attempt {n} ended: {message}; deleting instance {p.instance}, then attempt {n + 1} on a new one"
+    p.events.append(EventNote("Warning", reason, clip(note)))
+    # Per-run facts of the ended attempt; the next one starts clean.
+    for field in (
+        "container_started_at",
+        "container_exited_at",
+        "exit_code",
+        "run_ended_at",
+        "upload_attempts",
+        "unanswered_since",
+        "unanswered_checked_at",
+    ):
+        setattr(p.s, field, None)
+    if p.phase == Phase.PROVISIONING:
+        p.s.phase_times = {**p.s.phase_times, str(Phase.PROVISIONING): p.now}
+        p.s.retries = 0
+    else:
+        p.enter(Phase.PROVISIONING, note)
+    p.s.reason = reasons.RECOVERING
+    p.s.message = clip(note)
+    p.requeue = 0.0
+
+
+def release_previous(p: Pass, released: bool) -> None:
+    """Called while the current attempt has ended: `released` is whether its instance is now
+    confirmed deleted. Then the next attempt becomes current (before any create)."""
+    rec = current(p)
+    assert rec is not None
+    if rec.deleted_at is None:
+        if not released:
+            return
+        rec.deleted_at = p.now
+    _next_attempt(p)
+
+
+def ended_not_switched(p: Pass) -> bool:
+    rec = current(p)
+    return rec is not None and rec.ended_at is not None and p.s.run_outcome is None
+
+
+def _next_attempt(p: Pass) -> None:
+    attempts = list(p.s.attempts or [])
+    n = attempts[-1].attempt + 1
+    name = naming.attempt_instance_name(attempts[0].instance_name, n)
+    attempts.append(AttemptRecord(attempt=n, instance_name=name))
+    p.s.attempts = attempts
+    p.s.attempt = n
+    p.s.instance_name = name
+    if p.s.job_id:
+        p.s.backend_ref = naming.backend_ref(name, p.s.job_id)
+    for field in (
+        "instance_id",
+        "brev_identity",
+        "gpu",
+        "create_requested_at",
+        "create_returned_at",
+        "start_requested_at",
+        "delete_requested_at",
+        "delete_accepted_at",
+        "absent_listings",
+        "absent_since",
+        "absent_checked_at",
+        "cleaned_up_at",
+        "teardown_message",
+    ):
+        setattr(p.s, field, None)
+    p.s.retries = 0
+    p.s.reason = reasons.RECOVERING
+    p.s.message = f"attempt {n}: creating instance {name}"
+    p.events.append(EventNote("Normal", reasons.ATTEMPT_STARTED, p.s.message))
+    # The listing in this pass was of the old name: look again before creating.
+    p.requeue = 0.0
+
+
+# -- bookkeeping and billing ----------------------------------------------------------------------
+
+
+def track(p: Pass) -> None:
+    """Keep the current attempt's record in step with status (every pass, at the end), and the
+    billed figures with it."""
+    if not p.owned or not p.s.instance_name:
+        return
+    attempts = list(p.s.attempts or [])
+    if not attempts:
+        attempts = [AttemptRecord(attempt=1, instance_name=p.s.instance_name)]
+        p.s.attempt = 1
+    rec = attempts[-1]
+    if rec.instance_name == p.s.instance_name and rec.deleted_at is None:
+        _follow(p, rec)
+    p.s.attempts = attempts
+    _bill(p)
+
+
+def _follow(p: Pass, rec: AttemptRecord) -> None:
+    if p.s.instance_id and rec.instance_id != p.s.instance_id:
+        rec.instance_id = p.s.instance_id
+    # Billing starts at the FIRST create that may have made the instance; a refused create
+    # (nothing made) clears it in status, and so here.
+    if not p.asked_brev():
+        rec.create_requested_at = None
+    elif rec.create_requested_at is None:
+        rec.create_requested_at = p.s.create_requested_at
+    inst = p.obs.instance
+    if inst is not None and inst.instance_type and rec.instance_type != inst.instance_type:
+        rec.instance_type = inst.instance_type
+    if p.obs.price_per_hour is not None and rec.price_per_hour is None and rec.instance_type:
+        rec.price_per_hour = p.obs.price_per_hour
+    if p.s.finished_at is not None and rec.create_requested_at is not None and p.deletes_instance():
+        rec.deleted_at = p.s.finished_at  # teardown finishes only once the delete is confirmed
+
+
+def billed_seconds(rec: AttemptRecord, now: datetime, finished_at: datetime | None) -> float:
+    if rec.create_requested_at is None:
+        return 0.0
+    end = rec.deleted_at or finished_at or now
+    return max(0.0, (end - rec.create_requested_at).total_seconds())
+
+
+def totals(p: Pass) -> tuple[float, float | None]:
+    """(billed seconds, cost in dollars or None when a price is unknown) over all attempts, exact."""
+    return exact_totals(p.s, p.now)
+
+
+def exact_totals(status: TaoBrevJobStatus, now: datetime) -> tuple[float, float | None]:
+    """`totals` from a status alone (the billing gauges, between the stored steps)."""
+    secs, cost, known = 0.0, 0.0, True
+    for rec in status.attempts or ():
+        b = billed_seconds(rec, now, status.finished_at)
+        secs += b
+        if rec.price_per_hour is not None:
+            cost += b * rec.price_per_hour / 3600
+        elif b > 0:
+            known = False
+    return secs, (cost if known else None)
+
+
+def _bill(p: Pass) -> None:
+    for rec in p.s.attempts or ():
+        exact = billed_seconds(rec, p.now, p.s.finished_at)
+        closed = rec.deleted_at is not None or p.s.finished_at is not None
+        old = rec.billed_seconds
+        if closed or old is None or exact - old >= BILL_STEP_SECONDS:
+            rec.billed_seconds = int(exact)
+        if rec.price_per_hour is not None and rec.billed_seconds is not None:
+            rec.estimated_cost_dollars = round(rec.billed_seconds * rec.price_per_hour / 3600, 4)
+    recs = p.s.attempts or []
+    p.s.billed_seconds = sum(r.billed_seconds or 0 for r in recs)
+    known = all(r.price_per_hour is not None or not r.billed_seconds for r in recs)
+    p.s.cost_known = known
+    p.s.estimated_cost_dollars = (
+        round(sum(r.estimated_cost_dollars or 0.0 for r in recs), 4) if known else None
+    )
+
+
+def over_budget(p: Pass, at: datetime | None = None) -> str | None:
+    """The budget message once billed time or cost (all attempts, exact) reached a limit, now or
+    at `at` (a container's exit: what billed after it is not the run's doing)."""
+    if p.spec is None or not p.s.attempts:
+        return None
+    budget = p.spec.budget
+    secs, cost = exact_totals(p.s, at or p.now)
+    if budget.max_billed_seconds is not None and secs >= budget.max_billed_seconds:
+        return (
+            f"billed time {int(secs)}s over {len(p.s.attempts)} attempt(s) reached "
+            f"spec.budget.maxBilledSeconds={budget.max_billed_seconds}"
+            + (f" (estimated cost ${cost:.2f})" if cost is not None else "")
+        )
+    if budget.max_cost_dollars is not None and cost is not None and cost >= budget.max_cost_dollars:
+        return (
+            f"estimated cost ${cost:.2f} ({int(secs)}s billed over {len(p.s.attempts)} attempt(s)) "
+            f"reached spec.budget.maxCostDollars={budget.max_cost_dollars}"
+        )
+    return None
+
+
+def budget_left(p: Pass) -> float | None:
+    """Seconds until the budget is reached at the current attempt's rate (None: no budget, or a
+    cost budget with an unknown price). Bounds the exit wait, so no wait overruns the budget."""
+    if p.spec is None or not p.s.attempts:
+        return None
+    budget = p.spec.budget
+    secs, cost = totals(p)
+    lefts: list[float] = []
+    if budget.max_billed_seconds is not None:
+        lefts.append(budget.max_billed_seconds - secs)
+    price = p.s.attempts[-1].price_per_hour
+    if budget.max_cost_dollars is not None and cost is not None and price:
+        lefts.append((budget.max_cost_dollars - cost) * 3600 / price)
+    return max(0.0, min(lefts)) if lefts else None
+
+
+def check_budget(p: Pass) -> None:
+    """Before the run ended: a reached budget ends it (stop, upload what exists, tear down).
+    Running is judged by run_phases.running instead: it looks for the exit first (an exit 0 inside
+    the budget, seen late after downtime, is a success) and judges an exit at its own time."""
+    if p.s.run_outcome or not PHASES[p.phase].budget_judged:
+        return
+    message = over_budget(p)
+    if message is not None:
+        p.end_run(Outcome.FAILED, reasons.BUDGET_EXCEEDED, message)
+
+
+# -- checkpoints ---------------------------------------------------------------------------------
+
+
+def fold_sync(p: Pass) -> None:
+    """What the last `SyncCheckpoints` learned about the previous sync."""
+    got = p.obs.checkpoint_sync
+    if got is None:
+        return
+    ck = p.s.checkpoint or CheckpointStatus()
+    if got.state == "ok":
+        if got.epoch is not None:
+            ck.epoch = max(got.epoch, ck.epoch or 0)
+        ck.objects = got.objects
+        ck.synced_at = p.now
+        ck.failures = None
+        ck.last_error = None
+    elif got.state == "failed":
+        sync_failed(p, ck, got.message)
+    p.s.checkpoint = ck
+
+
+def sync_failed(p: Pass, ck: CheckpointStatus, message: str) -> None:
+    """Transient by definition: counted and shown, retried next interval, never fails the job."""
+    ck.failures = (ck.failures or 0) + 1
+    ck.last_error = clip(message, 500)
+    if ck.failures == 1:
+        p.events.append(
+            EventNote("Warning", reasons.CHECKPOINT_SYNC_FAILED, clip(f"checkpoint sync failed: {message}"))
+        )
+    p.s.checkpoint = ck
+
+
+def schedule_sync(p: Pass) -> None:
+    """One `SyncCheckpoints` per interval while the container runs (first one an interval after it
+    started). The request time is written before the action, so a crash never doubles it."""
+    if not enabled(p) or p.spec is None or p.s.container_started_at is None:
+        return
+    if p.obs.did(SyncCheckpoints) or p.obs.failure is not None:
+        return
+    if sync_due_in(p) != 0.0:
+        return
+    ck = p.s.checkpoint or CheckpointStatus()
+    ck.sync_requested_at = p.now
+    p.s.checkpoint = ck
+    p.actions.append(SyncCheckpoints(p.instance))
+
+
+def sync_due_in(p: Pass) -> float | None:
+    """Seconds until the next checkpoint sync is due (0 = now); None = no sync is scheduled."""
+    if not enabled(p) or p.spec is None or p.s.container_started_at is None:
+        return None
+    ck = p.s.checkpoint or CheckpointStatus()
+    since = ck.sync_requested_at
+    last = since if since is not None and since >= p.s.container_started_at else p.s.container_started_at
+    return max(0.0, p.spec.recovery.checkpoint_interval_seconds - p.since(last))
+
+
+def needs_restore(p: Pass) -> bool:
+    rec = current(p)
+    return enabled(p) and rec is not None and rec.attempt >= 2 and rec.restored_at is None
+
+
+def fold_restore(p: Pass) -> None:
+    got = p.obs.restored
+    rec = current(p)
+    if got is None or rec is None or rec.restored_at is not None:
+        return
+    rec.restored_at = p.now
+    rec.resumed_from = got.path
+    rec.resumed_from_epoch = got.epoch
+    if got.path is not None:
+        msg = f"attempt {rec.attempt} resumes from {got.path} (epoch {got.epoch}; {got.objects} objects)"
+    else:
+        msg = f"attempt {rec.attempt}: no checkpoint found under checkpoints/; training starts from scratch"
+    if got.unreadable:
+        # A newer checkpoint cut short (copied while TAO wrote it, or by a killed copy): resuming
+        # from it would fail the run; the previous whole one is used instead, and said so.
+        passed = ", ".join(got.unreadable)
+        msg += f"; passed over {len(got.unreadable)} unreadable newer checkpoint(s): {passed}"
+        p.events.append(EventNote("Warning", reasons.CHECKPOINT_RESTORED, clip(msg)))
+        return
+    p.events.append(EventNote("Normal", reasons.CHECKPOINT_RESTORED, msg))
+
+
+def resume_path(p: Pass) -> str | None:
+    """The override for attempt >= 2 of a `train` action when a checkpoint was restored."""
+    rec = current(p)
+    if rec is None or rec.attempt < 2 or rec.resumed_from is None:
+        return None
+    if p.spec is None or p.spec.task.action != "train":
+        return None
+    return rec.resumed_from
