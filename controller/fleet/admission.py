@@ -105,7 +105,7 @@ class JobFacts:
             priority=_int(spec.get("priority"), 0),
             suspended=spec.get("suspend") is True,
             admitted=bool(status.get("admittedAt"))
-            or entered_any(_map(status, "phaseTimes"), "holds_slot")
+            or entered_any(_map(status, "phaseTimes"), lambda r: r.holds_slot)
             or _holds_slot(phase),
             finished=bool(status.get("finishedAt")),
             deleting=bool(meta.get("deletionTimestamp")),

@@ -136,6 +136,6 @@ def _admission(status: TaoBrevJobStatus) -> list[Condition]:
 def is_admitted(status: TaoBrevJobStatus) -> bool:
     """Admitted under the quotas; a job that ever left Pending for Provisioning was admitted (also
     one from before quotas). A job that went from Pending straight to Deleted never was."""
-    if status.admitted_at is not None or entered_any(status.phase_times, "holds_slot"):
+    if status.admitted_at is not None or entered_any(status.phase_times, lambda r: r.holds_slot):
         return True
     return status.phase is not None and PHASES[status.phase].holds_slot

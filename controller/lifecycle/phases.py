@@ -16,7 +16,7 @@ above use it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -125,8 +125,8 @@ def row(phase: str | None) -> PhaseSpec:
     return PHASES[Phase(phase or Phase.PENDING)]
 
 
-def entered_any(phase_times: Mapping[str, object], flag: str) -> bool:
-    """Whether the job ever entered a phase whose `flag` is set (status.phaseTimes' keys; names
-    this release does not know are skipped)."""
-    known = {str(p) for p, r in PHASES.items() if getattr(r, flag)}
+def entered_any(phase_times: Mapping[str, object], flag: Callable[[PhaseSpec], bool]) -> bool:
+    """Whether the job ever entered a phase whose row answers `flag` (e.g. `lambda r: r.holds_slot`;
+    status.phaseTimes' keys; names this release does not know are skipped)."""
+    known = {str(p) for p, r in PHASES.items() if flag(r)}
     return any(name in known for name in phase_times)

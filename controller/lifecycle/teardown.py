@@ -223,7 +223,7 @@ def _cleanup_done(p: Pass) -> bool:
 def _workload_may_exist(p: Pass) -> bool:
     """Secrets, spec or a container exist on the instance only once the job entered a phase
     that puts them there (the `workload` flag: Pulling on)."""
-    return entered_any(p.s.phase_times, "workload")
+    return entered_any(p.s.phase_times, lambda r: r.workload)
 
 
 def _may_still_hold_secrets(p: Pass, inst: Instance | None) -> bool:

@@ -19,9 +19,15 @@ from pathlib import Path
 import grimp
 
 
+@functools.cache
+def _graph(package: str) -> grimp.ImportGraph:
+    return grimp.build_graph(package)
+
+
+@functools.cache
 def levels(package: str = "controller") -> dict[str, int]:
     """Each module of `package` (its own top-level `__init__` left out) and its level."""
-    graph = grimp.build_graph(package)
+    graph = _graph(package)
     modules = {m for m in graph.modules if m.startswith(package + ".")}
     imports = {m: graph.find_modules_directly_imported_by(m) & modules for m in modules}
 
@@ -34,7 +40,7 @@ def levels(package: str = "controller") -> dict[str, int]:
 
 
 def longest_chain(package: str = "controller") -> list[str]:
-    graph = grimp.build_graph(package)
+    graph = _graph(package)
     lv = levels(package)
     top = max(lv, key=lambda m: lv[m])
     chain = [top]

@@ -83,4 +83,4 @@ def test_admission_reads_the_slot_flag_from_raw_objects_and_from_status(
 def test_a_phase_a_newer_release_wrote_is_taken_to_hold_a_slot() -> None:
     body = {"metadata": {"name": "j"}, "spec": {}, "status": {"phase": "Hibernating"}}
     assert JobFacts.from_body(body).admitted is True
-    assert entered_any({"Hibernating": T}, "holds_slot") is False
+    assert entered_any({"Hibernating": T}, lambda r: r.holds_slot) is False
