@@ -12,6 +12,8 @@ instance) decides, and only its "not found" turns the reason into InstanceLost.
 
 from __future__ import annotations
 
+from enum import StrEnum
+
 from controller.api import reasons
 from controller.brev.client import DELETING, FAILURE
 from controller.lifecycle.decision_pass import Pass
@@ -82,18 +84,51 @@ def _confirm_by_delete(p: Pass, gone: str) -> tuple[str, str] | None:
     return None
 
 
-def process_instance_fate(p: Pass) -> tuple[str, str] | None:
-    """None while the instance is (or may be) there; (reason, message) once it is confirmed lost
-    or failed. Listing facts (DELETING, FAILURE) count at once; absence only when confirmed."""
-    if not p.obs.instance_known or p.process_ambiguity():
-        return None
+class Listed(StrEnum):
+    """What this pass's listing says of the instance (detect_listing), before anything is
+    concluded from it."""
+
+    UNKNOWN = "unknown"  # no listing in this pass
+    AMBIGUOUS = "ambiguous"  # several instances of its name, none recorded as ours
+    MISSING = "missing"  # not in the listing: suspected lost, never proof
+    DELETING = "deleting"  # being deleted, not by this job
+    FAILED = "failed"  # FAILURE
+    PRESENT = "present"
+
+
+def detect_listing(p: Pass) -> Listed:
+    """A question: what the listing says (reads the observation, writes nothing)."""
+    if not p.obs.instance_known:
+        return Listed.UNKNOWN
+    if p.obs.instance_ambiguous:
+        return Listed.AMBIGUOUS
     inst = p.obs.instance
     if inst is None:
-        return _confirm_lost(p)
-    p.process_identity()
-    p.seen(inst)
+        return Listed.MISSING
     if inst.status == DELETING:
-        return reasons.INSTANCE_LOST, f"instance {p.instance} is being deleted (not by this job)"
+        return Listed.DELETING
     if inst.status == FAILURE:
+        return Listed.FAILED
+    return Listed.PRESENT
+
+
+def process_instance_fate(p: Pass) -> tuple[str, str] | None:
+    """None while the instance is (or may be) there; (reason, message) once it is confirmed lost
+    or failed. Listing facts (DELETING, FAILURE) count at once; absence only when confirmed.
+    The writer of the instance's presence facts (id, absence count) and of the ambiguity and
+    identity stalls."""
+    listed = detect_listing(p)
+    if listed is Listed.UNKNOWN:
+        return None
+    if p.process_ambiguity():
+        return None
+    if listed is Listed.MISSING:
+        return _confirm_lost(p)
+    assert p.obs.instance is not None  # narrows: every other answer came from a listed instance
+    p.process_identity()
+    p.seen(p.obs.instance)
+    if listed is Listed.DELETING:
+        return reasons.INSTANCE_LOST, f"instance {p.instance} is being deleted (not by this job)"
+    if listed is Listed.FAILED:
         return reasons.INSTANCE_FAILED, f"instance {p.instance} went to FAILURE during {p.phase}"
     return None

@@ -208,15 +208,20 @@ class Pass:
         self.s.absent_since = None
         self.s.absent_checked_at = None
 
-    def process_absence(self) -> int:
-        """Count this listing if it is a new one: taken at least a poll interval after the last
-        one counted. By when the listing was taken, not when the pass ran: the directory serves
-        one listing to every pass for up to listing_max_age, and the same omission seen again is
-        no new evidence (one glitch counted three times deleted healthy instances; issue 25,
-        scenario 4)."""
+    def detect_new_listing(self) -> bool:
+        """Whether this pass's listing is new evidence: taken at least a poll interval after the
+        last one counted. By when the listing was taken, not when the pass ran: the directory
+        serves one listing to every pass for up to listing_max_age, and the same omission seen
+        again is no new evidence (one glitch counted three times deleted healthy instances;
+        issue 25, scenario 4)."""
         listed_at = self.obs.listed_at or self.now
         last = self.s.absent_checked_at
-        if last is None or (listed_at - last).total_seconds() >= self.tun.poll_interval:
+        return last is None or (listed_at - last).total_seconds() >= self.tun.poll_interval
+
+    def process_absence(self) -> int:
+        """Count this listing (without the instance) if it is new evidence; the count so far."""
+        listed_at = self.obs.listed_at or self.now
+        if self.detect_new_listing():
             self.s.absent_listings = (self.s.absent_listings or 0) + 1
             self.s.absent_since = self.s.absent_since or listed_at
             self.s.absent_checked_at = listed_at
@@ -226,12 +231,16 @@ class Pass:
         done = set(self.obs.completed)
         return bool(done & _EXEC_EVIDENCE) or (self.obs.did(ProbeExec) and bool(self.obs.probe_ok))
 
-    def process_identity(self) -> bool:
+    def detect_identity_change(self) -> bool:
         """The CLI is logged in as someone else than who asked for the instance. Listings (made
         with --all) and an accepted delete still count; a "not found" does not (brev resolves
         names and ids among the caller's own instances only)."""
         recorded, current = self.s.brev_identity, self.obs.identity
-        differs = recorded is not None and current is not None and not same_reach(recorded, current)
+        return recorded is not None and current is not None and not same_reach(recorded, current)
+
+    def process_identity(self) -> bool:
+        """detect_identity_change, and the InstanceNotAccessible stall lifted once it is over."""
+        differs = self.detect_identity_change()
         if not differs:
             self.unstall(reasons.INSTANCE_NOT_ACCESSIBLE)
         return differs
