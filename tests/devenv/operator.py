@@ -79,6 +79,9 @@ class OperatorProcess:
     sim: BrevSim
     workdir: Path
     extra_env: Mapping[str, str] = field(default_factory=dict)
+    # Where `python -m controller` runs from (its `controller` package is found first there):
+    # another release's code for the upgrade test.
+    code_dir: Path = REPO
     proc: subprocess.Popen[bytes] | None = None
     metrics_port: int = 0
     health_port: int = 0
@@ -130,7 +133,7 @@ class OperatorProcess:
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "controller"],
-            cwd=REPO,
+            cwd=self.code_dir,
             env=self.env(),
             stdin=subprocess.DEVNULL,
             stdout=log,
