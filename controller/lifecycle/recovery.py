@@ -216,8 +216,17 @@ def _follow(p: Pass, rec: AttemptRecord) -> None:
 def billed_seconds(rec: AttemptRecord, now: datetime, finished_at: datetime | None) -> float:
     if rec.create_requested_at is None:
         return 0.0
-    end = rec.deleted_at or finished_at or now
-    return max(0.0, (end - rec.create_requested_at).total_seconds())
+    recorded_end = rec.deleted_at or finished_at
+    # Recorded times at the resolution status stores them (whole seconds): a closed attempt's
+    # figure is then the same before and after a round trip through the API server (a restart or
+    # an upgrade rewrote finished jobs' billedSeconds by a second; found by tests/e2e/test_upgrade).
+    start = _stored(rec.create_requested_at)
+    end = _stored(recorded_end) if recorded_end is not None else now
+    return max(0.0, (end - start).total_seconds())
+
+
+def _stored(t: datetime) -> datetime:
+    return t.replace(microsecond=0)
 
 
 def totals(p: Pass) -> tuple[float, float | None]:
