@@ -10,8 +10,8 @@ from datetime import timedelta
 
 from controller.api.models import AttemptRecord, Outcome, TaoBrevJobStatus
 from controller.lifecycle.phases import Phase
-from tests.unit.test_machine import T0, at
-from tests.unit.test_recovery import ID, INST, step
+from tests.unit.test_machine import INST, T0, at
+from tests.unit.test_recovery import ID, step
 
 CREATED = T0 + timedelta(microseconds=600_000)  # 12:00:00.6, stored as 12:00:00
 DELETED = T0 + timedelta(seconds=10, microseconds=400_000)  # 12:00:10.4, stored as 12:00:10
