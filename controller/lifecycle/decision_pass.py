@@ -52,6 +52,8 @@ class Pass:
         self.s = status.model_copy(deep=True)
         # One phase change per written status (observers see every phase the job went through).
         self.start_phase = status.phase or Phase.PENDING
+        # Finished before this pass: its record is final (recovery.track leaves it as stored).
+        self.finished_before = status.finished_at is not None
         self.prev_conditions = list(status.conditions)
         self.actions: list[Action] = []
         self.events: list[EventNote] = []

@@ -182,7 +182,9 @@ def _next_attempt(p: Pass) -> None:
 def track(p: Pass) -> None:
     """Keep the current attempt's record in step with status (every pass, at the end), and the
     billed figures with it."""
-    if not p.owned or not p.s.instance_name:
+    if not p.owned or not p.s.instance_name or p.finished_before:
+        # A finished job's record is final: another process (a restart, an upgrade that rounds
+        # differently) must not rewrite its billed figures (found by tests/e2e/test_upgrade).
         return
     attempts = list(p.s.attempts or [])
     if not attempts:

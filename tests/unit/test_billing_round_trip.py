@@ -10,6 +10,7 @@ from datetime import timedelta
 
 from controller.api.models import AttemptRecord, Outcome, TaoBrevJobStatus
 from controller.lifecycle.phases import Phase
+from controller.lifecycle.recovery import billed_seconds
 from tests.unit.test_machine import INST, T0, at
 from tests.unit.test_recovery import ID, step
 
@@ -40,10 +41,33 @@ def finished() -> TaoBrevJobStatus:
     )
 
 
-def test_billed_figures_of_a_finished_job_are_the_same_after_a_round_trip() -> None:
-    here = step(finished(), now=DELETED).status
+def test_billed_figures_of_a_closed_attempt_are_the_same_after_a_round_trip() -> None:
+    here = finished()
     stored = TaoBrevJobStatus.from_k8s(here.to_k8s())
+    assert here.attempts is not None and stored.attempts is not None
+    in_process = billed_seconds(here.attempts[0], DELETED, here.finished_at)
+    next_process = billed_seconds(stored.attempts[0], DELETED + timedelta(hours=1), stored.finished_at)
+    assert in_process == next_process == 10
+
+
+def test_a_finished_job_is_not_rewritten_by_the_next_process() -> None:
+    stored = TaoBrevJobStatus.from_k8s(finished().to_k8s())
     again = step(stored, now=DELETED + timedelta(hours=1)).status
-    assert here.billed_seconds == again.billed_seconds == 10
-    assert here.estimated_cost_dollars == again.estimated_cost_dollars
-    assert again.to_k8s() == stored.to_k8s(), "the next process writes nothing for a finished job"
+    assert again.attempts == stored.attempts
+    assert (again.billed_seconds, again.estimated_cost_dollars) == (
+        stored.billed_seconds,
+        stored.estimated_cost_dollars,
+    )
+
+
+def test_a_record_another_release_finished_is_left_as_it_was() -> None:
+    """The previous release billed from sub-second times (9 s here); this one would count 10 s
+    from the stored ones, but a finished job's record is final."""
+    theirs = finished()
+    assert theirs.attempts is not None
+    theirs.attempts[0].billed_seconds = 9
+    theirs.billed_seconds = 9
+    stored = TaoBrevJobStatus.from_k8s(theirs.to_k8s())
+    again = step(stored, now=DELETED + timedelta(hours=1)).status
+    assert again.billed_seconds == 9
+    assert again.attempts is not None and again.attempts[0].billed_seconds == 9
