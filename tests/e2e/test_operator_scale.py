@@ -76,9 +76,11 @@ def test_twenty_jobs_at_once_all_finish_within_the_brev_call_budget(stack: Stack
         unknown = [cmd for cmd in execs if not any(k in cmd for k in kinds)]
         assert not unknown, unknown
         assert verbs["create"] == 1, (name, verbs)
-        # One accepted delete, plus at most one more whose "not found" under the creating
-        # identity proves the instance gone (absence is confirmed, never assumed).
-        assert 1 <= verbs["delete"] <= 2, (name, verbs)
+        # One accepted delete, then one per poll interval until a "not found" under the creating
+        # identity proves the instance gone (absence is confirmed, never assumed): usually one
+        # more; with 4 test workers loading 2 cores, a listing that still shows it (or a delete
+        # that lands while it is DELETING) takes one more. A storm would be many more.
+        assert 1 <= verbs["delete"] <= 3, (name, verbs)
 
     # One shared listing serves all jobs: far fewer `brev ls` than jobs x reconcile passes.
     listings = sum(1 for c in calls if c.argv[:1] == ["ls"])
