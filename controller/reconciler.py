@@ -25,8 +25,9 @@ from pydantic import ValidationError
 
 from controller.api import reasons
 from controller.api.errors import MissingSecretError, PermanentError, SpecError, TaoBrevError, TransientError
-from controller.api.models import TaoBrevJobSpec, TaoBrevJobStatus, merge_patch, phase_timeout
+from controller.api.models import TaoBrevJobSpec, phase_timeout
 from controller.api.spec_parse import parse_spec
+from controller.api.status import TaoBrevJobStatus, merge_patch
 from controller.brev.envfile import JobSecrets
 from controller.effects.actions import ActionRunner, JobContext
 from controller.effects.directory import InstanceDirectory
@@ -241,7 +242,8 @@ class Reconciler:
         written = self._written.get(ref.uid)
         if written is not None:
             return written.phase, written.instance
-        return str(ref.status.get("phase") or Phase.PENDING), str(ref.status.get("instanceName") or "-")
+        status = parse_status(ref.status)
+        return str(status.phase or Phase.PENDING), status.instance.name or "-"
 
     def _status(self, ref: JobRef) -> TaoBrevJobStatus:
         """Status parsed where it enters: our last write if the watch lags behind it."""
@@ -309,7 +311,7 @@ class Reconciler:
             held = None
             status, requeue, actions = decision.status, decision.requeue_after, decision.actions
             structlog.contextvars.bind_contextvars(
-                phase=str(status.phase), instance=status.instance_name or "-"
+                phase=str(status.phase), instance=status.instance.name or "-"
             )
             if not actions or step == MAX_STEPS_PER_PASS - 1:
                 # Out of steps: act next pass rather than lose the last action's result unseen.
@@ -448,18 +450,18 @@ class Reconciler:
         obs = (base or Observation(now=self._clock())).with_(
             now=self._clock(), deleting=ref.deleting, blocker=blocker, has_finalizer=ref.has_finalizer
         )
-        name = status.instance_name
-        if not name or (status.phase in (None, Phase.PENDING) and not status.create_requested_at):
+        name = status.instance.name
+        if not name or (status.phase in (None, Phase.PENDING) and not status.instance.create_requested_at):
             # Nothing was asked of Brev yet (a queued job among them): no listing to read.
             return obs.with_(instance_known=True, instance=None)
-        seen = await self._directory.find(name, status.instance_id, max_age=self._listing_max_age)
+        seen = await self._directory.find(name, status.instance.id, max_age=self._listing_max_age)
         # The listing's age is measured after it came back: take it from a clock read now, not
         # from obs.now (read before a listing this pass may have waited seconds for: one slow
         # `brev ls` then looked like two listings a poll interval apart and counted twice).
         seen_at = self._clock()
         price: float | None = None
         inst = seen.instance
-        if self._prices is not None and inst is not None and inst.instance_type and status.instance_created:
+        if self._prices is not None and inst is not None and inst.instance_type and status.instance.created:
             price = await self._prices.price(inst.instance_type)
         return obs.with_(
             instance_known=seen.known,
@@ -601,20 +603,25 @@ class Reconciler:
                 "phase changed",
                 phase=str(new_phase),
                 previous=previous,
-                instance=new.instance_name or "-",
+                instance=new.instance.name or "-",
                 message=new.message,
             )
         if new.run_outcome and not old.finished_at and new.finished_at:
             self._recorder.outcome(str(new.run_outcome), new.reason or "")
-            exited = new.container_exited_at
+            exited = new.run.exited_at
             if exited is not None:
                 self._recorder.exit_to_teardown((now - exited).total_seconds())
-            if new.instance_name:
-                self._recorder.instance_released(ref.namespace, ref.name, new.instance_name)
-        elif new.instance_created and new.create_requested_at and not new.finished_at and new.instance_name:
-            created = new.create_requested_at
+            if new.instance.name:
+                self._recorder.instance_released(ref.namespace, ref.name, new.instance.name)
+        elif (
+            new.instance.created
+            and new.instance.create_requested_at
+            and not new.finished_at
+            and new.instance.name
+        ):
+            created = new.instance.create_requested_at
             self._recorder.instance_uptime(
-                ref.namespace, ref.name, new.instance_name, (now - created).total_seconds()
+                ref.namespace, ref.name, new.instance.name, (now - created).total_seconds()
             )
 
 
@@ -635,7 +642,7 @@ def _holdable(decision: Decision, ref: JobRef) -> bool:
         and decision.requeue_after == 0
         and not ref.deleting
         and phase_row(s.phase).holdable
-        and not (s.create_requested_at or s.finished_at or s.run_outcome)
+        and not (s.instance.create_requested_at or s.finished_at or s.run_outcome)
     )
 
 
@@ -653,8 +660,8 @@ class _Written:
         return cls(
             pickle.dumps(status, protocol=pickle.HIGHEST_PROTOCOL),
             str(status.phase or Phase.PENDING),
-            status.instance_name or "-",
-            status.queue_reason is not None and status.admitted_at is None,
+            status.instance.name or "-",
+            status.queue.reason is not None and status.queue.admitted_at is None,
         )
 
     def status(self) -> TaoBrevJobStatus:
@@ -735,6 +742,6 @@ def _deadline(spec: TaoBrevJobSpec | None, status: TaoBrevJobStatus, now: dateti
     if entered is None or limit is None:
         return None
     end = entered + timedelta(seconds=limit)
-    if status.phase == Phase.UPLOADING and not status.upload_attempts:
+    if status.phase == Phase.UPLOADING and not status.upload.attempts:
         return max(end, now + timedelta(seconds=limit))
     return end

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
+from controller.api import status_legacy
 from controller.lifecycle.phases import PHASES, Phase, entered_any
 
 # Reasons (CamelCase, for the Queued condition and status.queueReason).
@@ -94,7 +95,9 @@ class JobFacts:
     def from_body(cls, body: Mapping[str, Any]) -> JobFacts:
         """From the object as the API server returns it (tolerant: the API server validated the
         spec; a field this version cannot read counts as its default)."""
-        meta, spec, status = _map(body, "metadata"), _map(body, "spec"), _map(body, "status")
+        meta, spec = _map(body, "metadata"), _map(body, "spec")
+        # Status an earlier release wrote is flat until the job's next pass rewrites it.
+        status = status_legacy.status_from_flat(dict(_map(body, "status")))
         instance = _map(spec, "instance")
         phase = status.get("phase")
         return cls(
@@ -104,7 +107,7 @@ class JobFacts:
             created=_parse_time(meta.get("creationTimestamp")),
             priority=_int(spec.get("priority"), 0),
             suspended=spec.get("suspend") is True,
-            admitted=bool(status.get("admittedAt"))
+            admitted=bool(_map(status, "queue").get("admittedAt"))
             or entered_any(_map(status, "phaseTimes"), lambda r: r.holds_slot)
             or _holds_slot(phase),
             finished=bool(status.get("finishedAt")),

@@ -26,7 +26,7 @@ from typing import Any, Protocol
 import structlog
 
 from controller.api.errors import KubeAccessDenied, TransientError
-from controller.api.models import TaoBrevJobStatus
+from controller.api.status import TaoBrevJobStatus
 from controller.fleet import admission
 from controller.fleet.admission import Admission, JobFacts, NamespaceLimits, Quotas
 from controller.fleet.waiting import first_event
@@ -116,7 +116,7 @@ class Fleet:
 
     def observe(self, uid: str, status: TaoBrevJobStatus) -> None:
         """A status this process wrote: admissions and finishes are known before any listing."""
-        admitted = status.admitted_at is not None
+        admitted = status.queue.admitted_at is not None
         finished = status.finished_at is not None
         preflight = status.preflight
         inputs_pending = preflight is not None and preflight.failing_since is not None and not admitted

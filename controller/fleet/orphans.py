@@ -38,7 +38,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
-from controller.api import naming
+from controller.api import naming, status_legacy
 from controller.brev.client import DELETING, Instance
 from controller.fleet.retained_record import RetainedRecord
 
@@ -138,8 +138,8 @@ class Plan:
 def references_of(
     job: Mapping[str, Any], cluster_id: str, deployment: str = naming.DEFAULT_DEPLOYMENT
 ) -> Reference:
-    """Every instance name/id a TaoBrevJob object refers to: its status (instanceName,
-    instanceId, and any earlier attempt's in status.attempts[]), a reused instance's name, and
+    """Every instance name/id a TaoBrevJob object refers to: its status (every attempt's
+    instance name and id in status.attempts[]), a reused instance's name, and
     the name the operator would give it (a Pending job whose status is not written yet)."""
     meta = job.get("metadata") or {}
     spec = job.get("spec") or {}
@@ -148,20 +148,21 @@ def references_of(
     ids: set[str] = set()
     reused: set[str] = set()
 
-    def take(entry: Any, into: tuple[set[str], ...] = ()) -> None:
-        if isinstance(entry, Mapping):
-            for key, target in (("instanceName", names), ("instanceId", ids)):
-                value = entry.get(key)
-                if isinstance(value, str) and value:
-                    target.add(value)
-                    for extra in into:
-                        extra.add(value)
+    def take(entry: Any) -> None:
+        if not isinstance(entry, Mapping):
+            return
+        for key, target in (("name", names), ("id", ids)):
+            value = entry.get(key)
+            if isinstance(value, str) and value:
+                target.add(value)
+                # created false: the status names the reused instance (written before any call).
+                if entry.get("created") is False:
+                    reused.add(value)
 
-    # instanceCreated false: the status names the reused instance (written before any call).
-    take(status, (reused,) if status.get("instanceCreated") is False else ())
-    attempts = status.get("attempts")
+    # Status an earlier release wrote is flat until the job's next pass rewrites it.
+    attempts = status_legacy.status_from_flat(dict(status)).get("attempts")
     for attempt in attempts if isinstance(attempts, list) else ():
-        take(attempt)
+        take(attempt.get("instance") if isinstance(attempt, Mapping) else None)
     reuse = (spec.get("instance") or {}).get("reuse") if isinstance(spec, Mapping) else None
     if isinstance(reuse, Mapping) and isinstance(reuse.get("name"), str):
         names.add(reuse["name"])

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from controller.api.models import OnCompletion, TaoBrevJobSpec, TaoBrevJobStatus
+from controller.api.models import OnCompletion, TaoBrevJobSpec
+from controller.api.status import TaoBrevJobStatus
 from controller.api.timestamps import format_time, parse_time
 
 CONFIG_MAP = "taobrev-retained"  # the pre-shard map; shards are taobrev-retained-00 .. -3f
@@ -54,14 +55,14 @@ def record_for(
 ) -> RetainedRecord | None:
     """The record a finishing job must leave (PURE): only for an instance the job created and
     keeps (`ephemeral` + `onCompletion: Retain`); a reused instance was never ours to sweep."""
-    if spec is None or spec.instance.ephemeral is None or not status.instance_name:
+    if spec is None or spec.instance.ephemeral is None or not status.instance.name:
         return None
-    if spec.instance.effective_on_completion() != OnCompletion.RETAIN or not status.instance_created:
+    if spec.instance.effective_on_completion() != OnCompletion.RETAIN or not status.instance.created:
         return None
     ttl = spec.instance.ephemeral.retain_for_seconds()
     finished = status.finished_at
     until = finished + timedelta(seconds=ttl) if ttl is not None and finished is not None else None
-    return RetainedRecord(status.instance_name, status.instance_id, f"{namespace}/{name}", until)
+    return RetainedRecord(status.instance.name, status.instance.id, f"{namespace}/{name}", until)
 
 
 def shard_name_at(index: int, base: str = CONFIG_MAP) -> str:

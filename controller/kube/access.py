@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -56,8 +56,9 @@ _LOG_LINES_KEPT = 5
 _LINE_CHARS = 240
 _MESSAGE_CHARS = 512
 _MINIMAL_MESSAGE_CHARS = 200
-# Left out of the minimal status: bulky, free text, or rebuilt on the next pass.
-_NOT_MINIMAL = frozenset({"lastLogLines", "teardownMessage", "conditions", "results"})
+# Left out of the minimal status: bulky, free text, or rebuilt on the next pass (and, in each
+# attempt, the run's log tail and the upload's results summary).
+_NOT_MINIMAL = frozenset({"teardown", "conditions"})
 
 
 @dataclass(frozen=True)
@@ -396,13 +397,16 @@ def _cut(text: str, limit: int) -> str:
 def trimmed_status(status: Mapping[str, Any]) -> dict[str, Any]:
     """The status with its free-text fields cut to sizes any sane schema accepts."""
     out = dict(status)
-    if isinstance(out.get("lastLogLines"), list):
-        out["lastLogLines"] = [
-            _cut(str(line), _LINE_CHARS) for line in out["lastLogLines"][-_LOG_LINES_KEPT:]
-        ]
-    for key in ("message", "teardownMessage"):
-        if isinstance(out.get(key), str):
-            out[key] = _cut(out[key], _MESSAGE_CHARS)
+
+    def trim_run(run: dict[str, Any]) -> None:
+        if isinstance(run.get("logTail"), list):
+            run["logTail"] = [_cut(str(line), _LINE_CHARS) for line in run["logTail"][-_LOG_LINES_KEPT:]]
+
+    _each_attempt(out, "run", trim_run)
+    if isinstance(out.get("message"), str):
+        out["message"] = _cut(out["message"], _MESSAGE_CHARS)
+    if isinstance(out.get("teardown"), Mapping) and isinstance(out["teardown"].get("message"), str):
+        out["teardown"] = {**out["teardown"], "message": _cut(out["teardown"]["message"], _MESSAGE_CHARS)}
     if isinstance(out.get("conditions"), list):
         out["conditions"] = [
             {**c, "message": _cut(str(c["message"]), _MESSAGE_CHARS)}
@@ -419,7 +423,25 @@ def minimal_status(status: Mapping[str, Any]) -> dict[str, Any]:
     out = {k: v for k, v in status.items() if k not in _NOT_MINIMAL}
     if isinstance(out.get("message"), str):
         out["message"] = _cut(out["message"], _MINIMAL_MESSAGE_CHARS)
+    _each_attempt(out, "run", lambda run: run.pop("logTail", None))
+    _each_attempt(out, "upload", lambda upload: upload.pop("results", None))
     return out
+
+
+def _each_attempt(status: dict[str, Any], record: str, change: Callable[[dict[str, Any]], object]) -> None:
+    """Apply `change` to a copy of `record` (run, upload) in every attempt of `status`."""
+    attempts = status.get("attempts")
+    if not isinstance(attempts, list):
+        return
+    copies: list[Any] = []
+    for attempt in attempts:
+        if isinstance(attempt, Mapping) and isinstance(attempt.get(record), Mapping):
+            part = dict(attempt[record])
+            change(part)
+            copies.append({**attempt, record: part})
+        else:
+            copies.append(attempt)
+    status["attempts"] = copies
 
 
 def _answer(exc: ApiException) -> str:

@@ -30,17 +30,16 @@ def _confirm_lost(p: Pass) -> tuple[str, str] | None:
     n = p.process_absence()
     if n < p.tun.absent_listings or _probe_first(p):
         return None
-    where = f"instance {p.instance} ({p.s.instance_id or 'no id seen'})"
-    gone = (
-        f"{where} disappeared: not listed in {n} consecutive listings over {int(p.since(p.s.absent_since))}s"
-    )
+    where = f"instance {p.instance} ({p.s.instance.id or 'no id seen'})"
+    over = int(p.since(p.s.instance.absence.since))
+    gone = f"{where} disappeared: not listed in {n} consecutive listings over {over}s"
     if not p.owned:
         # Not ours to delete: enough listings are the most we can learn.
         return reasons.INSTANCE_LOST, gone
     if p.process_identity():
         p.not_accessible()  # only the creating identity's "not found" would be proof
         return None
-    if p.s.container_started_at is not None and not p.s.upload_attempts:
+    if p.s.run.started_at is not None and not p.s.upload.attempts:
         # A container ran: its results may still be reachable. Upload first; the delete in
         # teardown then confirms (InstanceNotListed until it does, never InstanceLost).
         p.events.append(EventNote("Warning", reasons.INSTANCE_NOT_LISTED, gone))
@@ -54,7 +53,7 @@ def _probe_first(p: Pass) -> bool:
     re-created on listing glitches alone). Only while the container runs: after an exit a VM
     going away may still answer for a moment (run_phases._answers_after_exit), and before a
     container started the phase's own probes are the evidence."""
-    running = p.s.container_started_at is not None and p.s.container_exited_at is None
+    running = p.s.run.started_at is not None and p.s.run.exited_at is None
     if not running or p.obs.did(ProbeExec):
         return False  # probed in this pass: it did not answer (an answer is exec evidence)
     p.actions.append(ProbeExec(p.instance))
@@ -65,15 +64,15 @@ def _probe_first(p: Pass) -> bool:
 def _confirm_by_delete(p: Pass, gone: str) -> tuple[str, str] | None:
     if p.obs.delete_not_found or p.obs.delete_requested:
         if p.obs.delete_requested:
-            p.s.delete_accepted_at = p.s.delete_accepted_at or p.now
+            p.s.instance.delete_accepted_at = p.s.instance.delete_accepted_at or p.now
         how = (
             "brev delete answers not found"
             if p.obs.delete_not_found
             else "it was unreachable, so it was deleted"
         )
         return reasons.INSTANCE_LOST, f"{gone}; {how}"
-    if p.since(p.s.delete_requested_at) >= p.tun.poll_interval:
-        p.s.delete_requested_at = p.now
+    if p.since(p.s.instance.delete_requested_at) >= p.tun.poll_interval:
+        p.s.instance.delete_requested_at = p.now
         p.actions.append(DeleteInstance(p.target))
         p.events.append(
             EventNote(

@@ -23,7 +23,8 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from controller.api import reasons
-from controller.api.models import Condition, ConditionStatus, Outcome, TaoBrevJobStatus
+from controller.api.models import ConditionStatus, Outcome
+from controller.api.status import Condition, TaoBrevJobStatus
 from controller.api.timestamps import format_time
 from controller.fleet import admission
 from controller.lifecycle.phases import PHASES, Phase, entered_any
@@ -44,7 +45,7 @@ def shown_outcome(status: TaoBrevJobStatus) -> Outcome | None:
     ended, except that a run that exited 0 is Succeeded only once its results are verified in S3
     (issue 32: a bucket typo must never show Succeeded first and Failed later)."""
     run = status.run_outcome
-    if run == Outcome.SUCCEEDED and status.uploaded_at is None:
+    if run == Outcome.SUCCEEDED and status.upload.uploaded_at is None:
         return None
     return run
 
@@ -70,7 +71,7 @@ def derive(
     succeeded = outcome == Outcome.SUCCEEDED
     old = {c.type: c for c in previous}
     was_succeeded = (prev := old.get(SUCCEEDED)) is not None and prev.status == ConditionStatus.TRUE
-    delivered = was_succeeded or (succeeded and status.uploaded_at is not None)
+    delivered = was_succeeded or (succeeded and status.upload.uploaded_at is not None)
     stalled = finished and not succeeded
     stall_reason = reason if stalled else (status.stalled_reason or reasons.NOT_STALLED)
     stall_message = message if stalled else (status.stalled_message or message)
@@ -95,7 +96,7 @@ def derive(
             reasons.RELEASED if finished else reasons.INSTANCE_IN_USE,
             "teardown complete"
             if finished
-            else (status.teardown_message or f"teardown not finished ({phase})"),
+            else (status.teardown.message or f"teardown not finished ({phase})"),
         ),
     ]
     new += _admission(status)
@@ -110,12 +111,12 @@ def derive(
 def _admission(status: TaoBrevJobStatus) -> list[Condition]:
     """Admitted / Queued / Suspended, from status alone (admittedAt and the queue fields)."""
     admitted = is_admitted(status)
-    why = status.queue_reason
+    why = status.queue.reason
     queued = not admitted and why in admission.LIMIT_REASONS
     suspended = not admitted and why == admission.SUSPENDED
-    waiting = status.queue_message or "not admitted yet"
+    waiting = status.queue.message or "not admitted yet"
     if admitted:
-        when = f" at {format_time(status.admitted_at)}" if status.admitted_at else ""
+        when = f" at {format_time(status.queue.admitted_at)}" if status.queue.admitted_at else ""
         text = f"admitted{when}; holds its quota slot until finished"
         adm = _cond(ADMITTED, True, admission.ADMITTED, text)
     else:
@@ -136,6 +137,6 @@ def _admission(status: TaoBrevJobStatus) -> list[Condition]:
 def is_admitted(status: TaoBrevJobStatus) -> bool:
     """Admitted under the quotas; a job that ever left Pending for Provisioning was admitted (also
     one from before quotas). A job that went from Pending straight to Deleted never was."""
-    if status.admitted_at is not None or entered_any(status.phase_times, lambda r: r.holds_slot):
+    if status.queue.admitted_at is not None or entered_any(status.phase_times, lambda r: r.holds_slot):
         return True
     return status.phase is not None and PHASES[status.phase].holds_slot

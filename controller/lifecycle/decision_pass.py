@@ -7,7 +7,8 @@ from __future__ import annotations
 from datetime import datetime
 
 from controller.api import reasons
-from controller.api.models import OnCompletion, Outcome, TaoBrevJobSpec, TaoBrevJobStatus, phase_timeout
+from controller.api.models import OnCompletion, Outcome, TaoBrevJobSpec, phase_timeout
+from controller.api.status import TaoBrevJobStatus
 from controller.brev.client import Instance
 from controller.lifecycle.backoff import exponential
 from controller.lifecycle.identities import same_reach
@@ -108,7 +109,7 @@ class Pass:
         self.s.run_outcome = outcome
         self.s.reason = reason
         self.s.message = message = clip(message)
-        self.s.run_ended_at = self.now
+        self.s.run.ended_at = self.now
         self.s.retries = 0
         last = self.s.attempts[-1] if self.s.attempts else None
         if last is not None and last.ended_at is None:
@@ -128,7 +129,7 @@ class Pass:
         self.s.retries += 1
         note = clip(f"{failure.action}: {failure.message}") + f" (attempt {self.s.retries}, will retry)"
         if self.s.run_outcome:
-            self.s.teardown_message = note
+            self.s.teardown.message = note
         else:
             self.s.reason = failure.reason
             self.s.message = note
@@ -142,7 +143,7 @@ class Pass:
             return
         retries, self.s.retries = self.s.retries, 0
         if self.s.run_outcome:
-            self.s.teardown_message = None
+            self.s.teardown.message = None
         else:
             # Before the run ended, reason only ever holds a transient problem.
             self.s.reason = None
@@ -165,7 +166,7 @@ class Pass:
     # -- the instance
     @property
     def owned(self) -> bool:
-        return bool(self.s.instance_created)
+        return bool(self.s.instance.created)
 
     @property
     def ephemeral(self) -> bool:
@@ -173,12 +174,12 @@ class Pass:
 
     @property
     def instance(self) -> str:
-        return str(self.s.instance_name)
+        return str(self.s.instance.name)
 
     @property
     def target(self) -> str:
         """What `brev delete` is given: the id once known (ids never repeat), else the name."""
-        return self.s.instance_id or self.instance
+        return self.s.instance.id or self.instance
 
     def deletes_instance(self) -> bool:
         if not self.owned:
@@ -191,24 +192,28 @@ class Pass:
     def asked_brev(self) -> bool:
         """Whether an instance of ours may exist at all: a create was sent that Brev did not
         definitely refuse (accepted, failed ambiguously or cut short by a crash), or it was seen."""
-        return self.s.create_requested_at is not None or self.s.instance_id is not None
+        return self.s.instance.create_requested_at is not None or self.s.instance.id is not None
 
     def settle_from(self) -> datetime | None:
         """Where the create settle time starts: the later of the last create sent and the last
         create call that came back (a create re-sent after the settle time is in flight while
         createReturnedAt still holds the earlier call's return)."""
-        times = [t for t in (self.s.create_requested_at, self.s.create_returned_at) if t is not None]
+        times = [
+            t
+            for t in (self.s.instance.create_requested_at, self.s.instance.create_returned_at)
+            if t is not None
+        ]
         return max(times) if times else None
 
     def seen(self, inst: Instance) -> None:
-        if self.s.instance_id is None:
-            self.s.instance_id = inst.id
+        if self.s.instance.id is None:
+            self.s.instance.id = inst.id
         self.present()
 
     def present(self) -> None:
-        self.s.absent_listings = None
-        self.s.absent_since = None
-        self.s.absent_checked_at = None
+        self.s.instance.absence.listings = None
+        self.s.instance.absence.since = None
+        self.s.instance.absence.checked_at = None
 
     def detect_new_listing(self) -> bool:
         """Whether this pass's listing is new evidence: taken at least a poll interval after the
@@ -217,17 +222,17 @@ class Pass:
         again is no new evidence (one glitch counted three times deleted healthy instances;
         issue 25, scenario 4)."""
         listed_at = self.obs.listed_at or self.now
-        last = self.s.absent_checked_at
+        last = self.s.instance.absence.checked_at
         return last is None or (listed_at - last).total_seconds() >= self.tun.poll_interval
 
     def process_absence(self) -> int:
         """Count this listing (without the instance) if it is new evidence; the count so far."""
         listed_at = self.obs.listed_at or self.now
         if self.detect_new_listing():
-            self.s.absent_listings = (self.s.absent_listings or 0) + 1
-            self.s.absent_since = self.s.absent_since or listed_at
-            self.s.absent_checked_at = listed_at
-        return self.s.absent_listings or 0
+            self.s.instance.absence.listings = (self.s.instance.absence.listings or 0) + 1
+            self.s.instance.absence.since = self.s.instance.absence.since or listed_at
+            self.s.instance.absence.checked_at = listed_at
+        return self.s.instance.absence.listings or 0
 
     def exec_evidence(self) -> bool:
         done = set(self.obs.completed)
@@ -237,7 +242,7 @@ class Pass:
         """The CLI is logged in as someone else than who asked for the instance. Listings (made
         with --all) and an accepted delete still count; a "not found" does not (brev resolves
         names and ids among the caller's own instances only)."""
-        recorded, current = self.s.brev_identity, self.obs.identity
+        recorded, current = self.s.instance.identity, self.obs.identity
         return recorded is not None and current is not None and not same_reach(recorded, current)
 
     def process_identity(self) -> bool:
@@ -250,8 +255,8 @@ class Pass:
     def not_accessible(self) -> None:
         self.stall(
             reasons.INSTANCE_NOT_ACCESSIBLE,
-            f"instance {self.instance} ({self.s.instance_id or 'id not yet seen'}) was requested by brev "
-            f"identity {self.s.brev_identity!r}, but the operator is logged in as {self.obs.identity!r}, "
+            f"instance {self.instance} ({self.s.instance.id or 'id not yet seen'}) was requested by brev "
+            f"identity {self.s.instance.identity!r}, but the operator is logged in as {self.obs.identity!r}, "
             "which cannot confirm it gone; restore the credential that created it (the operator's brev "
             "credentials Secret) — nothing is concluded about the instance until then",
         )
@@ -274,7 +279,7 @@ def superseded(status: TaoBrevJobStatus) -> bool:
     attempts). It is deleted whatever onCompletion says, and never recorded as retained. The run's
     own end stamps its attempt at the same time as runEndedAt, so an earlier stamp marks one that
     ended alone."""
-    last = status.attempts[-1] if status.attempts else None
-    if last is None or last.ended_at is None or last.instance_name != status.instance_name:
+    last = status.current
+    if last.ended_at is None:
         return False
-    return status.run_ended_at is None or last.ended_at < status.run_ended_at
+    return last.run.ended_at is None or last.ended_at < last.run.ended_at

@@ -43,7 +43,8 @@ from collections.abc import Callable, Mapping
 
 from controller.api import reasons
 from controller.api.errors import InstanceNotFound
-from controller.api.models import CheckpointStatus, Outcome, TaoBrevJobSpec, TaoBrevJobStatus, phase_timeout
+from controller.api.models import Outcome, TaoBrevJobSpec, phase_timeout
+from controller.api.status import CheckpointStatus, TaoBrevJobStatus
 from controller.lifecycle import conditions, recovery
 from controller.lifecycle.decision_pass import Pass
 from controller.lifecycle.identities import same_reach
@@ -145,7 +146,7 @@ def decide(
             p.requeue = 0.0
             return _finish(p, generation, requeue=p.requeue)
 
-    if p.phase != Phase.PENDING and not p.s.instance_name:
+    if p.phase != Phase.PENDING and not p.s.instance.name:
         # Status written by someone else (or an older version) without our names: they are
         # deterministic, so re-deriving them is safe and keeps teardown able to find the instance.
         assign_names(p, namespace, name, uid)
@@ -175,7 +176,7 @@ def _handle_failure(p: Pass) -> bool:  # noqa: PLR0911, PLR0912 - one branch per
     """Fold an action failure into status. True if the pass should stop here (backoff)."""
     f = p.obs.failure
     if p.exec_evidence():
-        p.s.unanswered_since = p.s.unanswered_checked_at = None  # it answered
+        p.s.run.unanswered_since = p.s.run.unanswered_checked_at = None  # it answered
     if f is None:
         p.recovered()
         return False
@@ -187,14 +188,14 @@ def _handle_failure(p: Pass) -> bool:  # noqa: PLR0911, PLR0912 - one branch per
         _create_failed(p, f)
     if f.of(UploadResults):
         # Counted when it came back, not when asked: an attempt a crash cut short is no attempt.
-        p.s.upload_attempts = (p.s.upload_attempts or 0) + 1  # the settle time starts when the call came back
+        p.s.upload.attempts = (p.s.upload.attempts or 0) + 1  # the settle time starts when the call came back
     if f.of(StartInstance):
-        p.s.start_requested_at = None  # the start did not happen: ask again after the backoff
+        p.s.instance.start_requested_at = None  # the start did not happen: ask again after the backoff
     if f.of(CleanupWorkload) and p.deletes_instance():
         # The secrets go with the instance: a failed cleanup never holds up its delete.
-        p.s.cleaned_up_at = p.now
-        p.s.teardown_message = clip(f"cleanup failed ({f.message}); deleting the instance anyway")
-        p.events.append(EventNote("Warning", reasons.CLEANUP_FAILED, p.s.teardown_message))
+        p.s.run.cleaned_up_at = p.now
+        p.s.teardown.message = clip(f"cleanup failed ({f.message}); deleting the instance anyway")
+        p.events.append(EventNote("Warning", reasons.CLEANUP_FAILED, p.s.teardown.message))
         return False
     if f.reason == InstanceNotFound.reason and not f.of(DeleteInstance):
         # "Not found" from exec or start is no proof of loss (another identity, a lagging
@@ -233,12 +234,12 @@ def _create_failed(p: Pass, f: ActionFailure) -> None:
     that may have succeeded, keeps the create pending confirmation under its identity."""
     # createReturnedAt is still unset while the first create that may have made something is in
     # flight (a re-send keeps the earlier call's return there).
-    first = p.s.create_returned_at is None and p.s.instance_id is None
+    first = p.s.instance.create_returned_at is None and p.s.instance.id is None
     if first and (f.permanent or f.reason in _CREATE_REFUSALS):
-        p.s.create_requested_at = None
-        p.s.brev_identity = None
+        p.s.instance.create_requested_at = None
+        p.s.instance.identity = None
         return
-    p.s.create_returned_at = p.now
+    p.s.instance.create_returned_at = p.now
 
 
 Step = Callable[[Pass, str, str, str], None]  # (pass, namespace, name, uid)

@@ -29,7 +29,14 @@ from __future__ import annotations
 from datetime import datetime
 
 from controller.api import naming, reasons
-from controller.api.models import AttemptRecord, CheckpointStatus, Outcome, TaoBrevJobStatus
+from controller.api.models import Outcome
+from controller.api.status import (
+    AttemptRecord,
+    CheckpointStatus,
+    InstanceRecord,
+    RunRecord,
+    TaoBrevJobStatus,
+)
 from controller.brev.client import STOPPED, STOPPING
 from controller.lifecycle.decision_pass import Pass
 from controller.lifecycle.phases import PHASES, Phase
@@ -104,17 +111,10 @@ def end_attempt(p: Pass, reason: str, message: str) -> None:
     rec.ended_message = clip(message)
     note = f"attempt {n} ended: {message}; deleting instance {p.instance}, then attempt {n + 1} on a new one"
     p.events.append(EventNote("Warning", reason, clip(note)))
-    # Per-run facts of the ended attempt; the next one starts clean.
-    for field in (
-        "container_started_at",
-        "container_exited_at",
-        "exit_code",
-        "run_ended_at",
-        "upload_attempts",
-        "unanswered_since",
-        "unanswered_checked_at",
-    ):
-        setattr(p.s, field, None)
+    # The run on the ended attempt is over: while its instance is deleted, nothing may read it as
+    # a container that could still exit or upload (its log tail and cleanup stay).
+    rec.run = RunRecord(log_tail=rec.run.log_tail, cleaned_up_at=rec.run.cleaned_up_at)
+    rec.upload.attempts = None
     if p.phase == Phase.PROVISIONING:
         p.s.phase_times = {**p.s.phase_times, str(Phase.PROVISIONING): p.now}
         p.s.retries = 0
@@ -128,8 +128,7 @@ def end_attempt(p: Pass, reason: str, message: str) -> None:
 def release_previous(p: Pass, released: bool) -> None:
     """Called while the current attempt has ended: `released` is whether its instance is now
     confirmed deleted. Then the next attempt becomes current (before any create)."""
-    rec = current(p)
-    assert rec is not None
+    rec = p.s.instance
     if rec.deleted_at is None:
         if not released:
             return
@@ -143,31 +142,13 @@ def ended_not_switched(p: Pass) -> bool:
 
 
 def _next_attempt(p: Pass) -> None:
-    attempts = list(p.s.attempts or [])
-    n = attempts[-1].attempt + 1
-    name = naming.attempt_instance_name(attempts[0].instance_name, n)
-    attempts.append(AttemptRecord(attempt=n, instance_name=name))
-    p.s.attempts = attempts
-    p.s.attempt = n
-    p.s.instance_name = name
+    first = p.s.attempts[0].instance.name
+    n = p.s.current.attempt + 1
+    name = naming.attempt_instance_name(first, n)
+    p.s.start_attempt(name, created=True)
     if p.s.job_id:
         p.s.backend_ref = naming.backend_ref(name, p.s.job_id)
-    for field in (
-        "instance_id",
-        "brev_identity",
-        "gpu",
-        "create_requested_at",
-        "create_returned_at",
-        "start_requested_at",
-        "delete_requested_at",
-        "delete_accepted_at",
-        "absent_listings",
-        "absent_since",
-        "absent_checked_at",
-        "cleaned_up_at",
-        "teardown_message",
-    ):
-        setattr(p.s, field, None)
+    p.s.teardown.message = None
     p.s.retries = 0
     p.s.reason = reasons.RECOVERING
     p.s.message = f"attempt {n}: creating instance {name}"
@@ -180,49 +161,42 @@ def _next_attempt(p: Pass) -> None:
 
 
 def track(p: Pass) -> None:
-    """Keep the current attempt's record in step with status (every pass, at the end), and the
-    billed figures with it."""
-    if not p.owned or not p.s.instance_name or p.finished_before:
+    """Keep the current attempt's billing facts in step (every pass, at the end), and the billed
+    figures with them."""
+    if not p.owned or not p.s.attempts or p.finished_before:
         # A finished job's record is final: another process (a restart, an upgrade that rounds
         # differently) must not rewrite its billed figures (found by tests/e2e/test_upgrade).
         return
-    attempts = list(p.s.attempts or [])
-    if not attempts:
-        attempts = [AttemptRecord(attempt=1, instance_name=p.s.instance_name)]
-        p.s.attempt = 1
-    rec = attempts[-1]
-    if rec.instance_name == p.s.instance_name and rec.deleted_at is None:
-        _follow(p, rec)
-    p.s.attempts = attempts
+    if p.s.instance.deleted_at is None:
+        _follow(p, p.s.instance)
     _bill(p)
 
 
-def _follow(p: Pass, rec: AttemptRecord) -> None:
-    if p.s.instance_id and rec.instance_id != p.s.instance_id:
-        rec.instance_id = p.s.instance_id
+def _follow(p: Pass, rec: InstanceRecord) -> None:
     # Billing starts at the FIRST create that may have made the instance; a refused create
-    # (nothing made) clears it in status, and so here.
+    # (nothing made) clears it.
     if not p.asked_brev():
-        rec.create_requested_at = None
-    elif rec.create_requested_at is None:
-        rec.create_requested_at = p.s.create_requested_at
+        rec.billed_from = None
+    elif rec.billed_from is None:
+        rec.billed_from = rec.create_requested_at
     inst = p.obs.instance
-    if inst is not None and inst.instance_type and rec.instance_type != inst.instance_type:
-        rec.instance_type = inst.instance_type
-    if p.obs.price_per_hour is not None and rec.price_per_hour is None and rec.instance_type:
+    if inst is not None and inst.instance_type and rec.type != inst.instance_type:
+        rec.type = inst.instance_type
+    if p.obs.price_per_hour is not None and rec.price_per_hour is None and rec.type:
         rec.price_per_hour = p.obs.price_per_hour
-    if p.s.finished_at is not None and rec.create_requested_at is not None and p.deletes_instance():
+    if p.s.finished_at is not None and rec.billed_from is not None and p.deletes_instance():
         rec.deleted_at = p.s.finished_at  # teardown finishes only once the delete is confirmed
 
 
 def billed_seconds(rec: AttemptRecord, now: datetime, finished_at: datetime | None) -> float:
-    if rec.create_requested_at is None:
+    inst = rec.instance
+    if inst.billed_from is None:
         return 0.0
-    recorded_end = rec.deleted_at or finished_at
+    recorded_end = inst.deleted_at or finished_at
     # Recorded times at the resolution status stores them (whole seconds): a closed attempt's
     # figure is then the same before and after a round trip through the API server (a restart or
     # an upgrade rewrote finished jobs' billedSeconds by a second; found by tests/e2e/test_upgrade).
-    start = _stored(rec.create_requested_at)
+    start = _stored(inst.billed_from)
     end = _stored(recorded_end) if recorded_end is not None else now
     return max(0.0, (end - start).total_seconds())
 
@@ -242,8 +216,8 @@ def exact_totals(status: TaoBrevJobStatus, now: datetime) -> tuple[float, float 
     for rec in status.attempts or ():
         b = billed_seconds(rec, now, status.finished_at)
         secs += b
-        if rec.price_per_hour is not None:
-            cost += b * rec.price_per_hour / 3600
+        if rec.instance.price_per_hour is not None:
+            cost += b * rec.instance.price_per_hour / 3600
         elif b > 0:
             known = False
     return secs, (cost if known else None)
@@ -252,15 +226,16 @@ def exact_totals(status: TaoBrevJobStatus, now: datetime) -> tuple[float, float 
 def _bill(p: Pass) -> None:
     for rec in p.s.attempts or ():
         exact = billed_seconds(rec, p.now, p.s.finished_at)
-        closed = rec.deleted_at is not None or p.s.finished_at is not None
+        price = rec.instance.price_per_hour
+        closed = rec.instance.deleted_at is not None or p.s.finished_at is not None
         old = rec.billed_seconds
         if closed or old is None or exact - old >= BILL_STEP_SECONDS:
             rec.billed_seconds = int(exact)
-        if rec.price_per_hour is not None and rec.billed_seconds is not None:
-            rec.estimated_cost_dollars = round(rec.billed_seconds * rec.price_per_hour / 3600, 4)
+        if price is not None and rec.billed_seconds is not None:
+            rec.estimated_cost_dollars = round(rec.billed_seconds * price / 3600, 4)
     recs = p.s.attempts or []
     p.s.billed_seconds = sum(r.billed_seconds or 0 for r in recs)
-    known = all(r.price_per_hour is not None or not r.billed_seconds for r in recs)
+    known = all(r.instance.price_per_hour is not None or not r.billed_seconds for r in recs)
     p.s.cost_known = known
     p.s.estimated_cost_dollars = (
         round(sum(r.estimated_cost_dollars or 0.0 for r in recs), 4) if known else None
@@ -298,7 +273,7 @@ def budget_left(p: Pass) -> float | None:
     lefts: list[float] = []
     if budget.max_billed_seconds is not None:
         lefts.append(budget.max_billed_seconds - secs)
-    price = p.s.attempts[-1].price_per_hour
+    price = p.s.instance.price_per_hour
     if budget.max_cost_dollars is not None and cost is not None and price:
         lefts.append((budget.max_cost_dollars - cost) * 3600 / price)
     return max(0.0, min(lefts)) if lefts else None
@@ -350,7 +325,7 @@ def sync_failed(p: Pass, ck: CheckpointStatus, message: str) -> None:
 def schedule_sync(p: Pass) -> None:
     """One `SyncCheckpoints` per interval while the container runs (first one an interval after it
     started). The request time is written before the action, so a crash never doubles it."""
-    if not enabled(p) or p.spec is None or p.s.container_started_at is None:
+    if not enabled(p) or p.spec is None or p.s.run.started_at is None:
         return
     if p.obs.did(SyncCheckpoints) or p.obs.failure is not None:
         return
@@ -364,11 +339,11 @@ def schedule_sync(p: Pass) -> None:
 
 def sync_due_in(p: Pass) -> float | None:
     """Seconds until the next checkpoint sync is due (0 = now); None = no sync is scheduled."""
-    if not enabled(p) or p.spec is None or p.s.container_started_at is None:
+    if not enabled(p) or p.spec is None or p.s.run.started_at is None:
         return None
     ck = p.s.checkpoint or CheckpointStatus()
     since = ck.sync_requested_at
-    last = since if since is not None and since >= p.s.container_started_at else p.s.container_started_at
+    last = since if since is not None and since >= p.s.run.started_at else p.s.run.started_at
     return max(0.0, p.spec.recovery.checkpoint_interval_seconds - p.since(last))
 
 

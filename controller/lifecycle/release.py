@@ -39,13 +39,17 @@ def instance_released(p: Pass) -> bool:
         p.not_accessible()
         return False
     if p.obs.delete_requested:
-        p.s.delete_accepted_at = p.s.delete_accepted_at or p.now
+        p.s.instance.delete_accepted_at = p.s.instance.delete_accepted_at or p.now
         p.unstall(reasons.INSTANCE_NOT_ACCESSIBLE)  # brev found it and is deleting it
     inst = p.obs.instance
     if inst is not None:
         p.seen(inst)
-        stale = p.since(p.s.delete_requested_at) > p.tun.create_settle
-        if inst.status != DELETING and not p.obs.delete_requested and (stale or not p.s.delete_accepted_at):
+        stale = p.since(p.s.instance.delete_requested_at) > p.tun.create_settle
+        if (
+            inst.status != DELETING
+            and not p.obs.delete_requested
+            and (stale or not p.s.instance.delete_accepted_at)
+        ):
             _delete(p)
         _warn_if_slow(p)
         return False
@@ -54,24 +58,24 @@ def instance_released(p: Pass) -> bool:
 
 def _released_unlisted(p: Pass) -> bool:
     # Not listed. A create that may still be on its way must settle before absence means anything.
-    if p.s.instance_id is None and (
+    if p.s.instance.id is None and (
         p.since(p.settle_from()) <= p.tun.create_settle or _create_may_be_in_flight(p)
     ):
         # status.message keeps saying why the job ended; InstanceReleased says teardown goes on.
-        p.s.teardown_message = f"waiting to confirm that instance {p.instance} was never created"
+        p.s.teardown.message = f"waiting to confirm that instance {p.instance} was never created"
         return False
     if p.obs.delete_requested:
         p.present()  # brev just resolved it: it exists, listed or not
         return False
     n = p.process_absence()
-    if p.s.delete_accepted_at and n >= p.tun.absent_listings:
+    if p.s.instance.delete_accepted_at and n >= p.tun.absent_listings:
         return True
     if p.process_identity():
-        if not p.s.delete_accepted_at:
+        if not p.s.instance.delete_accepted_at:
             p.not_accessible()
         # else: brev accepted the delete; this identity's listings confirm it (not Stalled).
         return False
-    if p.since(p.s.delete_requested_at) >= p.tun.poll_interval:
+    if p.since(p.s.instance.delete_requested_at) >= p.tun.poll_interval:
         _delete(p)  # "not found" under the creating identity is the proof
     _warn_if_slow(p)
     return False
@@ -82,14 +86,14 @@ def _create_may_be_in_flight(p: Pass) -> bool:
     the process that sent it crashed or lost the Lease): it may still land until the longest a
     create can be in flight has passed, plus the settle time. Before that even `brev delete`'s
     "not found" proves nothing."""
-    sent, returned = p.s.create_requested_at, p.s.create_returned_at
+    sent, returned = p.s.instance.create_requested_at, p.s.instance.create_returned_at
     if sent is None or (returned is not None and returned >= sent):
         return False
     return p.since(sent) <= p.tun.create_in_flight_max + p.tun.create_settle
 
 
 def _delete(p: Pass) -> None:
-    p.s.delete_requested_at = p.now
+    p.s.instance.delete_requested_at = p.now
     p.actions.append(DeleteInstance(p.target))
     p.events.append(EventNote("Normal", reasons.INSTANCE_DELETE_REQUESTED, f"brev delete {p.target}"))
 
@@ -100,8 +104,8 @@ def _warn_if_slow(p: Pass) -> None:
     note = (
         f"instance {p.instance} still not confirmed deleted {int(p.phase_age())}s into teardown; still trying"
     )
-    if not (p.s.teardown_message or "").startswith(f"instance {p.instance} still not confirmed"):
+    if not (p.s.teardown.message or "").startswith(f"instance {p.instance} still not confirmed"):
         p.events.append(EventNote("Warning", reasons.INSTANCE_NOT_RELEASED, note))
-    p.s.teardown_message = note
+    p.s.teardown.message = note
     if not p.actions:
         p.requeue = p.tun.backoff_max

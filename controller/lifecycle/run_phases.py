@@ -7,7 +7,8 @@ import math
 import zlib
 
 from controller.api import naming, reasons
-from controller.api.models import Outcome, PreflightProblem, PreflightStatus, phase_timeout
+from controller.api.models import Outcome, phase_timeout
+from controller.api.status import PreflightProblem, PreflightStatus
 from controller.brev.client import DELETING, FAILURE, RUNNING, STOPPED, STOPPING, CreateRequest
 from controller.fleet import admission
 from controller.lifecycle import recovery
@@ -73,7 +74,7 @@ def _preflight_passed(p: Pass) -> bool:
     re-check with backoff. The job fails only when problems outlive spec.timeouts.pendingSeconds,
     counted from the first failure of the current streak."""
     verdict = p.obs.preflight
-    if verdict is None or p.s.admitted_at is not None or p.spec is None:
+    if verdict is None or p.s.queue.admitted_at is not None or p.spec is None:
         return True
     record = _recorded(p, verdict)
     if verdict.passed:
@@ -152,18 +153,18 @@ def _plan_only(p: Pass) -> None:
 def _admitted(p: Pass) -> bool:
     """The quota gate: admittedAt is written in the same status patch that leaves Pending, before
     any brev call, so a crash can neither lose the slot nor take a second one."""
-    if p.s.admitted_at is not None:
+    if p.s.queue.admitted_at is not None:
         return True
     verdict = p.obs.admission
     if verdict is not None and not verdict.admitted:
-        if p.s.queue_reason != verdict.reason:
+        if p.s.queue.reason != verdict.reason:
             p.events.append(EventNote("Normal", verdict.reason, verdict.message))
-        p.s.queue_reason = verdict.reason
-        p.s.queue_message = clip(verdict.message)
-        p.s.queue_position = verdict.position
-        p.s.message = p.s.queue_message
+        p.s.queue.reason = verdict.reason
+        p.s.queue.message = clip(verdict.message)
+        p.s.queue.position = verdict.position
+        p.s.message = p.s.queue.message
         return False
-    p.s.admitted_at = p.now
+    p.s.queue.admitted_at = p.now
     message = verdict.message if verdict is not None else "admitted"
     p.events.append(EventNote("Normal", admission.ADMITTED, message))
     _leave_queue(p)
@@ -171,9 +172,9 @@ def _admitted(p: Pass) -> bool:
 
 
 def _leave_queue(p: Pass) -> None:
-    p.s.queue_reason = None
-    p.s.queue_message = None
-    p.s.queue_position = None
+    p.s.queue.reason = None
+    p.s.queue.message = None
+    p.s.queue.position = None
 
 
 def assign_names(p: Pass, namespace: str, name: str, uid: str) -> None:
@@ -190,8 +191,11 @@ def assign_names(p: Pass, namespace: str, name: str, uid: str) -> None:
         )
     )
     p.s.job_id = job
-    p.s.instance_name = inst
-    p.s.instance_created = reuse is None
+    if not p.s.attempts:
+        p.s.start_attempt(inst, created=reuse is None)
+    else:  # still Pending: nothing exists on Brev under the old name
+        p.s.instance.name = inst
+        p.s.instance.created = reuse is None
     p.s.backend_ref = naming.backend_ref(inst, job)
 
 
@@ -232,18 +236,17 @@ def provisioning(p: Pass) -> None:
         return
     if recovery.ended_not_switched(p):
         # The previous attempt's instance is deleted and confirmed before the next is created.
-        rec = recovery.current(p)
-        released = rec is not None and rec.deleted_at is not None
+        released = p.s.instance.deleted_at is not None
         recovery.release_previous(p, released or instance_released(p))
         return
     if not p.obs.instance_known or p.process_ambiguity():
         return  # listing failed transiently, or it cannot tell which instance is ours: look again
     inst = p.obs.instance
     if p.obs.created:
-        p.s.create_returned_at = p.now
+        p.s.instance.create_returned_at = p.now
     if inst is not None:
         p.seen(inst)
-        p.s.gpu = inst.gpu
+        p.s.instance.gpu = inst.gpu
         if inst.status == RUNNING:
             p.enter(
                 Phase.WAITING_EXEC, f"instance {p.instance} is RUNNING; waiting for it to accept commands"
@@ -260,7 +263,7 @@ def provisioning(p: Pass) -> None:
 
 
 def _provisioning_absent(p: Pass) -> None:
-    if p.s.instance_id is not None:
+    if p.s.instance.id is not None:
         # Seen before, missing now: suspected lost, like mid-run.
         if process_instance_loss(p) and p.s.run_outcome:
             _step_after_end(p)
@@ -279,21 +282,21 @@ def _provisioning_absent(p: Pass) -> None:
         return
     if p.obs.created:
         return  # just created; the listing catches up on the next pass
-    if p.s.create_requested_at is None or p.since(p.settle_from()) > p.tun.create_settle:
+    if p.s.instance.create_requested_at is None or p.since(p.settle_from()) > p.tun.create_settle:
         if p.process_identity():
             # The first create may have landed under the other identity: never a second one.
             p.not_accessible()
             return
         # Marker first (the status patch lands before the action runs), then create. A repeat after
         # the settle time reuses the same name, so brev answers "already exists" and we adopt.
-        if p.s.brev_identity is None or not p.asked_brev():
-            p.s.brev_identity = p.obs.identity
+        if p.s.instance.identity is None or not p.asked_brev():
+            p.s.instance.identity = p.obs.identity
         if not p.asked_brev():
-            p.s.create_returned_at = None  # the first create that may make something
-        elif p.s.create_returned_at is None:
+            p.s.instance.create_returned_at = None  # the first create that may make something
+        elif p.s.instance.create_returned_at is None:
             # The earlier create never came back (cut short by a crash): it settled from its send.
-            p.s.create_returned_at = p.s.create_requested_at
-        p.s.create_requested_at = p.now
+            p.s.instance.create_returned_at = p.s.instance.create_requested_at
+        p.s.instance.create_requested_at = p.now
         p.actions.append(CreateInstance(_create_request(p)))
         p.events.append(EventNote("Normal", reasons.INSTANCE_CREATE_REQUESTED, f"brev create {p.instance}"))
 
@@ -302,8 +305,11 @@ def _start(p: Pass) -> None:
     """A STOPPED reused instance: `brev start` it, again if it is still STOPPED after the settle."""
     if p.obs.start_requested:
         return
-    if p.s.start_requested_at is None or p.since(p.s.start_requested_at) > p.tun.create_settle:
-        p.s.start_requested_at = p.now
+    if (
+        p.s.instance.start_requested_at is None
+        or p.since(p.s.instance.start_requested_at) > p.tun.create_settle
+    ):
+        p.s.instance.start_requested_at = p.now
         p.actions.append(StartInstance(p.instance))
         p.events.append(EventNote("Normal", reasons.INSTANCE_START_REQUESTED, f"brev start {p.instance}"))
 
@@ -404,7 +410,7 @@ def tail_due(p: Pass) -> bool:
     start does; then one wait in every log_tail_interval / wait_timeout of the job's grid
     (_wait_grid), so consecutive waits take turns without any state. An exit always brings it."""
     period, every = p.tun.wait_timeout, p.tun.log_tail_interval
-    started = p.s.container_started_at
+    started = p.s.run.started_at
     if every <= period or started is None or p.since(started) < period:
         return True
     offset = _grid_offset(period, p.s.job_id or "")
@@ -429,7 +435,7 @@ def pulling(p: Pass) -> None:
                 return
             recovery.fold_restore(p)
         p.enter(Phase.RUNNING, f"starting container {p.s.job_id} on {p.instance}")
-        p.s.container_started_at = p.now
+        p.s.run.started_at = p.now
         p.actions.append(StartContainer(p.instance, resume_path=recovery.resume_path(p)))
         p.requeue = 0.0
         return
@@ -445,18 +451,18 @@ def pulling(p: Pass) -> None:
 def _exited(p: Pass, code: int) -> None:
     """The container exited: judge the run by its own FinishedAt (operator downtime is not the
     job's fault); without it, by now."""
-    p.s.exit_code = code
-    p.s.container_exited_at = p.obs.exit_finished_at or p.now
+    p.s.run.exit_code = code
+    p.s.run.exited_at = p.obs.exit_finished_at or p.now
     _judge_exit(p)
 
 
 def _judge_exit(p: Pass) -> None:
-    code = p.s.exit_code
-    exited = p.s.container_exited_at
+    code = p.s.run.exit_code
+    exited = p.s.run.exited_at
     assert code is not None
     assert exited is not None
     limit = phase_timeout(p.spec, Phase.RUNNING)
-    started = p.s.container_started_at
+    started = p.s.run.started_at
     budget = recovery.over_budget(p, at=exited)  # billed up to the exit, however late it is seen
     if limit is not None and started is not None and (exited - started).total_seconds() > limit:
         p.end_run(
@@ -495,10 +501,10 @@ def _answers_after_exit(p: Pass) -> bool:
         return True
     if process_instance_loss(p):
         return False  # a loss being confirmed, or this attempt ended
-    exited = p.s.container_exited_at
+    exited = p.s.run.exited_at
     settle = p.tun.absent_listings * p.tun.poll_interval
     waited = p.since(exited)
-    p.s.message = f"container exited with code {p.s.exit_code}; checking that instance {p.instance} stays"
+    p.s.message = f"container exited with code {p.s.run.exit_code}; checking that instance {p.instance} stays"
     if not p.obs.instance_known or p.obs.instance is None:
         return False  # absence is being counted (listings only: a probe proves nothing here)
     if waited < settle:
@@ -520,16 +526,16 @@ def _unanswered_after_exit(p: Pass, waited: float) -> None:
     the instance to answer, are skipped and said so; teardown deletes it (issue 25, scenario 5)."""
     deletes = p.deletes_instance()
     note = (
-        f"training container exited with code {p.s.exit_code}; instance {p.instance} is listed but "
+        f"training container exited with code {p.s.run.exit_code}; instance {p.instance} is listed but "
         f"did not answer for {int(waited)}s after the exit (bound: {int(p.tun.exit_answer_timeout)}s "
         "past the settle listings): results and logs not uploaded"
         + ("; no cleanup, deleting it" if deletes else "")
     )
     p.end_run(Outcome.FAILED, reasons.INSTANCE_UNRESPONSIVE, note)
-    p.s.teardown_message = note
-    if deletes and not p.s.cleaned_up_at:
+    p.s.teardown.message = note
+    if deletes and not p.s.run.cleaned_up_at:
         # The job's files and secrets go with the instance; a cleanup would hang as the probes did.
-        p.s.cleaned_up_at = p.now
+        p.s.run.cleaned_up_at = p.now
     p.enter_then_step(Phase.UPLOADING, note)  # nothing to upload from it: Deleted follows
 
 
@@ -537,25 +543,25 @@ def _upload_then_retry(p: Pass) -> None:
     """A listed exit code on a live instance: upload its results and logs (one attempt, as at the
     end of a run: nothing the attempt made is lost, and the restore reads them back), then the
     attempt ends and its instance is deleted."""
-    if p.obs.upload is None and not p.s.upload_attempts:
+    if p.obs.upload is None and not p.s.upload.attempts:
         p.actions.append(UploadResults(p.instance))
         p.requeue = 0.0
         return
     recovery.end_attempt(
         p,
         reasons.EXIT_CODE_RETRIED,
-        f"training container exited with code {p.s.exit_code} (spec.recovery.retryOnExitCodes)",
+        f"training container exited with code {p.s.run.exit_code} (spec.recovery.retryOnExitCodes)",
     )
 
 
 def running(p: Pass) -> None:
     recovery.fold_sync(p)
     if p.obs.log_tail:
-        p.s.last_log_lines = log_lines(p.obs.log_tail)
+        p.s.run.log_tail = log_lines(p.obs.log_tail)
     if p.obs.exit_code is not None:
         _exited(p, p.obs.exit_code)
         return
-    if p.s.exit_code is not None and not p.s.run_outcome and p.s.container_exited_at is not None:
+    if p.s.run.exit_code is not None and not p.s.run_outcome and p.s.run.exited_at is not None:
         _judge_exit(p)  # exited: uploading before the next attempt, or confirming the instance
         return
     if p.spec is None:
@@ -613,21 +619,21 @@ def stopping(p: Pass) -> None:
         # No stop through an exec that may not answer: straight to the one upload attempt.
         p.enter_then_step(Phase.UPLOADING, "instance not listed; uploading what can be reached")
         return
-    if p.s.run_ended_at is None:
-        p.s.run_ended_at = p.now
-    if p.since(p.s.run_ended_at) > p.tun.grace:
+    if p.s.run.ended_at is None:
+        p.s.run.ended_at = p.now
+    if p.since(p.s.run.ended_at) > p.tun.grace:
         note = (
             f"container {p.s.job_id} did not stop within {int(p.tun.grace)}s; uploading what is there, "
             "then deleting"
         )
-        p.s.teardown_message = note
+        p.s.teardown.message = note
         p.events.append(EventNote("Warning", reasons.STOP_GRACE_EXPIRED, note))
         p.enter_then_step(Phase.UPLOADING, note)
         return
     if not p.obs.container_stopped:
         p.actions.append(StopContainer(p.instance))
     # Bounded by the grace left, so the grace is never overrun by a whole wait.
-    left = p.tun.grace - p.since(p.s.run_ended_at)
+    left = p.tun.grace - p.since(p.s.run.ended_at)
     bound = max(min(1.0, p.tun.wait_timeout), min(p.tun.wait_timeout, left))
     p.actions.append(WaitForExit(p.instance, timeout_seconds=bound, start_if_missing=False))
     p.requeue = 0.0
@@ -641,13 +647,13 @@ def process_silence(p: Pass) -> bool:
     it. Without this bound a listed instance that never answered again billed until the Running
     timeout (24 h; found by the simulation, seed 735). True when the run or attempt ended."""
     bound = p.tun.exit_answer_timeout
-    last = p.s.unanswered_checked_at
-    if p.s.unanswered_since is None or last is None or p.since(last) > bound:
+    last = p.s.run.unanswered_checked_at
+    if p.s.run.unanswered_since is None or last is None or p.since(last) > bound:
         # Silence is shown by failed waits spread over the bound, not by two at its ends: across
         # a gap nobody asked (the operator was down, the Lease elsewhere), and it may have answered.
-        p.s.unanswered_since = p.now
-    p.s.unanswered_checked_at = p.now
-    silent = p.since(p.s.unanswered_since)
+        p.s.run.unanswered_since = p.now
+    p.s.run.unanswered_checked_at = p.now
+    silent = p.since(p.s.run.unanswered_since)
     inst = p.obs.instance
     if silent < bound or not p.obs.instance_known or inst is None or inst.status != RUNNING:
         return False  # absence and loss are judged by the listings (process_instance_loss)
@@ -659,8 +665,8 @@ def process_silence(p: Pass) -> bool:
         recovery.end_attempt(p, reasons.INSTANCE_UNRESPONSIVE, note)
         return True
     p.end_run(Outcome.FAILED, reasons.INSTANCE_UNRESPONSIVE, note)
-    p.s.teardown_message = note
-    if p.deletes_instance() and not p.s.cleaned_up_at:
+    p.s.teardown.message = note
+    if p.deletes_instance() and not p.s.run.cleaned_up_at:
         # The job's files and secrets go with the instance; a cleanup would hang as the waits did.
-        p.s.cleaned_up_at = p.now
+        p.s.run.cleaned_up_at = p.now
     return True

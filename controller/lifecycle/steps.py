@@ -10,7 +10,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Protocol
 
-from controller.api.models import TaoBrevJobSpec, TaoBrevJobStatus
+from controller.api.models import TaoBrevJobSpec
+from controller.api.status import TaoBrevJobStatus
 from controller.brev.client import CreateRequest, Instance
 from controller.fleet.admission import Admission
 from controller.lifecycle.tunables import Tunables

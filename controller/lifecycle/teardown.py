@@ -35,7 +35,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 from controller.api import reasons
-from controller.api.models import Outcome, ResultsSummary, phase_timeout
+from controller.api.models import Outcome, phase_timeout
+from controller.api.status import ResultsSummary
 from controller.api.timestamps import format_time
 from controller.brev.client import DELETING, RUNNING, Instance
 from controller.lifecycle.absence import process_instance_fate
@@ -91,14 +92,14 @@ def upload_skipped(p: Pass) -> None:
         "uploaded, deleting the instance"
     )
     p.events.append(EventNote("Warning", reasons.UPLOAD_SKIPPED, note))
-    if p.deletes_instance() and not p.s.cleaned_up_at:
+    if p.deletes_instance() and not p.s.run.cleaned_up_at:
         # The files (and secrets) go with the instance: no cleanup call that would hang as the
         # upload did and hold up the delete by its whole timeout.
-        p.s.cleaned_up_at = p.now
+        p.s.run.cleaned_up_at = p.now
     if p.s.run_outcome != Outcome.CANCELED:
         upload_failed(p, note)
         return
-    p.s.teardown_message = note
+    p.s.teardown.message = note
     p.s.message = clip(f"{p.s.message or ''}; results not uploaded (the upload from the instance failed)")
     p.enter(Phase.DELETED, note)
     teardown(p)
@@ -106,9 +107,9 @@ def upload_skipped(p: Pass) -> None:
 
 def uploading(p: Pass) -> None:
     if p.obs.upload is not None:
-        p.s.upload_attempts = (p.s.upload_attempts or 0) + 1
-        p.s.uploaded_at = p.now
-        p.s.results = ResultsSummary(
+        p.s.upload.attempts = (p.s.upload.attempts or 0) + 1
+        p.s.upload.uploaded_at = p.now
+        p.s.upload.results = ResultsSummary(
             uri=p.spec.data.results_uri if p.spec is not None else None,
             objects=p.obs.upload.objects,
             bytes=p.obs.upload.bytes,
@@ -126,7 +127,7 @@ def uploading(p: Pass) -> None:
         return
     if _nothing_to_upload(p):
         return
-    attempts = p.s.upload_attempts or 0
+    attempts = p.s.upload.attempts or 0
     fate = process_instance_fate(p)
     if fate is not None and attempts:
         # Nothing left to upload from: say so (the results are lost), whatever the run's outcome.
@@ -156,7 +157,7 @@ def _nothing_to_upload(p: Pass) -> bool:
     """No spec, the instance lost, or still unlisted after the one reach-what-we-can attempt:
     on to teardown (True when this step is done)."""
     unlisted = p.obs.instance_known and p.obs.instance is None and not p.exec_evidence()
-    tried_unlisted = bool(p.s.upload_attempts) and p.s.reason == reasons.INSTANCE_NOT_LISTED and unlisted
+    tried_unlisted = bool(p.s.upload.attempts) and p.s.reason == reasons.INSTANCE_NOT_LISTED and unlisted
     lost = p.s.reason in reasons.UNREACHABLE
     if p.spec is not None and not lost and not tried_unlisted:
         return False
@@ -172,23 +173,25 @@ def teardown(p: Pass) -> None:
     """Phase Deleted: remove what the job put on the instance, delete an instance we own, confirm
     it gone, then finish. An ephemeral instance is never abandoned: past deletingSeconds we keep
     trying (with backoff) and report it, because giving up would leave it billing."""
-    name = p.s.instance_name
+    name = p.s.instance.name
     if name and not _cleanup_done(p):
         return
     if name and p.deletes_instance() and not instance_released(p):
         return
-    if p.s.run_outcome == Outcome.SUCCEEDED and p.s.uploaded_at is None:
+    if p.s.run_outcome == Outcome.SUCCEEDED and p.s.upload.uploaded_at is None:
         # A run that exited 0 whose results never reached S3 (nothing left to upload from) did
         # not succeed: never a Succeeded without verified results.
         p.s.run_outcome = Outcome.FAILED
         p.s.reason = reasons.UPLOAD_FAILED
         p.s.message = clip(f"{p.s.message or 'training exited 0'}; the results were not uploaded")
     p.s.finished_at = p.now
-    p.s.teardown_message = None
+    p.s.teardown.message = None
     released = "deleted" if p.deletes_instance() else "left running (retained)"
     outcome = p.s.run_outcome or Outcome.CANCELED
     p.s.run_outcome = outcome
-    results = f"; results in {p.s.results.uri}" if p.s.uploaded_at and p.s.results else ""
+    results = (
+        f"; results in {p.s.upload.results.uri}" if p.s.upload.uploaded_at and p.s.upload.results else ""
+    )
     touched = not p.owned or p.asked_brev()
     instance = f"; instance {name} {released}" if name and touched else ""
     p.s.message = f"{outcome}: {p.s.message or ''}{results}{instance}"
@@ -199,10 +202,10 @@ def teardown(p: Pass) -> None:
 
 def _cleanup_done(p: Pass) -> bool:
     """Container and job directory (with the secret files) removed, or nothing to remove."""
-    if p.s.cleaned_up_at:
+    if p.s.run.cleaned_up_at:
         return True
     if p.obs.cleaned or not _workload_may_exist(p):
-        p.s.cleaned_up_at = p.now
+        p.s.run.cleaned_up_at = p.now
         p.unstall(reasons.SECRETS_MAY_REMAIN)
         return True
     if not p.obs.instance_known:
@@ -216,7 +219,7 @@ def _cleanup_done(p: Pass) -> bool:
     if not p.deletes_instance() and _may_still_hold_secrets(p, inst):
         return False
     # Unreachable, gone, or goes with the instance: nothing of ours can be removed now.
-    p.s.cleaned_up_at = p.now
+    p.s.run.cleaned_up_at = p.now
     return True
 
 

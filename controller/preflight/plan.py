@@ -10,7 +10,8 @@ price: the worst case, not an estimate.
 from __future__ import annotations
 
 from controller.api.container_paths import DATA_ROOT, RESULTS_DIR
-from controller.api.models import PlanStatus, TaoBrevJobSpec
+from controller.api.models import TaoBrevJobSpec
+from controller.api.status import PlanStatus
 from controller.lifecycle.steps import Verdict
 
 # Phases an instance bills in (Pending creates nothing).

@@ -25,7 +25,9 @@ from typing import Any
 
 import yaml
 
-from controller.api.models import TaoBrevJobSpec, TaoBrevJobStatus
+from controller.api import status_legacy
+from controller.api.models import TaoBrevJobSpec
+from controller.api.status import TaoBrevJobStatus
 from controller.lifecycle.phases import Phase
 from controller.versions import load_versions
 
@@ -120,6 +122,36 @@ def _strip_defaults(node: Any) -> Any:
     return node
 
 
+def _at(schema: dict[str, Any], path: tuple[str, ...]) -> dict[str, Any]:
+    for key in path:
+        schema = schema["properties"][key]
+    return schema
+
+
+def _keep_flat_fields(status: dict[str, Any]) -> None:
+    """Objects written by releases with the flat status keep their fields until the new operator
+    reads and rewrites them: a field the schema does not name would be pruned (also when read
+    from etcd), and with it what an upgrade needs. Each is typed as where it moved."""
+    attempt = status["properties"]["attempts"]["items"]
+    moved = [(status, key, attempt, path, "attempts[-1]") for key, path in status_legacy.CURRENT.items()] + [
+        (status, key, status, path, "") for key, path in status_legacy.JOB.items()
+    ]
+    moved += [(attempt, key, attempt, path, "attempts[]") for key, path in status_legacy.ATTEMPT.items()]
+    for holder, key, root, path, where in moved:
+        target = _at(root, path)
+        to = ".".join(filter(None, [where, *path]))
+        holder["properties"][key] = {
+            **{k: v for k, v in target.items() if k != "description"},
+            "description": f"Deprecated: status of releases before sub-records, read once and moved to {to}.",
+        }
+    status["properties"]["attempt"] = {
+        "type": "integer",
+        "description": "Deprecated: status of releases before sub-records; now attempts[-1].attempt.",
+    }
+    # Flat attempts[] entries have no `instance`; new writes always do.
+    attempt["required"] = [r for r in attempt.get("required", []) if r != "instance"]
+
+
 def _immutability_rules() -> list[dict[str, str]]:
     # A root-level transition rule: spec and status arrive through different endpoints, and each
     # endpoint resets the other part to its stored value, so comparing oldSelf.spec with
@@ -146,6 +178,7 @@ def openapi_schema() -> dict[str, Any]:
     # The default image is a pinned version (versions.yaml), kept out of the pure model.
     spec["properties"]["task"]["properties"]["image"]["default"] = load_versions().images.tao_toolkit.pyt
     status = _strip_defaults(structural(TaoBrevJobStatus.model_json_schema(by_alias=True, mode="validation")))
+    _keep_flat_fields(status)
     return {
         "type": "object",
         "description": (
@@ -199,21 +232,29 @@ def crd() -> dict[str, Any]:
                     "additionalPrinterColumns": [
                         _column("Phase", ".status.phase", desc="Where the job is."),
                         _column("Outcome", ".status.outcome", desc="How the run ended."),
-                        _column("Instance", ".status.instanceName", desc="brev instance name."),
-                        _column("GPU", ".status.gpu", desc="GPU as brev reports it."),
+                        _column(
+                            "Instance",
+                            ".status.attempts[-1:].instance.name",
+                            desc="brev instance name (current attempt).",
+                        ),
+                        _column("GPU", ".status.attempts[-1:].instance.gpu", desc="GPU as brev reports it."),
                         _column(
                             "Queue",
-                            ".status.queuePosition",
+                            ".status.queue.position",
                             type_="integer",
                             desc="Place in its quota queue while Pending (deploy/QUEUEING.md).",
                         ),
                         _column(
-                            "Queued", ".status.queueReason", priority=1, desc="Why it is not admitted yet."
+                            "Queued", ".status.queue.reason", priority=1, desc="Why it is not admitted yet."
                         ),
                         _column("Action", ".spec.task.action", priority=1, desc="TAO action."),
                         _column("Reason", ".status.reason", priority=1, desc="Reason of the outcome."),
                         _column(
-                            "Attempt", ".status.attempt", type_="integer", priority=1, desc="Current attempt."
+                            "Attempt",
+                            ".status.attempts[-1:].attempt",
+                            type_="integer",
+                            priority=1,
+                            desc="Current attempt.",
                         ),
                         _column(
                             "Billed",

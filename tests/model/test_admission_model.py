@@ -18,7 +18,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from controller.api.models import TaoBrevJobStatus
+from controller.api.status import TaoBrevJobStatus
 from controller.fleet.admission import JobFacts, NamespaceLimits, Quotas
 from controller.fleet.ledger import Fleet
 from tests.fakes.clock import FakeClock

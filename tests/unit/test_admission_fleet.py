@@ -10,7 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from controller.api.errors import KubeUnavailable
-from controller.api.models import TaoBrevJobStatus
+from controller.api.status import TaoBrevJobStatus
 from controller.fleet import admission
 from controller.fleet.admission import JobFacts, NamespaceLimits, Quotas
 from controller.fleet.ledger import Fleet, quotas_from

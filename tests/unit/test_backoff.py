@@ -9,7 +9,7 @@ import asyncio
 import pytest
 
 from controller.api.errors import KubeUnavailable, SecretAccessDenied
-from controller.api.models import TaoBrevJobStatus
+from controller.api.status import TaoBrevJobStatus
 from controller.lifecycle import machine
 from controller.lifecycle.backoff import exponential
 from controller.lifecycle.decision_pass import Pass

@@ -14,8 +14,9 @@ from prometheus_client import CollectorRegistry
 
 from controller.api import naming
 from controller.api.errors import KubeUnavailable
-from controller.api.models import TaoBrevJobSpec, TaoBrevJobStatus
+from controller.api.models import TaoBrevJobSpec
 from controller.api.spec_parse import parse_spec
+from controller.api.status import TaoBrevJobStatus
 from controller.brev.client import Instance
 from controller.effects.directory import InstanceDirectory
 from controller.fleet.leadership import Leadership, SoleLeader

@@ -6,7 +6,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from controller.api.models import TaoBrevJobStatus, Timeouts, phase_timeout
+from controller.api.models import Timeouts, phase_timeout
+from controller.api.status import TaoBrevJobStatus
 from controller.fleet.admission import JobFacts
 from controller.lifecycle import machine
 from controller.lifecycle.conditions import is_admitted

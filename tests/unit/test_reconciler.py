@@ -14,7 +14,8 @@ from prometheus_client import CollectorRegistry
 
 from controller.api import reasons
 from controller.api.errors import InstanceNotFound, TransientError
-from controller.api.models import TaoBrevJobSpec, TaoBrevJobStatus
+from controller.api.models import TaoBrevJobSpec
+from controller.api.status import TaoBrevJobStatus
 from controller.brev.client import RUNNING, CreateRequest, CreateResult, ExecResult, Instance
 from controller.effects.actions import ActionRunner
 from controller.effects.directory import InstanceDirectory

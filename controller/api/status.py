@@ -1,0 +1,484 @@
+"""The TaoBrevJob status (taobrev.io/v1alpha1), made of owned parts.
+
+Top level: what users read first (phase, outcome, reason, message, conditions, times, billing
+totals). The rest is sub-records, each written by one process of the lifecycle:
+
+- `queue`: admission under the instance quotas (run_phases.admit);
+- `attempts[]`: one per instance the job used; the last is current and owns its `instance`
+  (name, id, identity, create/delete times, absence evidence), its `run` (container, exit, log
+  tail) and its `upload`. Recovery appends an attempt; it never clears a finished one;
+- `teardown`: why teardown is not finished yet;
+- `checkpoint`, `preflight`, `plan`.
+
+Status written by releases before this shape was flat (`instanceName`, `exitCode`, ...): it is
+read by `legacy.from_flat` (kopf's from_storage habit), and the next write stores the new shape
+and nulls the flat keys (merge_patch). Fixtures: tests/data/status-f73585a/.
+
+Pure module: no kopf, kubernetes, os or subprocess imports (`make lint`: .importlinter).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import AwareDatetime, ConfigDict, Field, PlainSerializer, model_validator
+
+from controller.api import status_legacy
+from controller.api.models import ConditionStatus, Outcome, _list_map, _StatusModel
+from controller.api.timestamps import format_time
+from controller.lifecycle.phases import Phase
+
+# Kubernetes stores second-resolution UTC `Z` timestamps; serialising the same way keeps a status
+# that did not change byte-identical, so an idle pass writes nothing.
+Timestamp = Annotated[AwareDatetime, PlainSerializer(format_time, return_type=str, when_used="json")]
+
+
+class Condition(_StatusModel):
+    """A kstatus-compatible condition (same shape as metav1.Condition)."""
+
+    type: str = Field(max_length=316, description="Condition type, e.g. Ready, Reconciling, Stalled.")
+    status: ConditionStatus = Field(description="True, False or Unknown.")
+    reason: str | None = Field(default=None, description="CamelCase reason.")
+    message: str | None = Field(default=None, description="Human-readable detail.")
+    last_transition_time: Timestamp | None = Field(default=None, description="When status last changed.")
+    observed_generation: int | None = Field(
+        default=None, description="metadata.generation this condition was computed from."
+    )
+
+
+class ResultsSummary(_StatusModel):
+    """What was uploaded to spec.data.resultsUri."""
+
+    uri: str | None = Field(default=None, description="Where the results are.")
+    objects: int | None = Field(default=None, description="Number of objects uploaded.")
+    bytes: int | None = Field(default=None, description="Total bytes uploaded.")
+
+
+class CheckpointStatus(_StatusModel):
+    """The checkpoint sync to <resultsUri>/checkpoints/<job id>/ (what each attempt resumed from is in
+    attempts[])."""
+
+    epoch: int | None = Field(default=None, description="Latest epoch found in the synced files.")
+    synced_at: Timestamp | None = Field(default=None, description="When the last sync finished.")
+    objects: int | None = Field(default=None, ge=0, description="Objects under checkpoints/ after it.")
+    sync_requested_at: Timestamp | None = Field(
+        default=None, description="When the last sync was started (one per interval)."
+    )
+    failures: int | None = Field(
+        default=None, ge=0, description="Consecutive failed syncs (transient; retried next interval)."
+    )
+    last_error: str | None = Field(default=None, description="Why the last sync failed.")
+
+
+class PreflightProblem(_StatusModel):
+    """One thing the pre-flight found that keeps the job from starting."""
+
+    field: str = Field(description="The spec field at fault, e.g. spec.data.resultsUri.")
+    reason: str = Field(description="CamelCase reason, e.g. ResultsBucketNotFound.")
+    message: str = Field(description="What is wrong and how to fix it.")
+
+
+class PreflightStatus(_StatusModel):
+    """The checks made before `brev create` (Secrets, S3, inputs, instance selection, image)."""
+
+    checked_at: Timestamp | None = Field(default=None, description="When the pre-flight last ran.")
+    passed_at: Timestamp | None = Field(default=None, description="When it last found nothing wrong.")
+    failing_since: Timestamp | None = Field(
+        default=None,
+        description="Start of the current streak of failed checks (spec.timeouts.pendingSeconds "
+        "counts from here).",
+    )
+    problems: list[PreflightProblem] = Field(
+        default_factory=list, max_length=8, description="What the last check found (empty: nothing)."
+    )
+    candidates: list[str] = Field(
+        default_factory=list,
+        max_length=16,
+        description="Instance types `brev create` would try, in order, with their hourly price.",
+    )
+
+
+class PlanStatus(_StatusModel):
+    """What the operator would do (spec.dryRun), from the pre-flight: nothing was created."""
+
+    planned_at: Timestamp | None = Field(default=None, description="When the plan was made.")
+    instance_types: list[str] = Field(
+        default_factory=list,
+        max_length=16,
+        description="Instance types `brev create` would try, in fallback order, with their hourly price.",
+    )
+    reuse: str | None = Field(default=None, description="The existing instance the job would run on.")
+    images: list[str] = Field(default_factory=list, description="Images pulled on the instance.")
+    inputs: list[str] = Field(default_factory=list, description="S3 inputs and where they are staged.")
+    uploads: list[str] = Field(default_factory=list, description="What is uploaded where in S3.")
+    max_billed_seconds: int | None = Field(
+        default=None,
+        description="The most the job can bill: every phase's timeout and attempt, or the budget.",
+    )
+    cost_ceiling_dollars: float | None = Field(
+        default=None,
+        description="max billed seconds x the dearest candidate's price, capped by "
+        "spec.budget.maxCostDollars.",
+    )
+    ready: bool | None = Field(
+        default=None, description="Whether the pre-flight passed (the job could start)."
+    )
+
+
+class QueueRecord(_StatusModel):
+    """Admission under the instance quotas (deploy/QUEUEING.md)."""
+
+    admitted_at: Timestamp | None = Field(
+        default=None,
+        description=(
+            "When the job was admitted under the instance quotas (written before anything is "
+            "created); it holds its quota slot from then until finishedAt."
+        ),
+    )
+    reason: str | None = Field(
+        default=None,
+        description=(
+            "Why a Pending job is not admitted yet: ClusterInstanceLimit, NamespaceInstanceLimit, "
+            "NamespaceGPULimit or Suspended (the Queued / Suspended conditions)."
+        ),
+    )
+    message: str | None = Field(
+        default=None, description="The limit, its usage and the job's place in its queue."
+    )
+    position: int | None = Field(
+        default=None,
+        ge=1,
+        description="1-based place in its queue (the namespace's, or the cluster's for the cluster cap).",
+    )
+
+
+class AbsenceRecord(_StatusModel):
+    """Listings that did not show the instance: one proves nothing (docs/brev-cli.md section 11)."""
+
+    listings: int | None = Field(
+        default=None,
+        ge=0,
+        description="Consecutive listings (spaced by the poll interval) that did not show the instance.",
+    )
+    since: Timestamp | None = Field(
+        default=None, description="First of the consecutive listings that did not show the instance."
+    )
+    checked_at: Timestamp | None = Field(default=None, description="Last listing counted in listings.")
+
+
+class InstanceRecord(_StatusModel):
+    """The attempt's brev instance: what was asked, what Brev answered, and the proof it is gone."""
+
+    name: str = Field(description="brev instance name (recorded before `brev create`).")
+    id: str | None = Field(
+        default=None,
+        description="Brev's instance id, recorded when the instance is first listed; matched by id after.",
+    )
+    created: bool | None = Field(
+        default=None, description="True when this job created (and so owns) the instance."
+    )
+    identity: str | None = Field(
+        default=None,
+        description=(
+            "The Brev identity the operator was logged in as when it asked for the instance; only "
+            "that identity's answers (listings, `brev delete`) count during teardown."
+        ),
+    )
+    type: str | None = Field(default=None, description="Instance type as `brev ls` shows it.")
+    gpu: str | None = Field(default=None, description="The instance's GPU as `brev ls` reports it.")
+    price_per_hour: float | None = Field(
+        default=None, description="Hourly price of the type from `brev search` (absent: unknown)."
+    )
+    create_requested_at: Timestamp | None = Field(
+        default=None, description="When `brev create` was last sent."
+    )
+    create_returned_at: Timestamp | None = Field(
+        default=None,
+        description="When the last `brev create` call returned or failed (the settle time starts here).",
+    )
+    billed_from: Timestamp | None = Field(
+        default=None,
+        description="The first `brev create` that may have made the instance: billing starts here.",
+    )
+    start_requested_at: Timestamp | None = Field(
+        default=None, description="When `brev start` was sent for a STOPPED reused instance."
+    )
+    delete_requested_at: Timestamp | None = Field(
+        default=None, description="When `brev delete` was last sent."
+    )
+    delete_accepted_at: Timestamp | None = Field(
+        default=None, description="When brev first accepted the `brev delete`."
+    )
+    deleted_at: Timestamp | None = Field(
+        default=None, description="When deletion of the instance was confirmed (absent: pending)."
+    )
+    absence: AbsenceRecord = Field(
+        default_factory=AbsenceRecord, description="Listings that did not show the instance."
+    )
+
+
+class RunRecord(_StatusModel):
+    """The training container on the attempt's instance."""
+
+    started_at: Timestamp | None = Field(default=None, description="When the container started.")
+    exited_at: Timestamp | None = Field(default=None, description="When the container exited.")
+    ended_at: Timestamp | None = Field(
+        default=None, description="When the run ended (exit, failure, timeout or cancellation)."
+    )
+    exit_code: int | None = Field(default=None, description="The container's exit code.")
+    log_tail: list[str] = Field(default_factory=list, max_length=20, description="Tail of the container log.")
+    unanswered_since: Timestamp | None = Field(
+        default=None,
+        description=(
+            "While Running: the first of the consecutive failed waits (the instance did not answer); "
+            "cleared by any answer. Past the answer bound the run (or attempt) ends InstanceUnresponsive."
+        ),
+    )
+    unanswered_checked_at: Timestamp | None = Field(
+        default=None,
+        description=(
+            "The last failed wait counted in unansweredSince; a gap longer than the answer bound "
+            "(operator down, Lease elsewhere) starts the count again."
+        ),
+    )
+    cleaned_up_at: Timestamp | None = Field(
+        default=None, description="When the container and the job's files (secrets) were removed."
+    )
+
+
+class UploadRecord(_StatusModel):
+    """The results upload to spec.data.resultsUri from the attempt's instance."""
+
+    attempts: int | None = Field(default=None, ge=0, description="Upload attempts so far.")
+    uploaded_at: Timestamp | None = Field(
+        default=None, description="When the results upload finished and was verified in S3."
+    )
+    results: ResultsSummary | None = Field(default=None, description="What was uploaded.")
+
+
+class AttemptRecord(_StatusModel):
+    """One instance the job used (attempt n >= 2 runs on `<instance>-a<n>`)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_flat(cls, data: Any) -> Any:
+        return status_legacy.attempt_from_flat(data)
+
+    attempt: int = Field(ge=1, description="1-based attempt number.")
+    instance: InstanceRecord = Field(description="The attempt's brev instance.")
+    run: RunRecord = Field(default_factory=RunRecord, description="The training container.")
+    upload: UploadRecord = Field(default_factory=UploadRecord, description="The results upload.")
+    ended_at: Timestamp | None = Field(default=None, description="When the attempt was judged over.")
+    ended_reason: str | None = Field(default=None, description="Why the attempt ended (CamelCase).")
+    ended_message: str | None = Field(default=None, description="Why the attempt ended.")
+    restored_at: Timestamp | None = Field(
+        default=None, description="When <resultsUri>/checkpoints/<job id>/ was restored onto this instance."
+    )
+    resumed_from: str | None = Field(
+        default=None,
+        description="Checkpoint this attempt resumed from (train.resume_training_checkpoint_path).",
+    )
+    resumed_from_epoch: int | None = Field(default=None, description="Epoch of that checkpoint.")
+    billed_seconds: int | None = Field(
+        default=None, ge=0, description="billedFrom to confirmed deletion (or now, while it lasts)."
+    )
+    estimated_cost_dollars: float | None = Field(
+        default=None, ge=0, description="billedSeconds x pricePerHour / 3600 (absent: price unknown)."
+    )
+
+
+class TeardownRecord(_StatusModel):
+    """What teardown (upload, cleanup, delete) still waits for."""
+
+    message: str | None = Field(
+        default=None, description="Why teardown is not finished yet (e.g. an instance that will not go away)."
+    )
+
+
+# Before the first pass records an instance there is no attempt: reads of `status.instance`,
+# `.run`, `.upload` then see these empty records, and a write to them fails loudly instead of
+# being lost (frozen).
+class _NoAbsence(AbsenceRecord):
+    model_config = ConfigDict(frozen=True)
+
+
+class _NoInstance(InstanceRecord):
+    model_config = ConfigDict(frozen=True)
+
+
+class _NoRun(RunRecord):
+    model_config = ConfigDict(frozen=True)
+
+
+class _NoUpload(UploadRecord):
+    model_config = ConfigDict(frozen=True)
+
+
+class _NoAttempt(AttemptRecord):
+    model_config = ConfigDict(frozen=True)
+
+
+def _no_attempt() -> AttemptRecord:
+    return _NoAttempt(
+        attempt=1,
+        instance=_NoInstance(name="", absence=_NoAbsence()),
+        run=_NoRun(),
+        upload=_NoUpload(),
+    )
+
+
+# Sub-records dumped as {} when nothing in them is set: leave them out of stored status.
+_PRUNED = frozenset({"queue", "teardown", "run", "upload", "absence"})
+
+
+def _prune(value: Any) -> Any:
+    if isinstance(value, dict):
+        out = {}
+        for key, item in value.items():
+            kept = _prune(item)
+            if (key in _PRUNED and kept == {}) or (key == "logTail" and kept == []):
+                continue
+            out[key] = kept
+        return out
+    if isinstance(value, list):
+        return [_prune(item) for item in value]
+    return value
+
+
+class TaoBrevJobStatus(_StatusModel):
+    """Written only by the operator, through the status subresource."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _upgrade(cls, data: Any) -> Any:
+        """Flat status of earlier releases becomes sub-records; status written before runOutcome
+        existed (or built by name in tests) has outcome only: then that is how the run ended."""
+        data = status_legacy.status_from_flat(data)
+        known = isinstance(data, dict) and (data.get("runOutcome") or data.get("run_outcome"))
+        if isinstance(data, dict) and data.get("outcome") is not None and not known:
+            return {**data, "runOutcome": data["outcome"]}
+        return data
+
+    phase: Phase | None = Field(default=None, description="Where the job is.")
+    outcome: Outcome | None = Field(
+        default=None,
+        description="How the job ended, as users read it: Succeeded only once the results are "
+        "verified in S3 (while a run that exited 0 uploads, it is unset and reason says so).",
+    )
+    run_outcome: Outcome | None = Field(
+        default=None,
+        description="How the run ended, set when it ends (the operator's own record; outcome shows "
+        "it once it is final).",
+    )
+    reason: str | None = Field(
+        default=None, description="CamelCase reason of the outcome or current problem."
+    )
+    message: str | None = Field(default=None, description="Human-readable detail.")
+    observed_generation: int | None = Field(
+        default=None, description="metadata.generation the status was computed from."
+    )
+    job_id: str | None = Field(default=None, description="Container name and TAO job id.")
+    backend_ref: str | None = Field(default=None, description="<instance>/<jobId> of the current attempt.")
+    phase_times: dict[str, Timestamp] = Field(
+        default_factory=dict, description="When each phase was entered, keyed by phase name."
+    )
+    finished_at: Timestamp | None = Field(default=None, description="When the job reached its end.")
+    stalled_reason: str | None = Field(
+        default=None,
+        description=(
+            "Why the operator cannot make progress without help (e.g. InvalidSpec, "
+            "InstanceNotAccessible); the Stalled condition carries it until resolved."
+        ),
+    )
+    stalled_message: str | None = Field(default=None, description="What is wrong and how to fix it.")
+    retries: int = Field(default=0, ge=0, description="Consecutive transient failures in this phase.")
+    billed_seconds: int | None = Field(
+        default=None, ge=0, description="Billed instance seconds over all attempts."
+    )
+    estimated_cost_dollars: float | None = Field(
+        default=None,
+        ge=0,
+        description="Estimated cost over all attempts; absent while a price is unknown (see costKnown).",
+    )
+    cost_known: bool | None = Field(
+        default=None, description="False when some attempt's hourly price was not found in `brev search`."
+    )
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        json_schema_extra=_list_map("type"),
+        description="Ready / Reconciling / Stalled and the operator's own conditions.",
+    )
+    queue: QueueRecord = Field(
+        default_factory=QueueRecord, description="Admission under the instance quotas."
+    )
+    attempts: list[AttemptRecord] = Field(
+        default_factory=list,
+        json_schema_extra=_list_map("attempt"),
+        description="Every instance the job used; the last is the current attempt.",
+    )
+    teardown: TeardownRecord = Field(default_factory=TeardownRecord, description="What teardown waits for.")
+    checkpoint: CheckpointStatus | None = Field(default=None, description="Checkpoint sync and resume.")
+    preflight: PreflightStatus | None = Field(
+        default=None, description="The checks made before anything is created (Pending)."
+    )
+    plan: PlanStatus | None = Field(default=None, description="What the job would do (spec.dryRun).")
+
+    # -- the current attempt (read-only views; writes go through the records) --
+
+    @property
+    def current(self) -> AttemptRecord:
+        """The current attempt (the last), or a frozen empty one before the first is recorded."""
+        return self.attempts[-1] if self.attempts else _no_attempt()
+
+    @property
+    def attempt(self) -> int | None:
+        """The current attempt's number (None before the first)."""
+        return self.attempts[-1].attempt if self.attempts else None
+
+    @property
+    def instance(self) -> InstanceRecord:
+        return self.current.instance
+
+    @property
+    def run(self) -> RunRecord:
+        return self.current.run
+
+    @property
+    def upload(self) -> UploadRecord:
+        return self.current.upload
+
+    def start_attempt(self, name: str, *, created: bool) -> AttemptRecord:
+        """Append the next attempt, on instance `name` (the only way an attempt begins)."""
+        n = self.attempts[-1].attempt + 1 if self.attempts else 1
+        rec = AttemptRecord(attempt=n, instance=InstanceRecord(name=name, created=created))
+        self.attempts = [*self.attempts, rec]
+        return rec
+
+    @classmethod
+    def from_k8s(cls, status: dict[str, Any] | None) -> TaoBrevJobStatus:
+        """Parse `.status` as read from the API server (absent on a new object; flat when an
+        earlier release wrote it)."""
+        return cls.model_validate(status or {})
+
+    def to_k8s(self) -> dict[str, Any]:
+        """`.status` as stored by the API server: camelCase, unset fields and empty sub-records
+        omitted. A field that must be cleared needs an explicit null in the merge patch (see
+        `merge_patch`)."""
+        out: dict[str, Any] = _prune(self.model_dump(by_alias=True, exclude_none=True, mode="json"))
+        if not out.get("attempts"):
+            out.pop("attempts", None)
+        return out
+
+
+def merge_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """The JSON merge patch (RFC 7386) taking stored status `old` to `new`: fields present before
+    and absent now are sent as null, which is how merge patch deletes them — at every depth,
+    because merge patch merges nested objects (e.g. status.checkpoint) key by key. Lists are
+    replaced whole."""
+    patch = dict(new)
+    for key, before in old.items():
+        if key not in new:
+            patch[key] = None
+        elif isinstance(before, dict) and isinstance(new[key], dict):
+            patch[key] = merge_patch(before, new[key])
+    return patch
