@@ -88,7 +88,9 @@ def attempt_from_flat(data: Any) -> Any:
 
 def status_from_flat(data: Any) -> Any:
     """The whole status in the new shape: flat current-attempt fields move into the last
-    attempt (started here when the flat status had none, e.g. a reused instance)."""
+    attempt (started here when the flat status had none, e.g. a reused instance). Without an
+    instance name nothing ran, and its run fields (runEndedAt of a job deleted while Pending)
+    are dropped."""
     if not isinstance(data, dict):
         return data
     flat = {_camel(k): v for k, v in data.items() if _camel(k) in CURRENT or _camel(k) in JOB}

@@ -109,9 +109,10 @@ class Pass:
         self.s.run_outcome = outcome
         self.s.reason = reason
         self.s.message = message = clip(message)
-        self.s.run.ended_at = self.now
         self.s.retries = 0
         last = self.s.attempts[-1] if self.s.attempts else None
+        if last is not None:
+            last.run.ended_at = self.now  # no attempt: nothing ran (ended while Pending)
         if last is not None and last.ended_at is None:
             # The run ends with its current attempt: every attempt says why it ended (issue 12).
             last.ended_at = self.now

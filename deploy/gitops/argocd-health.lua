@@ -23,6 +23,18 @@ local function is_true(c)
   return c ~= nil and c.status == "True"
 end
 
+-- The current attempt's exit code: attempts[] ends with the current attempt; status written
+-- by releases before sub-records (not yet rewritten) has it flat.
+local function exit_code(status)
+  if status.attempts ~= nil and #status.attempts > 0 then
+    local run = status.attempts[#status.attempts].run
+    if run ~= nil and run.exitCode ~= nil then
+      return run.exitCode
+    end
+  end
+  return status.exitCode
+end
+
 -- "phase Running, reason X: message" from whatever the status has.
 local function describe(status, fallback)
   local parts = {}
@@ -35,8 +47,9 @@ local function describe(status, fallback)
   if status.reason ~= nil and status.reason ~= "" then
     table.insert(parts, "reason " .. status.reason)
   end
-  if status.exitCode ~= nil then
-    table.insert(parts, "exit code " .. tostring(status.exitCode))
+  local code = exit_code(status)
+  if code ~= nil then
+    table.insert(parts, "exit code " .. tostring(code))
   end
   local text = table.concat(parts, ", ")
   local message = status.message

@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 from tests.fixtures.operator import Stack
+from tests.status_paths import instance
 
 CANCEL_BOUND_S = 300.0  # README: kubectl delete -> brev delete when the instance never answers
 
@@ -35,8 +36,8 @@ def test_a_job_deleted_while_its_create_is_in_flight_deletes_the_instance_the_cr
     then the finalizer went and the instance landed with no job to delete it)."""
     stack.sim.set_faults(create_s=2500)  # 25 s of real time at the simulator's speed
     stack.apply(stack.job_manifest("inflight"))
-    obj = stack.wait_for("inflight", lambda o: bool(_status(o).get("instanceName")), "the create marker")
-    name = _status(obj)["instanceName"]
+    obj = stack.wait_for("inflight", lambda o: bool(instance(_status(o)).get("name")), "the create marker")
+    name = instance(_status(obj))["name"]
 
     def sent() -> bool:
         return any(c.program == "brev" and c.argv[:2] == ["create", name] for c in stack.sim.calls())
@@ -67,11 +68,11 @@ def test_a_cancel_of_an_instance_that_never_answers_deletes_it_within_the_bound(
     def training(o: dict[str, Any] | None) -> bool:
         st = _status(o)
         return st.get("phase") == "Running" and any(
-            c.get("State", {}).get("Running") for c in stack.sim.containers(st["instanceName"])
+            c.get("State", {}).get("Running") for c in stack.sim.containers(instance(st)["name"])
         )
 
     obj = stack.wait_for("silent", training, "the training container to run")
-    name = _status(obj)["instanceName"]
+    name = instance(_status(obj))["name"]
     stack.sim.set_faults(sshd_dead=True)
     cancelled = time.time()
     stack.kubectl("delete", "tbj", "silent", "-n", stack.namespace, "--wait=false")

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from tests.status_paths import run
 from tests.unit.test_models import EXAMPLES_DIR, INVALID_SPECS, InvalidSpec, valid_job
 
 pytestmark = pytest.mark.e2e
@@ -149,8 +150,11 @@ def test_status_updates_are_not_blocked_by_the_spec_freeze(kubectl: Kubectl, tbj
     """The operator can keep writing status (through the subresource) after Running."""
     _apply(kubectl, tbj_ns, valid_job("progress")).check_returncode()
     _patch_status(kubectl, tbj_ns, "progress", {"phase": "Running"})
-    _patch_status(kubectl, tbj_ns, "progress", {"phase": "Uploading", "exitCode": 0})
-    assert _get(kubectl, tbj_ns, "progress")["status"]["phase"] == "Uploading"
+    attempt = {"attempt": 1, "instance": {"name": "tbj-progress"}, "run": {"exitCode": 0}}
+    _patch_status(kubectl, tbj_ns, "progress", {"phase": "Uploading", "attempts": [attempt]})
+    status = _get(kubectl, tbj_ns, "progress")["status"]
+    assert status["phase"] == "Uploading"
+    assert run(status)["exitCode"] == 0
 
 
 def test_status_schema_is_enforced(kubectl: Kubectl, tbj_ns: str) -> None:
@@ -171,12 +175,17 @@ def test_status_schema_is_enforced(kubectl: Kubectl, tbj_ns: str) -> None:
 def test_printer_columns(kubectl: Kubectl, tbj_ns: str) -> None:
     """`kubectl get tbj` shows PHASE/OUTCOME/INSTANCE/GPU/QUEUE/AGE; `-o wide` adds QUEUED (the
     limit holding it back), ACTION, REASON and the recovery figures ATTEMPT, BILLED (seconds) and
-    COST (dollars). A finished job has no queue place: those cells are blank."""
+    COST (dollars). INSTANCE, GPU and ATTEMPT are the current (last) attempt's, not an earlier
+    one's. A finished job has no queue place: those cells are blank."""
     _apply(kubectl, tbj_ns, valid_job("cols")).check_returncode()
     _patch_status(
         kubectl, tbj_ns, "cols",
-        {"phase": "Deleted", "outcome": "Failed", "instanceName": "tbj-abc123", "gpu": "L40S",
-         "reason": "RunningTimeout", "attempt": 2, "billedSeconds": 1234, "estimatedCostDollars": 0.51},
+        {"phase": "Deleted", "outcome": "Failed", "reason": "RunningTimeout",
+         "attempts": [
+             {"attempt": 1, "instance": {"name": "tbj-abc123-old", "gpu": "A100"}},
+             {"attempt": 2, "instance": {"name": "tbj-abc123", "gpu": "L40S"}},
+         ],
+         "billedSeconds": 1234, "estimatedCostDollars": 0.51},
     )  # fmt: skip
     narrow = kubectl("get", "tbj", "-n", tbj_ns).stdout.splitlines()
     assert narrow[0].split() == ["NAME", "PHASE", "OUTCOME", "INSTANCE", "GPU", "QUEUE", "AGE"]

@@ -28,6 +28,7 @@ from tests.devenv.operator import OPERATOR_NAMESPACE, OperatorProcess, install_o
 from tests.devenv.s3 import S3Server
 from tests.fixtures.operator import Stack
 from tests.fixtures.polling import until
+from tests.status_paths import instance
 
 LEASE = "taobrev-operator"
 LEASE_DURATION = 15.0
@@ -143,7 +144,7 @@ def test_sigkilled_leader_is_replaced_within_the_lease_duration_without_duplicat
         stack.apply(stack.job_manifest(name, simulation={"epochs": 4, "epoch_seconds": 200}))
 
     def created_requested() -> int:
-        return sum(1 for n in names if stack.status(n).get("createRequestedAt"))
+        return sum(1 for n in names if instance(stack.status(n)).get("createRequestedAt"))
 
     # Kill while creates are in flight: names are in status, instances may or may not exist yet.
     wait_until("two creates to be requested", lambda: created_requested() >= 2, 120, a, b)
@@ -176,7 +177,7 @@ def test_sigkilled_leader_is_replaced_within_the_lease_duration_without_duplicat
     for name in names:
         status = stack.wait_finished(name)
         assert status["outcome"] == "Succeeded", (name, status)
-        assert stack.sim.created_count(status["instanceName"]) == 1, f"{name}: exactly one create"
+        assert stack.sim.created_count(instance(status)["name"]) == 1, f"{name}: exactly one create"
     assert stack.sim.created_count() == len(names)
     assert stack.live_instances() == [], "every instance deleted"
     # Calls, not creations: a create the dead leader started may be repeated (same name) by the
@@ -287,5 +288,5 @@ def test_a_leader_that_loses_its_lease_stops_acting_at_once(pair: Pair) -> None:
     for name in names:
         status = stack.wait_finished(name)
         assert status["outcome"] == "Succeeded", (name, status)
-        assert stack.sim.created_count(status["instanceName"]) == 1
+        assert stack.sim.created_count(instance(status)["name"]) == 1
     assert stack.live_instances() == []

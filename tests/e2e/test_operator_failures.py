@@ -7,6 +7,7 @@ import functools
 from typing import Any
 
 from tests.fixtures.operator import Stack
+from tests.status_paths import instance, upload
 
 
 def cond(status: dict[str, Any], ctype: str) -> dict[str, Any]:
@@ -67,9 +68,9 @@ KILL_POINTS: list[tuple[str, dict[str, Any]]] = [
 def _in_phase(phase: str, obj: dict[str, Any] | None) -> bool:
     st = (obj or {}).get("status") or {}
     if phase == "Provisioning":
-        return bool(st.get("createRequestedAt")) and st.get("phase") == phase
+        return bool(instance(st).get("createRequestedAt")) and st.get("phase") == phase
     if phase == "Deleted":
-        return bool(st.get("deleteRequestedAt")) and not st.get("finishedAt")
+        return bool(instance(st).get("deleteRequestedAt")) and not st.get("finishedAt")
     return st.get("phase") == phase
 
 
@@ -153,7 +154,7 @@ def test_upload_that_keeps_failing_ends_as_failed_and_still_deletes_the_instance
     assert status["outcome"] == "Failed"
     assert status["reason"] == "UploadFailed"
     assert "uploadingSeconds" in status["message"]
-    assert "uploadedAt" not in status
+    assert "uploadedAt" not in upload(status)
     assert stack.live_instances() == [], "billing stops even when results cannot be saved"
 
 
@@ -164,7 +165,7 @@ def test_sigkill_during_a_cancel_teardown_still_uploads_releases_and_deletes(sta
     def training(o: dict[str, Any] | None) -> bool:
         st = (o or {}).get("status") or {}
         return st.get("phase") == "Running" and any(
-            c.get("State", {}).get("Running") for c in stack.sim.containers(st["instanceName"])
+            c.get("State", {}).get("Running") for c in stack.sim.containers(instance(st)["name"])
         )
 
     stack.wait_for("cancelkill", training, "the training container to run")

@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from tests.fixtures.operator import SECRET_VALUES, Stack
+from tests.status_paths import instance, run, upload
 
 PHASES = ["Pending", "Provisioning", "WaitingExec", "Pulling", "Running", "Uploading", "Deleted"]
 
@@ -46,18 +47,18 @@ def test_happy_path_ephemeral_instance_walks_every_phase_uploads_and_deletes(sta
 
     assert phase_order(status) == PHASES
     assert status["outcome"] == "Succeeded"
-    assert status["exitCode"] == 0
+    assert run(status)["exitCode"] == 0
     assert cond(status, "Ready") == "True"
     assert cond(status, "Succeeded") == "True"
-    assert status["backendRef"] == f"{status['instanceName']}/{status['jobId']}"
+    assert status["backendRef"] == f"{instance(status)['name']}/{status['jobId']}"
 
     # Results in S3 match what the TAO stand-in wrote (count and sizes), plus the container log.
     keys = s3_keys(stack, "happy/")
     assert any(k.startswith("happy/logs/") for k in keys)
     results = {k: v for k, v in keys.items() if k.startswith("happy/results/")}
     assert results
-    assert status["results"]["objects"] == len(keys)
-    assert status["results"]["bytes"] == sum(keys.values())
+    assert upload(status)["results"]["objects"] == len(keys)
+    assert upload(status)["results"]["bytes"] == sum(keys.values())
 
     # Exactly one instance was created for the job, and it is gone.
     assert stack.sim.created_count() == 1
@@ -95,9 +96,9 @@ def test_reused_instance_is_neither_created_nor_deleted_and_the_container_is_rem
     status = stack.wait_finished("reuse")
 
     assert status["outcome"] == "Succeeded"
-    assert status["instanceCreated"] is False
-    assert status["instanceName"] == "shared-l40s"
-    assert status["gpu"]
+    assert instance(status)["created"] is False
+    assert instance(status)["name"] == "shared-l40s"
+    assert instance(status)["gpu"]
     assert stack.sim.created_count() == 0
     assert [i["name"] for i in stack.live_instances()] == ["shared-l40s"]
     assert not any(c.program == "brev" and c.argv[:1] == ["delete"] for c in stack.sim.calls())
@@ -114,12 +115,12 @@ def test_non_zero_training_exit_uploads_logs_and_partial_results_deletes_and_fai
 
     assert status["outcome"] == "Failed"
     assert status["reason"] == "TrainingFailed"
-    assert status["exitCode"] == 3
+    assert run(status)["exitCode"] == 3
     assert "3" in status["message"]
     keys = s3_keys(stack, "crash/")
     assert any(k.startswith("crash/logs/") for k in keys), keys
     assert any(k.startswith("crash/results/") for k in keys), "partial results (epoch 1 checkpoint) uploaded"
-    assert status["lastLogLines"], "the tail of the container log is kept in status"
+    assert run(status)["logTail"], "the tail of the container log is kept in status"
     assert stack.live_instances() == []
     assert stack.sim.created_count() == 1
     assert cond(status, "Stalled") == "True"
@@ -136,7 +137,7 @@ def test_deleting_the_job_while_running_cancels_uploads_and_tears_down(stack: St
             return False
         return any(
             c.get("State", {}).get("Running") and c.get("Name", "").strip("/") == st["jobId"]
-            for c in stack.sim.containers(st["instanceName"])
+            for c in stack.sim.containers(instance(st)["name"])
         )
 
     stack.wait_for("cancel", training, "the training container to run")
@@ -151,10 +152,10 @@ def test_deleting_the_job_while_running_cancels_uploads_and_tears_down(stack: St
 
     stack.wait_for("cancel", remember, "the canceled job to be torn down and released")
     assert last["outcome"] == "Canceled"
-    assert last.get("uploadedAt")
-    assert last["exitCode"] == 143, "stopped with SIGTERM (docker stop), not left running"
+    assert upload(last).get("uploadedAt")
+    assert run(last)["exitCode"] == 143, "stopped with SIGTERM (docker stop), not left running"
     keys = s3_keys(stack, "cancel/")
-    assert any(k.startswith("cancel/logs/") for k in keys), (keys, last.get("results"))
+    assert any(k.startswith("cancel/logs/") for k in keys), (keys, upload(last).get("results"))
     assert stack.live_instances() == []
 
 
@@ -163,7 +164,7 @@ def test_a_stopped_reused_instance_is_started_once_used_and_left_running(stack: 
     stack.apply(stack.job_manifest("parked", instance={"reuse": {"name": "parked-a100"}}))
     status = stack.wait_finished("parked")
     assert status["outcome"] == "Succeeded"
-    assert status.get("startRequestedAt")
+    assert instance(status).get("startRequestedAt")
     starts = [c for c in stack.sim.calls() if c.program == "brev" and c.argv[:1] == ["start"]]
     assert len(starts) == 1
     assert "--detached" in starts[0].argv

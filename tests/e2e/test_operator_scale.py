@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any
 
 from tests.fixtures.operator import Stack
+from tests.status_paths import instance
 
 JOBS = 20
 
@@ -40,9 +41,9 @@ def test_twenty_jobs_at_once_all_finish_within_the_brev_call_budget(stack: Stack
     # budget of 2), so each one the operator reports adds one wait to the budget.
     new_terms = sum(1 for e in log if e.get("event") == "became leader") - 1
     for name, st in statuses.items():
-        inst = st["instanceName"]
+        inst = instance(st)["name"]
         # Delete addresses the instance by the id recorded at first sighting.
-        refs = {inst, st["instanceId"]}
+        refs = {inst, instance(st)["id"]}
         verbs = Counter(c.argv[0] for c in calls if len(c.argv) > 1 and refs & set(c.argv[1:]))
         by_instance[name] = verbs
         start, end = ts(st["phaseTimes"]["Running"]), ts(st["phaseTimes"]["Uploading"])

@@ -27,6 +27,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from controller.api import naming
 from tests.fixtures.operator import Stack
 from tests.fixtures.polling import until
+from tests.status_paths import instance
 
 GRACE = 4.0
 INTERVAL = 0.5
@@ -116,7 +117,7 @@ def run_until_phase(stack: Stack, name: str, phase: str) -> dict[str, Any]:
 def test_an_instance_left_by_a_stripped_finalizer_is_deleted_after_the_grace(stack: Stack) -> None:
     stack.apply(stack.job_manifest("stripped", simulation=LONG_RUN))
     status = run_until_phase(stack, "stripped", "Running")
-    name, instance_id = status["instanceName"], status["instanceId"]
+    name, instance_id = instance(status)["name"], instance(status)["id"]
     assert naming.owned_by(name, cluster_id(stack)), name
 
     # The hostile path: the finalizer is removed by hand, then the object deleted; no teardown
@@ -221,10 +222,11 @@ def test_retained_instances_outlive_their_job_until_retain_for_expires(stack: St
     kept, expiring = stack.wait_finished("kept"), stack.wait_finished("ttl")
     assert kept["outcome"] == "Succeeded"
     assert expiring["outcome"] == "Succeeded"
+    kept_inst, expiring_inst = instance(kept), instance(expiring)
     # Recorded (through deploy/base's RBAC) before the jobs finished.
     record = retained_record(stack)
-    assert set(record) == {kept["instanceName"], expiring["instanceName"]}
-    assert json.loads(record[kept["instanceName"]])["until"] is None
+    assert set(record) == {kept_inst["name"], expiring_inst["name"]}
+    assert json.loads(record[kept_inst["name"]])["until"] is None
 
     # Deleting the jobs hands the instances over: nothing references them any more.
     for name in ("kept", "ttl"):
@@ -235,11 +237,11 @@ def test_retained_instances_outlive_their_job_until_retain_for_expires(stack: St
         lambda: metric(stack, "taobrev_orphans_deleted_total", reason="retention_expired") >= 1,
         "the instance whose retainFor expired to be deleted",
     )
-    assert not live(stack, expiring["instanceId"])
-    assert expiring["instanceName"] not in retained_record(stack)
+    assert not live(stack, expiring_inst["id"])
+    assert expiring_inst["name"] not in retained_record(stack)
     # The one retained without a deadline stays, sweep after sweep, well past the grace.
     start = sweeps(stack)
     wait_until(stack, lambda: sweeps(stack) >= start + 2 * GRACE / INTERVAL, "sweeps past the grace")
-    assert live(stack, kept["instanceId"])
-    assert [a for a in deletes_of(stack) if kept["instanceId"] in a or kept["instanceName"] in a] == []
+    assert live(stack, kept_inst["id"])
+    assert [a for a in deletes_of(stack) if kept_inst["id"] in a or kept_inst["name"] in a] == []
     assert metric(stack, "taobrev_orphans_deleted_total", reason="orphan") == 0

@@ -17,6 +17,7 @@ import yaml
 from tests.devenv.plugin import kubectl_taobrev
 from tests.devenv.s3 import S3Server
 from tests.fixtures.operator import Stack
+from tests.status_paths import queue
 
 
 def cond(status: dict[str, Any], ctype: str) -> dict[str, Any]:
@@ -86,7 +87,7 @@ def test_four_mistakes_each_stop_the_job_before_any_create_naming_the_field(
         assert cond(status, "Stalled")["status"] == "False"
         assert cond(status, "Reconciling")["status"] == "True"
         assert cond(status, "Ready")["reason"] == reason
-        assert "admittedAt" not in status
+        assert "admittedAt" not in queue(status)
         warnings = [e for e in stack.events(name) if e["type"] == "Warning" and e["reason"] == reason]
         assert warnings and field in warnings[0]["message"]
     assert creates(stack) == 0, "nothing was asked of Brev"

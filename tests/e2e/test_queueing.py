@@ -20,6 +20,8 @@ from typing import Any
 
 from tests.brevsim.model import NOMINAL
 from tests.fixtures.operator import Stack
+from tests.status_paths import instance
+from tests.status_paths import queue as queue_of
 
 LIMIT = 3
 JOBS = [f"q{i:02d}" for i in range(10)]
@@ -50,7 +52,7 @@ def snapshot(stack: Stack) -> dict[str, dict[str, str]]:
         "-n",
         stack.namespace,
         "-o",
-        "jsonpath={range .items[*]}{.metadata.name}|{.status.admittedAt}|{.status.queuePosition}|"
+        "jsonpath={range .items[*]}{.metadata.name}|{.status.queue.admittedAt}|{.status.queue.position}|"
         + cond
         + ".status}|"
         + cond
@@ -150,24 +152,24 @@ def check_the_record(stack: Stack, finished: dict[str, dict[str, Any]], ranked: 
     in rank order as slots free."""
     delete_s = NOMINAL["delete_s"] * stack.sim.speed
     records = stack.sim.instances(include_deleted=True)
-    assert {r["name"] for r in records} == {finished[n]["instanceName"] for n in JOBS}
+    assert {r["name"] for r in records} == {instance(finished[n])["name"] for n in JOBS}
     assert all(r["lifecycle"] == "delete" for r in records)
     intervals = [(float(r["created_at"]), float(r["phase_at"]) + delete_s) for r in records]
     assert max_overlap(intervals) <= LIMIT
 
     calls = [c for c in stack.sim.calls() if c.program == "brev" and c.where == "local"]
     first_delete = min(c.ts for c in calls if c.argv[:1] == ["delete"])
-    by_instance = {finished[n]["instanceName"]: n for n in JOBS}
+    by_instance = {instance(finished[n])["name"]: n for n in JOBS}
     creates = [c for c in calls if c.argv[:1] == ["create"] and len(c.argv) > 1 and c.argv[1] in by_instance]
     early = {by_instance[c.argv[1]] for c in creates if c.ts < first_delete}
     assert early == set(ranked[:LIMIT])
     # Each finish frees one slot for the next job in rank order, so the k-th ranked job (from 0)
     # can be admitted only once k - LIMIT + 1 jobs finished. Jobs admitted by one decision record
-    # admittedAt on their own passes, in any order, so this is checked per job, not as a sort.
+    # queue.admittedAt on their own passes, in any order, so this is checked per job, not as a sort.
     # (Second resolution: a finish in the same second as the admission counts, in its favour.)
     finishes = [ts(finished[n]["finishedAt"]) for n in JOBS]
     for k, name in enumerate(ranked):
-        admitted = ts(finished[name]["admittedAt"])
+        admitted = ts(queue_of(finished[name])["admittedAt"])
         done_before = sum(1 for f in finishes if f <= admitted)
         assert k < LIMIT + done_before, (name, k, done_before)
 
@@ -191,7 +193,7 @@ def test_ten_jobs_under_a_limit_of_three_are_admitted_in_order_and_never_exceed_
     assert "QUEUE" in stack.kubectl("get", "tbj", DOOMED, "-n", ns).stdout.splitlines()[0]
 
     # Deleting a queued job: gone, and no brev call ever named its instance.
-    doomed_instance = stack.status(DOOMED)["instanceName"]
+    doomed_instance = instance(stack.status(DOOMED))["name"]
     stack.kubectl("delete", "tbj", DOOMED, "-n", ns, "--wait=false")
     stack.wait_gone(DOOMED, timeout=30)
 
@@ -206,10 +208,10 @@ def test_ten_jobs_under_a_limit_of_three_are_admitted_in_order_and_never_exceed_
     # The suspended job was never admitted; set suspend to false and it runs.
     held = stack.status(SUSPENDED)
     assert held["phase"] == "Pending"
-    assert "admittedAt" not in held
-    assert held["queueReason"] == "Suspended"
-    assert stack.sim.created_count(held["instanceName"]) == 0
+    assert "admittedAt" not in queue_of(held)
+    assert queue_of(held)["reason"] == "Suspended"
+    assert stack.sim.created_count(instance(held)["name"]) == 0
     stack.kubectl("patch", "tbj", SUSPENDED, "-n", ns, "--type", "merge", "-p", '{"spec":{"suspend":false}}')
     done = stack.wait_finished(SUSPENDED, timeout=180)
     assert done["outcome"] == "Succeeded"
-    assert done["admittedAt"]
+    assert queue_of(done)["admittedAt"]

@@ -16,6 +16,7 @@ import pytest
 
 from controller.api.naming import attempt_instance_name
 from tests.fixtures.operator import Stack
+from tests.status_paths import attempt_no, instance
 
 EPOCHS = 6
 EPOCH_NOMINAL_S = 200  # x speed 0.01 = 2 s real, so a 10 s checkpoint interval spans a few epochs
@@ -48,10 +49,10 @@ def recovery_job(
 def first_instance_name(stack: Stack, name: str) -> str:
     """The attempt-1 instance name, written to status before `brev create` (long before epoch 1)."""
     obj = stack.wait_for(
-        name, lambda o: bool(((o or {}).get("status") or {}).get("instanceName")), "the instance name"
+        name, lambda o: bool(instance((o or {}).get("status")).get("name")), "the instance name"
     )
     assert obj is not None
-    return str(obj["status"]["instanceName"])
+    return str(instance(obj["status"])["name"])
 
 
 def s3_keys(stack: Stack, prefix: str) -> dict[str, int]:
@@ -88,14 +89,14 @@ def assert_lost_at_3_resumed_at_4(stack: Stack, name: str, first: str, status: d
     second = attempt_instance_name(first, 2)
     print(json.dumps(status, indent=1))  # shown when an assertion below fails
     assert status["outcome"] == "Succeeded"
-    assert status["attempt"] == 2
+    assert attempt_no(status) == 2
     attempts = status["attempts"]
     assert [a["attempt"] for a in attempts] == [1, 2]
-    assert [a["instanceName"] for a in attempts] == [first, second]
+    assert [a["instance"]["name"] for a in attempts] == [first, second]
     assert attempts[0]["endedReason"]
     assert attempts[0]["endedReason"] not in ("Succeeded", "Finished")
     for a in attempts:
-        assert a["deletedAt"], f"attempt {a['attempt']}'s deletion confirmed"
+        assert a["instance"]["deletedAt"], f"attempt {a['attempt']}'s deletion confirmed"
         assert a["billedSeconds"] > 0
     assert attempts[1]["resumedFromEpoch"] == 3
     assert attempts[1]["resumedFrom"] == CKPT.format(3)
@@ -176,10 +177,10 @@ def test_a_job_that_exhausts_its_attempts_fails_with_every_attempt_listed(stack:
     assert status["outcome"] == "Failed"
     attempts = status["attempts"]
     assert [a["attempt"] for a in attempts] == [1, 2]
-    assert [a["instanceName"] for a in attempts] == [first, second]
+    assert [a["instance"]["name"] for a in attempts] == [first, second]
     for a in attempts:
         assert a["endedReason"]
-        assert a["deletedAt"], f"attempt {a['attempt']}'s deletion confirmed"
+        assert a["instance"]["deletedAt"], f"attempt {a['attempt']}'s deletion confirmed"
     assert stack.sim.created_count() == 2
     assert stack.live_instances() == []
     for inst in instance_records(stack, [first, second]):
@@ -194,7 +195,7 @@ def test_sigkill_of_the_operator_during_recovery_changes_nothing(stack: Stack) -
         attempts = st.get("attempts") or []
         # The loss is noticed (attempt 1 ended) and attempt 2 is not Running yet.
         return bool(attempts and attempts[0].get("endedAt")) and not (
-            st.get("attempt") == 2 and st.get("phase") in ("Running", "Uploading", "Deleted")
+            attempt_no(st) == 2 and st.get("phase") in ("Running", "Uploading", "Deleted")
         )
 
     stack.wait_for("killrec", recovering, "the loss to be noticed (attempt 1 ended)", timeout=240)

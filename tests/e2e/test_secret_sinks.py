@@ -20,6 +20,7 @@ from typing import Any
 
 from tests.brevsim.harness import BrevSim
 from tests.fixtures.operator import HF_TOKEN, NGC_KEY, S3_KEY_ID, S3_SECRET, SECRET_VALUES, Stack
+from tests.status_paths import run, teardown
 
 # What the TAO stand-in prints for the last of 3 epochs: "Epoch 3/3: loss=0.5774 lr=0.0001".
 LOG_SECRET = "loss=0.5774"
@@ -104,8 +105,8 @@ def test_every_secret_through_every_text_path_reaches_no_sink_unmasked(stack: St
     # aws error output carrying the S3 key id and secret key.
     stack.sim.clear_faults()
     stack.sim.set_faults(upload_fails=f"AccessDenied for {S3_KEY_ID} {S3_SECRET}")
-    # After the run ended, transient trouble goes to teardownMessage (message keeps why it ended).
-    sinks.wait("the upload failure in status", lambda s: "PutObject" in (s.get("teardownMessage") or ""))
+    # After the run ended, transient trouble goes to teardown.message (message keeps why it ended).
+    sinks.wait("the upload failure in status", lambda s: "PutObject" in (teardown(s).get("message") or ""))
     stack.sim.clear_faults()
     status = sinks.wait("the job to finish", lambda s: bool(s.get("finishedAt")), timeout=180)
 
@@ -117,7 +118,7 @@ def test_every_secret_through_every_text_path_reaches_no_sink_unmasked(stack: St
     assert any(MASK in s for s in statuses_with(sinks, "Internal Server Error")), "brev output reached status"
     assert any(MASK in s for s in statuses_with(sinks, "toomanyrequests")), "docker output reached status"
     assert any(MASK in s for s in statuses_with(sinks, "PutObject")), "aws output reached status"
-    assert any("Epoch 3/3: *** lr=0.0001" in line for line in status.get("lastLogLines", [])), status
+    assert any("Epoch 3/3: *** lr=0.0001" in line for line in run(status).get("logTail", [])), status
     texts = sinks.texts()
     assert "toomanyrequests" in texts["events"], "a Warning Event carried the docker error"
     assert stack.live_instances() == []

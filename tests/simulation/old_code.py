@@ -117,9 +117,10 @@ def _absence_per_pass(mp: pytest.MonkeyPatch) -> None:
     """Scenario 4 (before d5ef0a3): absence counted per pass, so one cached listing counted 2-3x."""
 
     def per_pass(self: decision_pass.Pass) -> int:
-        self.s.absent_listings = (self.s.absent_listings or 0) + 1
-        self.s.absent_since = self.s.absent_since or self.now
-        return self.s.absent_listings
+        absent = self.s.instance.absence
+        absent.listings = (absent.listings or 0) + 1
+        absent.since = absent.since or self.now
+        return absent.listings
 
     mp.setattr(decision_pass.Pass, "process_absence", per_pass)
 
@@ -246,7 +247,7 @@ SCENARIOS = (
     ),
     Scenario(
         6,
-        "a secret reaches status.lastLogLines after a restart",
+        "a secret reaches the status log tail (attempts[-1].run.logTail) after a restart",
         _secrets_only_for_steps_that_send_them,
         Knobs(print_secrets=0.5, crash=0.01),
         "a secret value in status",

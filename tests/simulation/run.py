@@ -32,6 +32,7 @@ from controller.observability import logs
 from controller.reconciler import JobRef
 from controller.settings import Settings
 from tests.fakes.harness import job_spec
+from tests import status_paths as sp
 from tests.simulation.loop import Deadlock, SimLoop
 from tests.simulation.operator import Deployment, Process
 from tests.simulation.world import (
@@ -220,13 +221,13 @@ class Simulation:
                 continue
             if _attempt_ended(st, name, instance_id):
                 continue  # the job's own teardown of an attempt it ended (recovery's next attempt)
-            if st.get("instanceId") == instance_id and (st.get("absentListings") or 0) >= ABSENT_LISTINGS:
+            inst_rec = sp.instance(st)  # the current attempt's
+            listings = (inst_rec.get("absence") or {}).get("listings") or 0
+            if inst_rec.get("id") == instance_id and listings >= ABSENT_LISTINGS:
                 # Its own confirmation by delete after enough distinct listings left it out
                 # (`_check_absence` holds the count to what the listings really showed).
                 continue
-            if st.get("instanceId") == instance_id or (
-                st.get("instanceName") == name and not st.get("instanceId")
-            ):
+            if inst_rec.get("id") == instance_id or (inst_rec.get("name") == name and not inst_rec.get("id")):
                 self.violation(
                     f"brev delete of {name} ({instance_id}) that running job {obj.namespace}/{obj.name} "
                     f"references (phase {st.get('phase')})"
@@ -238,31 +239,23 @@ class Simulation:
         job = self.jobs.get(obj.uid)
         if job is None:
             return
-        keys = (
-            "phase",
-            "reason",
-            "outcome",
-            "runOutcome",
-            "instanceId",
-            "absentListings",
-            "uploadAttempts",
-            "createRequestedAt",
-            "createReturnedAt",
-            "deleteRequestedAt",
-            "finishedAt",
-        )
-        changed = {k: after.get(k) for k in keys if before.get(k) != after.get(k)}
+        was, now = _traced(before), _traced(after)
+        changed = {k: v for k, v in now.items() if was.get(k) != v}
         if changed:
             self.trace(f"{proc.name if proc else '?'} status {obj.namespace}/{obj.name} {changed}")
-        for key in ("instanceName",):
-            if after.get(key):
-                job.instance_names.add(after[key])
-                self.by_instance_name[after[key]] = job
+        # Every instance name the job ever recorded (the current attempt's is the last).
+        for attempt in after.get("attempts") or ():
+            name = (attempt.get("instance") or {}).get("name")
+            if name:
+                job.instance_names.add(name)
+                self.by_instance_name[name] = job
         # Succeeded comes with the verified results (issue 32), and then never flips.
         if before.get("outcome") == "Succeeded" and after.get("outcome") != "Succeeded":
             self.violation(f"{job.name}: Succeeded flipped to {after.get('outcome')}")
-        if after.get("outcome") == "Succeeded" and not after.get("uploadedAt"):
-            self.violation(f"{job.name}: outcome Succeeded without results verified in S3 (uploadedAt)")
+        if after.get("outcome") == "Succeeded" and not sp.upload(after).get("uploadedAt"):
+            self.violation(
+                f"{job.name}: outcome Succeeded without results verified in S3 (attempts[-1].upload.uploadedAt)"
+            )
         if before.get("finishedAt") and after.get("finishedAt") != before.get("finishedAt"):
             self.violation(
                 f"{job.name}: finishedAt changed {before.get('finishedAt')} -> {after.get('finishedAt')}"
@@ -281,16 +274,21 @@ class Simulation:
     ) -> None:
         """Absence is counted once per distinct listing that left the instance out (scenario 4:
         one cached listing counted three times deleted healthy instances)."""
-        n, instance_id = after.get("absentListings") or 0, after.get("instanceId")
-        if n <= (before.get("absentListings") or 0) or not instance_id or proc is None:
+        rec = sp.instance(after)
+        absence = rec.get("absence") or {}
+        n, instance_id = absence.get("listings") or 0, rec.get("id")
+        # The count so far of the same attempt (a new attempt counts from nothing).
+        same = sp.current(before).get("attempt") == sp.current(after).get("attempt")
+        counted = ((sp.instance(before).get("absence") or {}).get("listings") or 0) if same else 0
+        if n <= counted or not instance_id or proc is None:
             return
         spacing = proc.deployment.settings.tunables().poll_interval
-        since = after.get("absentSince")
+        since = absence.get("since")
         start = 0.0
         if isinstance(since, str):
             ago = (self.clock.now() - datetime.fromisoformat(since.replace("Z", "+00:00"))).total_seconds()
             start = self.clock.monotonic() - ago - 1.0  # whole seconds in status
-        # Status keeps whole seconds (absentCheckedAt): a poll interval less up to 2 s apart.
+        # Status keeps whole seconds (instance.absence.checkedAt): a poll interval less up to 2 s apart.
         omitted = self.brev.omitted_listings(instance_id, proc.deployment.name, start, spacing - 2.0)
         if omitted < n:
             self.violation(
@@ -308,7 +306,7 @@ class Simulation:
                 continue
             if attempt.get("endedReason") not in ("InstanceNotListed", "InstanceLost"):
                 continue
-            inst = self.brev.instances.get(attempt.get("instanceId") or "")
+            inst = self.brev.instances.get((attempt.get("instance") or {}).get("id") or "")
             if inst is None or inst.delete_accepted_at is not None or inst.id in self.unreachable_ids:
                 continue
             runs = [c for c in inst.containers.values() if c.running]
@@ -342,7 +340,7 @@ class Simulation:
                 )
 
     def _check_quota(self) -> None:
-        """Admitted jobs never exceed a quota: a job holds its slot from admittedAt until
+        """Admitted jobs never exceed a quota: a job holds its slot from queue.admittedAt until
         finishedAt (its instance confirmed deleted or released), whichever replica admitted it."""
         for d in self.deployments:
             cap = d.settings.max_instances
@@ -350,7 +348,7 @@ class Simulation:
                 f"{o.namespace}/{o.name}"
                 for o in self.kube.objects.values()
                 if o.namespace in d.namespaces
-                and o.status.get("admittedAt")
+                and sp.queue(o.status).get("admittedAt")
                 and not o.status.get("finishedAt")
             )
             if cap and len(holding) > cap and ("quota", *holding) not in self._flagged:
@@ -370,8 +368,8 @@ class Simulation:
             self.check_text(f"the metrics of {proc.name}", generate_latest(proc.registry).decode())
 
     def _marker(self, status: dict[str, Any], default: float) -> float:
-        """The first attempt's createRequestedAt, on the loop's clock."""
-        first = (status.get("attempts") or [{}])[0].get("createRequestedAt")
+        """The first attempt's billing start (its first create marker), on the loop's clock."""
+        first = ((status.get("attempts") or [{}])[0].get("instance") or {}).get("billedFrom")
         if not isinstance(first, str):
             return default
         ago = (self.clock.now() - datetime.fromisoformat(first.replace("Z", "+00:00"))).total_seconds()
@@ -392,9 +390,9 @@ class Simulation:
         for obj in self.kube.objects.values():
             if obj.status.get("finishedAt"):
                 continue
-            for entry in (obj.status, *(obj.status.get("attempts") or ())):
-                names.add(entry.get("instanceName") or "")
-                ids.add(entry.get("instanceId") or "")
+            for attempt in obj.status.get("attempts") or ():  # the current attempt is the last
+                names.add((attempt.get("instance") or {}).get("name") or "")
+                ids.add((attempt.get("instance") or {}).get("id") or "")
         kept = set().union(*(self._kept(j) for j in self.jobs.values())) if self.jobs else set()
         for inst in sorted(self.brev.instances.values(), key=lambda i: i.id):
             if inst.delete_accepted_at is not None or inst.id in kept:
@@ -452,7 +450,8 @@ class Simulation:
         returned after the job finished)."""
         if not job.retain:
             return set()
-        kept = {job.final_status["instanceId"]} if job.final_status.get("instanceId") else set()
+        kept_id = sp.instance(job.final_status).get("id")
+        kept = {kept_id} if kept_id else set()
         for (_ns, cm), (data, _version) in self.kube.config_maps.items():
             if not cm.startswith("taobrev-retained"):
                 continue
@@ -469,9 +468,8 @@ class Simulation:
         kept = self._kept(job)
         for attempt in _superseded(job.final_status):
             for inst in self._instances_of(job):
-                match = inst.id == attempt.get("instanceId") or (
-                    not attempt.get("instanceId") and inst.name == attempt.get("instanceName")
-                )
+                rec = attempt.get("instance") or {}
+                match = inst.id == rec.get("id") or (not rec.get("id") and inst.name == rec.get("name"))
                 if match and inst.delete_accepted_at is None:
                     self.violation(
                         f"job {job.namespace}/{job.name} keeps {inst.name} ({inst.id}) of attempt "
@@ -538,10 +536,16 @@ class Simulation:
         reasons = ("ResultsBucketNotFound", "SecretNotFound")
         failed = st.get("outcome") == "Failed" and st.get("reason") in reasons
         ok = failed or (st.get("outcome"), st.get("reason")) == ("Canceled", "Canceled")
-        if not ok or st.get("createRequestedAt"):
+        asked = [
+            (a.get("instance") or {}).get(k)
+            for a in st.get("attempts") or ()
+            for k in ("createRequestedAt", "billedFrom")
+            if (a.get("instance") or {}).get(k)
+        ]
+        if not ok or asked:
             self.violation(
                 f"{job.name}: results bucket missing, ended {st.get('outcome')} {st.get('reason')} "
-                f"(createRequestedAt {st.get('createRequestedAt')})"
+                f"(instance.createRequestedAt/billedFrom {asked})"
             )
 
     async def _secret_later(self, namespace: str, name: str, value: str, delay: float) -> None:
@@ -718,9 +722,10 @@ class Simulation:
 
 
 def _superseded(status: dict[str, Any]) -> list[dict[str, Any]]:
-    """Attempts recovery ended before the run did (the run's own end stamps its attempt at
-    runEndedAt): their instances are deleted whatever onCompletion says (scenario 9)."""
-    run_ended = status.get("runEndedAt")
+    """Attempts recovery ended before the run did (the run's own end stamps its attempt at the
+    current attempt's run.endedAt): their instances are deleted whatever onCompletion says
+    (scenario 9)."""
+    run_ended = sp.run(status).get("endedAt")
     return [
         a
         for a in status.get("attempts") or ()
@@ -728,12 +733,28 @@ def _superseded(status: dict[str, Any]) -> list[dict[str, Any]]:
     ]
 
 
+def _traced(status: dict[str, Any]) -> dict[str, Any]:
+    """What a status write's trace line shows when it changes (the current attempt's fields by
+    their path under attempts[-1])."""
+    inst, cur = sp.instance(status), sp.current(status)
+    return {
+        **{k: status.get(k) for k in ("phase", "reason", "outcome", "runOutcome")},
+        "attempt": cur.get("attempt"),
+        "instance.id": inst.get("id"),
+        "instance.absence.listings": (inst.get("absence") or {}).get("listings"),
+        "upload.attempts": sp.upload(status).get("attempts"),
+        "instance.createRequestedAt": inst.get("createRequestedAt"),
+        "instance.createReturnedAt": inst.get("createReturnedAt"),
+        "instance.deleteRequestedAt": inst.get("deleteRequestedAt"),
+        "finishedAt": status.get("finishedAt"),
+    }
+
+
 def _attempt_ended(status: dict[str, Any], name: str, instance_id: str) -> bool:
     """Whether the job's status records the attempt on this instance as ended."""
     for attempt in status.get("attempts") or ():
-        if attempt.get("endedAt") and (
-            attempt.get("instanceId") == instance_id or attempt.get("instanceName") == name
-        ):
+        rec = attempt.get("instance") or {}
+        if attempt.get("endedAt") and (rec.get("id") == instance_id or rec.get("name") == name):
             return True
     return False
 
