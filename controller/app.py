@@ -137,7 +137,7 @@ def build(settings: Settings, events: EventSink) -> App:
 
     def new_reconciler() -> Reconciler:
         # A fresh fleet per leadership term: the new leader starts from a listing (the API's
-        # status.admittedAt is the truth after a failover), never from an earlier term's memory.
+        # status.queue.admittedAt is the truth after a failover), never from an earlier term's memory.
         fleet = Fleet(
             kube,
             quotas_from(

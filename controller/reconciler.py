@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import structlog
 from pydantic import ValidationError
 
-from controller.api import reasons
+from controller.api import reasons, status_legacy
 from controller.api.errors import MissingSecretError, PermanentError, SpecError, TaoBrevError, TransientError
 from controller.api.models import TaoBrevJobSpec, phase_timeout
 from controller.api.spec_parse import parse_spec
@@ -540,12 +540,15 @@ class Reconciler:
             if record is not None:
                 await self._retained.record(record)
         old_k8s, new_k8s = old.to_k8s(), new.to_k8s()
-        if _comparable(new_k8s) != _comparable(old_k8s):
+        # Status an earlier release stored flat: this write moves it into sub-records.
+        flat = status_legacy.stored_flat(ref.status) if ref.uid not in self._written else frozenset()
+        if _comparable(new_k8s) != _comparable(old_k8s) or flat:
+            patch = merge_patch(old_k8s, new_k8s) | {k: None for k in flat if k not in new_k8s}
             # Shielded: a pass cancelled while its patch is on the way (kopf stops a daemon 2 s
             # after deletion) must still learn what the server now holds, and the next pass waits
             # for it; else that pass starts from the status before the patch (a Succeeded turned
             # Canceled; found by the simulation, seed 365).
-            send = asyncio.ensure_future(self._send(ref, merge_patch(old_k8s, new_k8s), new))
+            send = asyncio.ensure_future(self._send(ref, patch, new))
             self._sending[ref.uid] = send
             send.add_done_callback(functools.partial(self._sent, ref.uid))
             if not await asyncio.shield(send):

@@ -82,8 +82,8 @@ class Settings(BaseModel):
         600.0,
         ge=0,
         le=86400,
-        description="how often a running job's log tail (status.lastLogLines) is read with its wait: "
-        "at most once per this, in whole waits (the first wait after a start and an exit always read "
+        description="how often a running job's log tail (status.attempts[].run.logTail) is read with its "
+        "wait: at most once per this, in whole waits (the first wait after a start and an exit always read "
         "it); every changed tail is a status write",
     )
     probe_interval_max: float = Field(

@@ -10,8 +10,8 @@ divided by the factor again, so they read as seconds at real Brev speed:
 
 - loss -> noticed: the instance vanished (simulator) -> attempt 1 ended (status.attempts[0].endedAt);
 - noticed -> new instance Running: -> the operator's last `phase changed: Running` for the job;
-- new instance boot+ready: attempt 2's create request -> that same Running (deploy, ssh-ready,
-  pull, restore): what any fresh instance costs;
+- new instance boot+ready: attempt 2's create request (status.attempts[1].instance.billedFrom) ->
+  that same Running (deploy, ssh-ready, pull, restore): what any fresh instance costs;
 - ratio: (noticed -> Running) / (boot+ready): 1.0 means recovery adds nothing beyond booting.
 
 Usage: python -m tests.bench_recovery [--scale 0.05] [--epochs 4] [--lose-at 2]
@@ -32,6 +32,7 @@ from tests.devenv.controlplane import ControlPlane
 from tests.devenv.operator import OperatorProcess, install_operator_identity
 from tests.devenv.s3 import S3Server
 from tests.fixtures.operator import Stack
+from tests.status_paths import instance
 
 REPO = Path(__file__).resolve().parents[1]
 JOB = "recover"
@@ -107,11 +108,11 @@ def run(scale: float = 0.05, *, epochs: int = 4, lose_at: int = 2) -> dict[str, 
         stack.apply(recovery_job(stack, scale, epochs))
         first = stack.wait_for(
             JOB,
-            lambda o: bool(((o or {}).get("status") or {}).get("instanceName")),
+            lambda o: bool(instance((o or {}).get("status")).get("name")),
             "the first instance name",
         )
         assert first is not None
-        name = str(first["status"]["instanceName"])
+        name = str(instance(first["status"])["name"])
         # The loss comes once epoch `lose_at`'s checkpoint is synced (at most 2 sync intervals).
         sim.set_faults(
             vanish_at_epoch={name: lose_at},
@@ -130,7 +131,7 @@ def run(scale: float = 0.05, *, epochs: int = 4, lose_at: int = 2) -> dict[str, 
         first_attempt, second = status["attempts"]
         noticed = _ts(first_attempt["endedAt"])
         running = last_running(op.log_text(), JOB)
-        created = _ts(second["createRequestedAt"])
+        created = _ts(second["instance"]["billedFrom"])  # attempt 2's first `brev create`
         figures = {
             "scale": scale,
             "loss_to_noticed_s": (noticed - lost) / scale,

@@ -45,7 +45,7 @@ JOB: dict[str, tuple[str, str]] = {
     "queueReason": ("queue", "reason"),
     "queueMessage": ("queue", "message"),
     "queuePosition": ("queue", "position"),
-    "teardownMessage": ("teardown", "message"),
+    "teardown.message": ("teardown", "message"),
 }
 # A flat attempts[] entry: key -> path in the new entry. Its createRequestedAt was the first
 # create that may have made the instance, i.e. where billing starts.
@@ -57,6 +57,22 @@ ATTEMPT: dict[str, tuple[str, ...]] = {
     "createRequestedAt": ("instance", "billedFrom"),
     "deletedAt": ("instance", "deletedAt"),
 }
+
+
+FLAT_KEYS = frozenset({*CURRENT, *JOB, "attempt"})
+
+
+def stored_flat(raw: Any) -> frozenset[str]:
+    """The flat keys a stored status still holds (to null in the next patch), plus "attempts"
+    when its entries are flat: such a status must be written in the new shape once, even when
+    nothing in it changed (a finished job), so every reader sees one shape."""
+    if not isinstance(raw, dict):
+        return frozenset()
+    keys = FLAT_KEYS & raw.keys()
+    attempts = raw.get("attempts")
+    if isinstance(attempts, list) and any(isinstance(a, dict) and "instance" not in a for a in attempts):
+        keys |= {"attempts"}
+    return frozenset(keys)
 
 
 def _camel(key: str) -> str:

@@ -1,7 +1,7 @@
 """Admission (PURE): which waiting TaoBrevJobs may create their instance now, under the
 cluster-wide and per-namespace limits, and where the others stand in the queue.
 
-What holds a slot: a job that was admitted (status.admittedAt, or any phase past Pending for a
+What holds a slot: a job that was admitted (status.queue.admittedAt, or any phase past Pending for a
 job admitted before admission existed) and has not finished (status.finishedAt: its instance is
 confirmed deleted or released). Billing runs from the create to the confirmed delete, so the slot
 does too — a job being torn down still holds it.

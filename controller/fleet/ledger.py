@@ -5,9 +5,9 @@ both take the last slot, so every admission decision goes through `Fleet.verdict
 lock: it brings the view up to date (a listing at the start of a leadership term and then every
 `relist_after` seconds, plus each pass's own facts and status writes), runs the pure
 `admission.admit`, and records an admission in memory at once — before the pass writes
-status.admittedAt. Memory only ever adds admissions and finishes on top of what the API says
+status.queue.admittedAt. Memory only ever adds admissions and finishes on top of what the API says
 (both are one-way), so a listing that lags behind a status write cannot free a slot twice.
-After a restart or a failover the new leader's first listing (status.admittedAt) is the truth.
+After a restart or a failover the new leader's first listing (status.queue.admittedAt) is the truth.
 
 Namespace limits come from the operator settings, overridden per namespace by annotations
 (`taobrev.io/max-instances`, `taobrev.io/max-gpus`), read on demand and cached for
@@ -92,7 +92,7 @@ class Fleet:
 
     async def verdict(self, facts: JobFacts) -> Verdict:
         """Admitted now, or why not and where it stands. An admission is recorded before this
-        returns: the caller writes status.admittedAt before it creates anything."""
+        returns: the caller writes status.queue.admittedAt before it creates anything."""
         async with self._lock:
             if self._listed_at is None or self._clock() - self._listed_at >= self._relist_after:
                 await self._relist()

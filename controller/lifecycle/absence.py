@@ -1,7 +1,7 @@
 """Whether the instance is still there (PURE): listing facts, suspected loss, confirmed absence.
 
 Absence is confirmed, never assumed. The instance is matched by Brev's id once seen. A listing
-without it makes it *suspected* lost (`absentListings`); only after `Tunables.absent_listings`
+without it makes it *suspected* lost (`absence.listings`); only after `Tunables.absent_listings`
 (>= 3) consecutive listings, spaced by the poll interval, with no exec evidence in between, and
 a probe that does not answer (a container that runs: `docker wait` is a long poll a leader change
 or a restart cuts short, so a healthy run can go three listings without evidence), does the

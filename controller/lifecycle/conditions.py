@@ -109,7 +109,7 @@ def derive(
 
 
 def _admission(status: TaoBrevJobStatus) -> list[Condition]:
-    """Admitted / Queued / Suspended, from status alone (admittedAt and the queue fields)."""
+    """Admitted / Queued / Suspended, from status alone (the queue record)."""
     admitted = is_admitted(status)
     why = status.queue.reason
     queued = not admitted and why in admission.LIMIT_REASONS

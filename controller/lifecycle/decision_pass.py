@@ -126,7 +126,7 @@ class Pass:
 
     def transient(self, failure: ActionFailure) -> None:
         """A failure to retry with backoff. Before the run ended it is the job's current problem
-        (reason/message); after, the final reason/message stay and teardownMessage says it."""
+        (reason/message); after, the final reason/message stay and teardown.message says it."""
         self.s.retries += 1
         note = clip(f"{failure.action}: {failure.message}") + f" (attempt {self.s.retries}, will retry)"
         if self.s.run_outcome:

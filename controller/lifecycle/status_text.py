@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 MAX_MESSAGE = 800
-# status.lastLogLines: the CRD allows 20 items; lines and the whole field are capped too, so a
+# status.attempts[].run.logTail: the CRD allows 20 items; lines and the whole field are capped too, so a
 # progress bar or a multi-megabyte line can never make a status patch too large.
 MAX_LOG_LINES = 20
 MAX_LOG_LINE = 512

@@ -17,7 +17,7 @@ class Tunables:
     # The blocking `docker wait` of a running job returns at the exit; its bound only sets how
     # often a running job costs a call: one per this many seconds.
     wait_timeout: float = 120.0
-    # A running job's log tail (status.lastLogLines) is read with its wait at most once per this
+    # A running job's log tail (status.attempts[].run.logTail) is read with its wait at most once per this
     # (whole waits; the first wait after a start and an exit always read it). A training job's
     # log changes all the time, so every read is a status write and a watch event: one per wait
     # was 8 writes/s at 1,000 running jobs, and one more docker call per wait on the instance.

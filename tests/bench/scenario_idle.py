@@ -72,13 +72,11 @@ def _first(calls: list[SimCall], verb: str, refs: set[str], after: float = float
 
 def attempts_of(status: dict[str, Any]) -> list[tuple[str, str]]:
     """(instance name, Brev id or "") of every instance the job had, from its own record
-    (`status.attempts`, written before each `brev create`); the current instance if it has none."""
+    (`status.attempts[*].instance`, each started before its `brev create`; the last is current)."""
     recorded = [
-        (str(a.get("instanceName") or ""), str(a.get("instanceId") or ""))
+        (str((a.get("instance") or {}).get("name") or ""), str((a.get("instance") or {}).get("id") or ""))
         for a in status.get("attempts") or []
     ]
-    if not recorded and status.get("instanceName"):
-        recorded = [(str(status["instanceName"]), str(status.get("instanceId") or ""))]
     return [(name, iid) for name, iid in recorded if name]
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from tests.bench.scale import Scale
 from tests.bench.scenario_idle import transfer_seconds
 from tests.bench.stack import Bench, ContainerExit, Scenario, brev_call_times, finished, running_or_beyond
+from tests.status_paths import instance
 
 REAL = Scale(1.0)
 LONG = 600.0  # real s: a fresh instance's first exec; a multi-GB TAO pull
@@ -69,7 +70,8 @@ def _exit_to_delete(sc: Scenario, watch: ContainerExit, res: IsolationResult) ->
         res.problems.append("the exiter's container exit was never seen")
         return
     st = sc.watch.status.get("exiter", {})
-    refs = {str(st.get("instanceName") or ""), str(st.get("instanceId") or "")} - {""}
+    inst = instance(st)
+    refs = {str(inst.get("name") or ""), str(inst.get("id") or "")} - {""}
     calls = sc.calls()
     deletes = brev_call_times(calls, "delete", refs)
     if not deletes:

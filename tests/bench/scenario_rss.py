@@ -34,6 +34,7 @@ from tests.bench.scale import Scale
 from tests.bench.stack import Bench, Scenario, running_or_beyond
 from tests.devenv.controlplane import ControlPlaneError
 from tests.footprint import descendants, masters_of, processes
+from tests.status_paths import instance
 
 REAL = Scale(1.0)
 FAST: dict[str, float] = {
@@ -235,7 +236,7 @@ def _not_waiting(sc: Scenario, names: list[str], waits: ExitWaits) -> list[str]:
     seen = waits.update()
     with sc.watch.lock:
         sts = [(n, sc.watch.status.get(n, {})) for n in names]
-    return [n for n, st in sts if st.get("phase") == "Running" and seen[str(st.get("instanceName"))] < 1]
+    return [n for n, st in sts if st.get("phase") == "Running" and seen[str(instance(st).get("name"))] < 1]
 
 
 def _await_waits(sc: Scenario, names: list[str], timeout: float) -> list[str]:

@@ -21,6 +21,7 @@ from tests.bench import sampling
 from tests.bench.figures import boot_and_ready
 from tests.bench.scale import Scale
 from tests.bench.stack import Bench, Scenario, brev_call_times, running_or_beyond
+from tests.status_paths import instance
 
 LONG_EPOCHS = 1000  # x 300 s nominal: runs far past the end of the scenario
 
@@ -110,7 +111,7 @@ class _Steps:
         calls = sc.calls()
         spans = []
         for n, running_at in seen.items():
-            created = brev_call_times(calls, "create", {str(sc.watch.status[n].get("instanceName"))})
+            created = brev_call_times(calls, "create", {str(instance(sc.watch.status[n]).get("name"))})
             if created:
                 spans.append(running_at - min(created))
         res.burst_create_to_running_max = max(spans, default=None)

@@ -23,6 +23,7 @@ from tests.devenv.controlplane import ControlPlane, kubectl_path
 from tests.devenv.operator import OperatorProcess, install_operator_identity
 from tests.devenv.s3 import S3Server
 from tests.fixtures.operator import Stack
+from tests.status_paths import instance
 
 REPO = Path(__file__).resolve().parents[2]
 BUCKET = "bench-results"
@@ -223,13 +224,14 @@ class Scenario:
         return began
 
     def container_exit(self, job: str, on_exit: Callable[[], None] | None = None) -> ContainerExit:
-        """A started ContainerExit for the job's container (status.instanceId + status.jobId)."""
+        """A started ContainerExit for the job's container (the current attempt's instance.id +
+        status.jobId)."""
         timeout = 120.0
-        if self.watch.wait([job], lambda s: bool(s.get("instanceId") and s.get("jobId")), timeout):
-            raise RuntimeError(f"{job}: no status.instanceId/jobId after {timeout} s")
+        if self.watch.wait([job], lambda s: bool(instance(s).get("id") and s.get("jobId")), timeout):
+            raise RuntimeError(f"{job}: no status.attempts[-1].instance.id/jobId after {timeout} s")
         with self.watch.lock:
             st = self.watch.status[job]
-        watch = ContainerExit(self.sim, str(st["instanceId"]), str(st["jobId"]), on_exit)
+        watch = ContainerExit(self.sim, str(instance(st)["id"]), str(st["jobId"]), on_exit)
         watch.start()
         return watch
 

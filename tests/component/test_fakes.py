@@ -149,14 +149,22 @@ def test_status_patch_merges_and_refuses_oversize_lists_like_kube_access() -> No
     }
     kube = FakeKube(max_list_items=4)
     kube.create("ns", "j", "u", {})
-    assert run(kube.patch_status("ns", "j", {"lastLogLines": ["a", "b"]}))
-    # Refused (422), then accepted trimmed to the last 5 lines: still too long; then minimal.
-    assert run(kube.patch_status("ns", "j", {"phase": "Running", "lastLogLines": list("abcdef")}))
+
+    def attempts(tail: list[str]) -> list[dict[str, Any]]:
+        return [{"attempt": 1, "instance": {"name": "i"}, "run": {"exitCode": 0, "logTail": tail}}]
+
+    assert run(kube.patch_status("ns", "j", {"attempts": attempts(["a", "b"])}))
+    # Refused (422: the nested logTail is too long), then trimmed to the last 5 lines: still too
+    # long; then minimal (no log tail; lists are replaced whole, so the stored tail goes too).
+    assert run(kube.patch_status("ns", "j", {"phase": "Running", "attempts": attempts(list("abcdef"))}))
     assert len(kube.rejected) == 2
     assert kube.get("ns", "j") is not None
-    assert kube.objects[("ns", "j")].status == {"phase": "Running", "lastLogLines": ["a", "b"]}
+    assert kube.objects[("ns", "j")].status == {
+        "phase": "Running",
+        "attempts": [{"attempt": 1, "instance": {"name": "i"}, "run": {"exitCode": 0}}],
+    }
     with pytest.raises(StatusRejected):
-        run(kube.patch_status("ns", "j", {"results": list("abcdef"), "phase": list("abcdef")}))
+        run(kube.patch_status("ns", "j", {"conditions": list("abcdef"), "phase": list("abcdef")}))
     kube.release("ns", "j")
     assert not run(kube.patch_status("ns", "j", {"phase": "Running"}))
 

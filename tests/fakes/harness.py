@@ -21,6 +21,7 @@ from controller.fleet.ledger import Fleet
 from controller.lifecycle import machine
 from controller.observability.metrics import Recorder
 from controller.reconciler import JobRef, Reconciler
+from tests import status_paths
 from tests.fakes.brev import FakeBrev, Faults, Interrupt
 from tests.fakes.clock import FakeClock
 from tests.fakes.kube import FakeEvents, FakeKube, FakeObject
@@ -151,7 +152,9 @@ class Harness:
 
     @property
     def instance_name(self) -> str | None:
-        return self.status.get("instanceName")
+        """The current attempt's instance name."""
+        name = status_paths.instance(self.status).get("name")
+        return str(name) if name is not None else None
 
     def _interrupted(self, kind: str | None) -> None:
         if kind == "crash":

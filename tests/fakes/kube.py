@@ -211,9 +211,18 @@ class FakeKube(KubeAccess):
         return dict(self.namespaces.get(name, {}))
 
     def _refused(self, status: Mapping[str, Any]) -> bool:
-        """422 from the CRD's maxItems: a list in the status longer than `max_list_items`."""
+        """422 from the CRD's maxItems: a list anywhere in the status (e.g. an attempt's
+        run.logTail) longer than `max_list_items`."""
         limit = self.max_list_items
-        return limit is not None and any(isinstance(v, list) and len(v) > limit for v in status.values())
+        return limit is not None and _too_long(status, limit)
+
+
+def _too_long(value: Any, limit: int) -> bool:
+    if isinstance(value, Mapping):
+        return any(_too_long(v, limit) for v in value.values())
+    if isinstance(value, list):
+        return len(value) > limit or any(_too_long(v, limit) for v in value)
+    return False
 
 
 @dataclass(frozen=True)

@@ -31,8 +31,8 @@ from controller.lifecycle.tunables import Tunables
 from controller.observability import logs
 from controller.reconciler import JobRef
 from controller.settings import Settings
-from tests.fakes.harness import job_spec
 from tests import status_paths as sp
+from tests.fakes.harness import job_spec
 from tests.simulation.loop import Deadlock, SimLoop
 from tests.simulation.operator import Deployment, Process
 from tests.simulation.world import (
@@ -254,7 +254,7 @@ class Simulation:
             self.violation(f"{job.name}: Succeeded flipped to {after.get('outcome')}")
         if after.get("outcome") == "Succeeded" and not sp.upload(after).get("uploadedAt"):
             self.violation(
-                f"{job.name}: outcome Succeeded without results verified in S3 (attempts[-1].upload.uploadedAt)"
+                f"{job.name}: outcome Succeeded without results verified in S3 (upload.uploadedAt)"
             )
         if before.get("finishedAt") and after.get("finishedAt") != before.get("finishedAt"):
             self.violation(

@@ -16,7 +16,7 @@ import pytest
 from controller.api import naming, reasons
 from controller.api.models import Outcome, TaoBrevJobSpec
 from controller.api.spec_parse import parse_spec
-from controller.api.status import TaoBrevJobStatus
+from controller.api.status import AbsenceRecord, TaoBrevJobStatus
 from controller.brev.client import DELETING, DEPLOYING, FAILURE, RUNNING, STOPPED, Instance
 from controller.lifecycle import machine
 from controller.lifecycle.phases import Phase
@@ -126,9 +126,9 @@ def kinds(d: Decision) -> list[type]:
 def test_a_new_job_gets_a_visible_pending_with_its_names_and_moves_on_at_once() -> None:
     d = decide(TaoBrevJobStatus(), generation=3)
     assert d.status.phase is Phase.PENDING
-    assert d.status.instance_name is not None
-    assert d.status.instance_name.startswith(MARKED_PREFIX)
-    assert d.status.backend_ref == f"{d.status.instance_name}/{d.status.job_id}"
+    assert d.status.instance.name  # the current attempt's (the empty one before it has none)
+    assert d.status.instance.name.startswith(MARKED_PREFIX)
+    assert d.status.backend_ref == f"{d.status.instance.name}/{d.status.job_id}"
     assert d.status.observed_generation == 3
     assert d.actions == ()
     assert d.requeue_after == 0.0
@@ -146,14 +146,14 @@ def test_absent_ephemeral_instance_is_created_with_the_marker_in_the_same_status
     assert isinstance(create, CreateInstance)
     assert create.request.name == INST
     assert create.request.gpu_name == "L40S"
-    assert d.status.create_requested_at == T0
+    assert d.status.instance.create_requested_at == T0
     assert [e.reason for e in d.events] == [reasons.INSTANCE_CREATE_REQUESTED]
 
 
 def test_a_running_instance_moves_to_waiting_exec_and_probes() -> None:
     d = decide(at(Phase.PROVISIONING, create_requested_at=T0), instance=running())
     assert d.status.phase is Phase.WAITING_EXEC
-    assert d.status.gpu == "L40S"
+    assert d.status.instance.gpu == "L40S"
     assert kinds(d) == [ProbeExec]
 
 
@@ -180,7 +180,7 @@ def test_a_failed_probe_waits_a_poll_interval_instead_of_probing_again() -> None
 def test_prepared_workload_starts_the_container() -> None:
     d = decide(at(Phase.PULLING), instance=running(), prepared=True, now=T0 + timedelta(seconds=9))
     assert d.status.phase is Phase.RUNNING
-    assert d.status.container_started_at == T0 + timedelta(seconds=9)
+    assert d.status.run.started_at == T0 + timedelta(seconds=9)
     assert kinds(d) == [StartContainer]
 
 
@@ -267,8 +267,8 @@ def test_exit_zero_uploads_then_deletes_then_finishes_succeeded() -> None:
     assert [(e.type, e.reason) for e in d.events if e.reason != "Uploading"] == [
         ("Normal", reasons.RUN_COMPLETED)
     ]
-    assert d.status.exit_code == 0
-    assert d.status.last_log_lines == ["epoch 1 loss 0.5"]
+    assert d.status.run.exit_code == 0
+    assert d.status.run.log_tail == ["epoch 1 loss 0.5"]
     assert kinds(d) == [UploadResults]
     d = decide(d.status, instance=running(), upload=UploadSummary(objects=3, bytes=300))
     assert d.status.phase is Phase.DELETED
@@ -276,14 +276,14 @@ def test_exit_zero_uploads_then_deletes_then_finishes_succeeded() -> None:
     assert d.status.reason == reasons.SUCCEEDED
     assert ("Normal", reasons.SUCCEEDED) in [(e.type, e.reason) for e in d.events]
     assert cond(d.status, "Succeeded") == "True"
-    assert d.status.results is not None
-    assert d.status.results.objects == 3
+    assert d.status.upload.results is not None
+    assert d.status.upload.results.objects == 3
     assert kinds(d) == [CleanupWorkload]
     d = decide(d.status, instance=running(), cleaned=True)
     assert kinds(d) == [DeleteInstance]
-    assert d.status.delete_requested_at == T0
+    assert d.status.instance.delete_requested_at == T0
     d = decide(d.status, instance=running(DELETING), delete_requested=True)
-    assert d.status.delete_accepted_at == T0
+    assert d.status.instance.delete_accepted_at == T0
     assert d.status.finished_at is None
     d = decide(d.status, instance=None, delete_not_found=True)
     assert d.finished
@@ -313,7 +313,7 @@ def test_the_status_serialises_to_the_stored_form_and_back() -> None:
     d = decide(at(Phase.RUNNING), instance=running(), exit_code=0, now=T0 + timedelta(microseconds=7))
     wire = d.status.to_k8s()
     assert wire["phase"] == "Uploading"
-    assert wire["containerExitedAt"] == "2026-11-29T12:00:00Z"
+    assert wire["attempts"][-1]["run"]["exitedAt"] == "2026-11-29T12:00:00Z"
     assert TaoBrevJobStatus.from_k8s(wire).to_k8s() == wire
 
 
@@ -349,8 +349,8 @@ def test_status_without_names_past_pending_gets_its_deterministic_names_back() -
     able to find (and tear down) the instance its uid maps to."""
     status = TaoBrevJobStatus(phase=Phase.RUNNING, phase_times={"Running": T0})
     d = decide(status, instance=running())
-    assert d.status.instance_name is not None
-    assert d.status.instance_name.startswith(MARKED_PREFIX)
+    assert d.status.instance.name  # the current attempt's (the empty one before it has none)
+    assert d.status.instance.name.startswith(MARKED_PREFIX)
 
 
 # --- cancellation, failures, timeouts ------------------------------------------------------------
@@ -389,7 +389,7 @@ def test_reused_instance_is_cleaned_up_with_must_succeed_and_never_deleted() -> 
 def test_a_stopped_reused_instance_is_started() -> None:
     d = decide(at(Phase.PROVISIONING, created=False), spec_=REUSE, instance=running(STOPPED))
     assert kinds(d) == [StartInstance]
-    assert d.status.start_requested_at == T0
+    assert d.status.instance.start_requested_at == T0
 
 
 def test_missing_reused_instance_fails_with_a_reason_naming_the_field() -> None:
@@ -465,7 +465,7 @@ def test_conditions_keep_their_transition_time_while_unchanged() -> None:
 
 def test_instance_lost_while_uploading_fails_the_job_instead_of_retrying_forever() -> None:
     status = at(Phase.UPLOADING, outcome=Outcome.SUCCEEDED, exit_code=0, instance_id="i-1", upload_attempts=1)
-    status = status.model_copy(update={"absent_listings": 2, "absent_since": T0, "absent_checked_at": T0})
+    status.instance.absence = AbsenceRecord(listings=2, since=T0, checked_at=T0)
     d = decide(status, instance=None, now=T0 + timedelta(seconds=5), delete_not_found=True)
     assert d.status.reason == reasons.INSTANCE_LOST
     assert d.status.outcome is Outcome.FAILED

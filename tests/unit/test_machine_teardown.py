@@ -66,7 +66,7 @@ def tearing_down(**fields: Any) -> TaoBrevJobStatus:
 def test_one_listing_without_the_instance_does_not_end_a_running_job() -> None:
     d = decide(listed_running(), instance=None, identity="alice")
     assert d.status.outcome is None
-    assert d.status.absent_listings == 1
+    assert d.status.instance.absence.listings == 1
     assert DeleteInstance not in kinds(d)
     assert kinds(d) == [WaitForExit]
 
@@ -74,21 +74,21 @@ def test_one_listing_without_the_instance_does_not_end_a_running_job() -> None:
 def test_a_relisted_instance_clears_the_suspicion() -> None:
     status = decide(listed_running(), instance=None, identity="alice").status
     d = decide(status, instance=running(), identity="alice", now=T0 + P)
-    assert d.status.absent_listings is None
+    assert d.status.instance.absence.listings is None
     assert d.status.outcome is None
 
 
 def test_exec_evidence_in_the_same_pass_clears_the_suspicion() -> None:
     status = listed_running(absent_listings=2, absent_since=T0, absent_checked_at=T0)
     d = decide(status, instance=None, identity="alice", now=T0 + P, completed=("WaitForExit",))
-    assert d.status.absent_listings is None
+    assert d.status.instance.absence.listings is None
     assert d.status.outcome is None
 
 
 def test_listings_are_counted_once_per_poll_interval() -> None:
     status = decide(listed_running(), instance=None, identity="alice").status
     d = decide(status, instance=None, identity="alice", now=T0 + timedelta(seconds=1))
-    assert d.status.absent_listings == 1
+    assert d.status.instance.absence.listings == 1
 
 
 def test_a_suspected_loss_is_confirmed_by_brev_delete_of_the_id_before_instance_lost() -> None:
@@ -146,16 +146,16 @@ def test_an_unlisted_instance_whose_running_container_answers_a_probe_is_kept() 
     d = decide(status, instance=None, identity="alice", now=last, completed=("ProbeExec",), probe_ok=True)
     assert d.status.phase is Phase.RUNNING
     assert d.status.reason != reasons.INSTANCE_NOT_LISTED
-    assert d.status.absent_listings is None  # counting starts again
+    assert d.status.instance.absence.listings is None  # counting starts again
     assert DeleteInstance not in kinds(d) and UploadResults not in kinds(d)
 
 
 def test_the_instance_id_is_recorded_on_first_sighting_and_the_identity_before_create() -> None:
     d = decide(at(Phase.PROVISIONING), identity="alice")
     assert isinstance(d.actions[0], CreateInstance)
-    assert d.status.brev_identity == "alice"
+    assert d.status.instance.identity == "alice"
     d = decide(d.status, instance=running(), identity="alice")
-    assert d.status.instance_id == ID
+    assert d.status.instance.id == ID
 
 
 def test_teardown_never_counts_a_single_absence_as_released() -> None:
@@ -215,7 +215,7 @@ def test_another_identity_may_still_delete_what_it_can_see_and_an_accepted_delet
     d = decide(tearing_down(), instance=running(), identity="org-key")
     assert kinds(d) == [DeleteInstance]
     d = decide(d.status, instance=running(), identity="org-key", delete_requested=True)
-    assert d.status.delete_accepted_at == T0
+    assert d.status.instance.delete_accepted_at == T0
     status = d.status
     for i in range(1, TUN.absent_listings + 1):
         d = decide(status, instance=None, identity="org-key", now=T0 + P * i)
@@ -289,7 +289,7 @@ def test_a_reused_instance_not_running_at_teardown_keeps_the_job_in_teardown_say
     d = decide(status, spec_=REUSE, instance=running(STOPPED))
     assert not d.finished
     assert d.status.finished_at is None
-    assert d.status.cleaned_up_at is None
+    assert d.status.run.cleaned_up_at is None
     assert d.status.stalled_reason == reasons.SECRETS_MAY_REMAIN
     assert "brev start" in (d.status.stalled_message or "")
     assert d.requeue_after == TUN.backoff_max
@@ -325,7 +325,7 @@ def test_progress_bars_collapse_to_their_last_redraw_and_the_tail_is_capped() ->
     bar = "".join(f"\r{i}%|{'#' * (i // 10)}|" for i in range(0, 101, 5))
     tail = ("epoch 1",) * 30 + (bar + "\n", "x" * 5_000_000 + "\n", "done\r\n")
     d = decide(at(Phase.RUNNING), instance=running(), exit_code=0, log_tail=tail)
-    lines = d.status.last_log_lines
+    lines = d.status.run.log_tail
     assert len(lines) <= machine.MAX_LOG_LINES
     assert all(len(line) <= machine.MAX_LOG_LINE for line in lines)
     assert sum(len(line.encode()) for line in lines) <= machine.MAX_LOG_BYTES
@@ -401,7 +401,7 @@ def test_a_container_that_exited_0_during_downtime_succeeds() -> None:
         completed=("WaitForExit",),
     )
     assert d.status.run_outcome is Outcome.SUCCEEDED
-    assert d.status.container_exited_at == T0 + timedelta(minutes=20)
+    assert d.status.run.exited_at == T0 + timedelta(minutes=20)
 
 
 def test_a_container_still_running_past_the_deadline_times_out_after_one_look() -> None:
@@ -421,7 +421,7 @@ def test_uploading_past_its_deadline_after_downtime_still_tries_once() -> None:
     assert kinds(d) == [UploadResults], "an upload a crash cut short is not an attempt"
     failure = ActionFailure("UploadResults", "BrevUnavailable", "timeout", permanent=False)
     d = decide(d.status, instance=running(), now=T0 + timedelta(hours=5), failure=failure)
-    assert d.status.upload_attempts == 1
+    assert d.status.upload.attempts == 1
     d = decide(d.status, instance=running(), now=T0 + timedelta(hours=5, seconds=10))
     assert d.status.reason == reasons.UPLOAD_FAILED
     assert d.status.phase is Phase.DELETED
@@ -466,7 +466,7 @@ def test_a_transient_error_after_the_run_ended_keeps_the_final_reason() -> None:
     d = decide(status, instance=running(), failure=failure)
     assert d.status.reason == reasons.TRAINING_FAILED
     assert d.status.message == "exit 3"
-    assert "ssh timeout" in (d.status.teardown_message or "")
+    assert "ssh timeout" in (d.status.teardown.message or "")
     d = decide(
         d.status, instance=running(), upload=UploadSummary(objects=1, bytes=1), completed=("UploadResults",)
     )
@@ -489,7 +489,7 @@ def test_the_create_settle_time_starts_when_the_create_call_returned() -> None:
     assert d.actions == ()
     failure = ActionFailure("CreateInstance", "BrevUnavailable", "timeout", permanent=False)
     d = decide(at(Phase.PROVISIONING, create_requested_at=T0), failure=failure, now=long_call)
-    assert d.status.create_returned_at == long_call
+    assert d.status.instance.create_returned_at == long_call
 
 
 def test_nothing_is_created_before_the_finalizer_is_on_the_object() -> None:
@@ -502,11 +502,11 @@ def test_nothing_is_created_before_the_finalizer_is_on_the_object() -> None:
 
 def test_a_pending_edit_from_reuse_to_ephemeral_re_derives_the_names() -> None:
     first = decide(TaoBrevJobStatus(), spec_=REUSE).status
-    assert first.instance_created is False
+    assert first.instance.created is False
     d = decide(first, spec_=EPHEMERAL)
-    assert d.status.instance_created is True
-    assert d.status.instance_name is not None
-    assert d.status.instance_name.startswith(MARKED_PREFIX)
+    assert d.status.instance.created is True
+    assert d.status.instance.name  # the current attempt's (the empty one before it has none)
+    assert d.status.instance.name.startswith(MARKED_PREFIX)
 
 
 def test_tunables_refuse_fewer_than_three_listings() -> None:
