@@ -19,6 +19,7 @@ Pure module: no kopf, kubernetes, os or subprocess imports (`make lint`: .import
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated, Any
 
 from pydantic import AwareDatetime, ConfigDict, Field, PlainSerializer, model_validator
@@ -151,6 +152,19 @@ class QueueRecord(_StatusModel):
         description="1-based place in its queue (the namespace's, or the cluster's for the cluster cap).",
     )
 
+    def wait(self, reason: str, message: str, position: int | None) -> None:
+        """Not admitted yet: why, and the job's place in its queue."""
+        self.reason, self.message, self.position = reason, message, position
+
+    def leave(self) -> None:
+        """Out of the queue (finished, or waiting for its inputs instead)."""
+        self.reason = self.message = self.position = None
+
+    def admit(self, now: datetime) -> None:
+        """Admitted: holds its quota slot from now until the job finishes."""
+        self.admitted_at = now
+        self.leave()
+
 
 class AbsenceRecord(_StatusModel):
     """Listings that did not show the instance: one proves nothing (docs/brev-cli.md section 11)."""
@@ -164,6 +178,16 @@ class AbsenceRecord(_StatusModel):
         default=None, description="First of the consecutive listings that did not show the instance."
     )
     checked_at: Timestamp | None = Field(default=None, description="Last listing counted in listings.")
+
+    def count(self, listed_at: datetime) -> None:
+        """One more listing (new evidence, taken at `listed_at`) that did not show the instance."""
+        self.listings = (self.listings or 0) + 1
+        self.since = self.since or listed_at
+        self.checked_at = listed_at
+
+    def clear(self) -> None:
+        """A listing showed the instance: the count starts again."""
+        self.listings = self.since = self.checked_at = None
 
 
 class InstanceRecord(_StatusModel):
@@ -216,6 +240,60 @@ class InstanceRecord(_StatusModel):
         default_factory=AbsenceRecord, description="Listings that did not show the instance."
     )
 
+    def assign(self, name: str, *, created: bool) -> None:
+        """Names follow the spec while nothing exists on Brev (Pending)."""
+        self.name, self.created = name, created
+
+    def seen(self, instance_id: str, gpu: str | None) -> None:
+        """Listed: its id (matched by id from now on), its GPU, and the absence count cleared."""
+        if self.id is None:
+            self.id = instance_id
+        self.gpu = gpu
+        self.absence.clear()
+
+    def create_sent(self, now: datetime, identity: str | None, *, asked_before: bool) -> None:
+        """`brev create` is about to be sent (the status lands before the call). The identity is
+        the one the first create that may make the instance was sent under; the settle time of a
+        re-send runs from the earlier call's return, or its send if it never came back."""
+        if self.identity is None or not asked_before:
+            self.identity = identity
+        if not asked_before:
+            self.create_returned_at = None
+        elif self.create_returned_at is None:
+            self.create_returned_at = self.create_requested_at
+        self.create_requested_at = now
+
+    def create_returned(self, now: datetime) -> None:
+        self.create_returned_at = now
+
+    def create_refused(self) -> None:
+        """The only create that could have made it was refused: nothing was asked of Brev."""
+        self.create_requested_at = self.identity = None
+
+    def start_sent(self, now: datetime | None) -> None:
+        """`brev start` sent (None: it failed, ask again after the backoff)."""
+        self.start_requested_at = now
+
+    def delete_sent(self, now: datetime) -> None:
+        self.delete_requested_at = now
+
+    def delete_accepted(self, now: datetime) -> None:
+        """Brev accepted a `brev delete` (the first acceptance counts)."""
+        self.delete_accepted_at = self.delete_accepted_at or now
+
+    def deleted(self, at: datetime) -> None:
+        """Confirmed gone (not-found under the creating identity, or enough listings)."""
+        self.deleted_at = at
+
+    def bill(self, billed_from: datetime | None, instance_type: str | None, price: float | None) -> None:
+        """Billing facts: from the first create that may have made it (None: nothing was made),
+        its type as listed, and the type's hourly price once known."""
+        self.billed_from = billed_from
+        if instance_type:
+            self.type = instance_type
+        if price is not None and self.price_per_hour is None and self.type:
+            self.price_per_hour = price
+
 
 class RunRecord(_StatusModel):
     """The training container on the attempt's instance."""
@@ -245,6 +323,35 @@ class RunRecord(_StatusModel):
         default=None, description="When the container and the job's files (secrets) were removed."
     )
 
+    def started(self, now: datetime) -> None:
+        self.started_at = now
+
+    def exited(self, code: int, at: datetime) -> None:
+        self.exit_code, self.exited_at = code, at
+
+    def ended(self, now: datetime) -> None:
+        """The run is over (first call wins: the stop grace counts from it)."""
+        self.ended_at = self.ended_at or now
+
+    def tail(self, lines: list[str]) -> None:
+        self.log_tail = lines
+
+    def unanswered(self, now: datetime, bound: float) -> float:
+        """A wait failed because the instance did not answer: seconds it has been silent. Failed
+        waits more than `bound` apart start the count again (nobody asked in between)."""
+        last = self.unanswered_checked_at
+        if self.unanswered_since is None or last is None or (now - last).total_seconds() > bound:
+            self.unanswered_since = now
+        self.unanswered_checked_at = now
+        return (now - self.unanswered_since).total_seconds()
+
+    def answered(self) -> None:
+        self.unanswered_since = self.unanswered_checked_at = None
+
+    def cleaned(self, now: datetime) -> None:
+        """Container and job files (with the secrets) removed, or nothing left to remove."""
+        self.cleaned_up_at = self.cleaned_up_at or now
+
 
 class UploadRecord(_StatusModel):
     """The results upload to spec.data.resultsUri from the attempt's instance."""
@@ -254,6 +361,18 @@ class UploadRecord(_StatusModel):
         default=None, description="When the results upload finished and was verified in S3."
     )
     results: ResultsSummary | None = Field(default=None, description="What was uploaded.")
+
+    def tried(self) -> None:
+        """An upload came back failed (counted on return: a crash mid-call is no attempt)."""
+        self.attempts = (self.attempts or 0) + 1
+
+    def retire(self) -> None:
+        """Its attempt ended with no upload to follow: the count no longer means anything."""
+        self.attempts = None
+
+    def uploaded(self, now: datetime, results: ResultsSummary) -> None:
+        self.tried()
+        self.uploaded_at, self.results = now, results
 
 
 class AttemptRecord(_StatusModel):
@@ -286,6 +405,25 @@ class AttemptRecord(_StatusModel):
         default=None, ge=0, description="billedSeconds x pricePerHour / 3600 (absent: price unknown)."
     )
 
+    def end(self, now: datetime, reason: str, message: str) -> None:
+        """The attempt is over (first call wins), and why."""
+        if self.ended_at is None:
+            self.ended_at, self.ended_reason, self.ended_message = now, reason, message
+
+    def retire_run(self) -> None:
+        """Recovery ends this attempt while its instance is deleted: nothing may read its run as a
+        container that could still exit or upload (its log tail and cleanup stay)."""
+        self.run = RunRecord(log_tail=self.run.log_tail, cleaned_up_at=self.run.cleaned_up_at)
+        self.upload.retire()
+
+    def restored(self, now: datetime, path: str | None, epoch: int | None) -> None:
+        self.restored_at, self.resumed_from, self.resumed_from_epoch = now, path, epoch
+
+    def bill(self, seconds: int, price: float | None) -> None:
+        self.billed_seconds = seconds
+        if price is not None:
+            self.estimated_cost_dollars = round(seconds * price / 3600, 4)
+
 
 class TeardownRecord(_StatusModel):
     """What teardown (upload, cleanup, delete) still waits for."""
@@ -293,6 +431,10 @@ class TeardownRecord(_StatusModel):
     message: str | None = Field(
         default=None, description="Why teardown is not finished yet (e.g. an instance that will not go away)."
     )
+
+    def waiting(self, note: str | None) -> None:
+        """What teardown waits for now (None: nothing)."""
+        self.message = note
 
 
 # Before the first pass records an instance there is no attempt: reads of `status.instance`,

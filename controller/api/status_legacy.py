@@ -45,7 +45,7 @@ JOB: dict[str, tuple[str, str]] = {
     "queueReason": ("queue", "reason"),
     "queueMessage": ("queue", "message"),
     "queuePosition": ("queue", "position"),
-    "teardown.message": ("teardown", "message"),
+    "teardownMessage": ("teardown", "message"),
 }
 # A flat attempts[] entry: key -> path in the new entry. Its createRequestedAt was the first
 # create that may have made the instance, i.e. where billing starts.

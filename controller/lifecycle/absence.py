@@ -64,7 +64,7 @@ def _probe_first(p: Pass) -> bool:
 def _confirm_by_delete(p: Pass, gone: str) -> tuple[str, str] | None:
     if p.obs.delete_not_found or p.obs.delete_requested:
         if p.obs.delete_requested:
-            p.s.instance.delete_accepted_at = p.s.instance.delete_accepted_at or p.now
+            p.s.instance.delete_accepted(p.now)
         how = (
             "brev delete answers not found"
             if p.obs.delete_not_found
@@ -72,7 +72,7 @@ def _confirm_by_delete(p: Pass, gone: str) -> tuple[str, str] | None:
         )
         return reasons.INSTANCE_LOST, f"{gone}; {how}"
     if p.since(p.s.instance.delete_requested_at) >= p.tun.poll_interval:
-        p.s.instance.delete_requested_at = p.now
+        p.s.instance.delete_sent(p.now)
         p.actions.append(DeleteInstance(p.target))
         p.events.append(
             EventNote(

@@ -110,14 +110,10 @@ class Pass:
         self.s.reason = reason
         self.s.message = message = clip(message)
         self.s.retries = 0
-        last = self.s.attempts[-1] if self.s.attempts else None
-        if last is not None:
-            last.run.ended_at = self.now  # no attempt: nothing ran (ended while Pending)
-        if last is not None and last.ended_at is None:
+        if self.s.attempts:  # none: nothing ran (ended while Pending)
+            self.s.run.ended(self.now)
             # The run ends with its current attempt: every attempt says why it ended (issue 12).
-            last.ended_at = self.now
-            last.ended_reason = reason
-            last.ended_message = message
+            self.s.current.end(self.now, reason, message)
         kind = "Normal" if outcome == Outcome.SUCCEEDED else "Warning"
         self.events.append(EventNote(kind, reason, message))
 
@@ -130,7 +126,7 @@ class Pass:
         self.s.retries += 1
         note = clip(f"{failure.action}: {failure.message}") + f" (attempt {self.s.retries}, will retry)"
         if self.s.run_outcome:
-            self.s.teardown.message = note
+            self.s.teardown.waiting(note)
         else:
             self.s.reason = failure.reason
             self.s.message = note
@@ -144,7 +140,7 @@ class Pass:
             return
         retries, self.s.retries = self.s.retries, 0
         if self.s.run_outcome:
-            self.s.teardown.message = None
+            self.s.teardown.waiting(None)
         else:
             # Before the run ended, reason only ever holds a transient problem.
             self.s.reason = None
@@ -207,14 +203,10 @@ class Pass:
         return max(times) if times else None
 
     def seen(self, inst: Instance) -> None:
-        if self.s.instance.id is None:
-            self.s.instance.id = inst.id
-        self.present()
+        self.s.instance.seen(inst.id, inst.gpu)
 
     def present(self) -> None:
-        self.s.instance.absence.listings = None
-        self.s.instance.absence.since = None
-        self.s.instance.absence.checked_at = None
+        self.s.instance.absence.clear()
 
     def detect_new_listing(self) -> bool:
         """Whether this pass's listing is new evidence: taken at least a poll interval after the
@@ -230,9 +222,7 @@ class Pass:
         """Count this listing (without the instance) if it is new evidence; the count so far."""
         listed_at = self.obs.listed_at or self.now
         if self.detect_new_listing():
-            self.s.instance.absence.listings = (self.s.instance.absence.listings or 0) + 1
-            self.s.instance.absence.since = self.s.instance.absence.since or listed_at
-            self.s.instance.absence.checked_at = listed_at
+            self.s.instance.absence.count(listed_at)
         return self.s.instance.absence.listings or 0
 
     def exec_evidence(self) -> bool:

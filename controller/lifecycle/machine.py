@@ -176,7 +176,7 @@ def _handle_failure(p: Pass) -> bool:  # noqa: PLR0911, PLR0912 - one branch per
     """Fold an action failure into status. True if the pass should stop here (backoff)."""
     f = p.obs.failure
     if p.exec_evidence():
-        p.s.run.unanswered_since = p.s.run.unanswered_checked_at = None  # it answered
+        p.s.run.answered()
     if f is None:
         p.recovered()
         return False
@@ -188,14 +188,15 @@ def _handle_failure(p: Pass) -> bool:  # noqa: PLR0911, PLR0912 - one branch per
         _create_failed(p, f)
     if f.of(UploadResults):
         # Counted when it came back, not when asked: an attempt a crash cut short is no attempt.
-        p.s.upload.attempts = (p.s.upload.attempts or 0) + 1  # the settle time starts when the call came back
+        p.s.upload.tried()
     if f.of(StartInstance):
-        p.s.instance.start_requested_at = None  # the start did not happen: ask again after the backoff
+        p.s.instance.start_sent(None)  # the start did not happen: ask again after the backoff
     if f.of(CleanupWorkload) and p.deletes_instance():
         # The secrets go with the instance: a failed cleanup never holds up its delete.
-        p.s.run.cleaned_up_at = p.now
-        p.s.teardown.message = clip(f"cleanup failed ({f.message}); deleting the instance anyway")
-        p.events.append(EventNote("Warning", reasons.CLEANUP_FAILED, p.s.teardown.message))
+        p.s.run.cleaned(p.now)
+        note = clip(f"cleanup failed ({f.message}); deleting the instance anyway")
+        p.s.teardown.waiting(note)
+        p.events.append(EventNote("Warning", reasons.CLEANUP_FAILED, note))
         return False
     if f.reason == InstanceNotFound.reason and not f.of(DeleteInstance):
         # "Not found" from exec or start is no proof of loss (another identity, a lagging
@@ -236,10 +237,9 @@ def _create_failed(p: Pass, f: ActionFailure) -> None:
     # flight (a re-send keeps the earlier call's return there).
     first = p.s.instance.create_returned_at is None and p.s.instance.id is None
     if first and (f.permanent or f.reason in _CREATE_REFUSALS):
-        p.s.instance.create_requested_at = None
-        p.s.instance.identity = None
+        p.s.instance.create_refused()
         return
-    p.s.instance.create_returned_at = p.now
+    p.s.instance.create_returned(p.now)
 
 
 Step = Callable[[Pass, str, str, str], None]  # (pass, namespace, name, uid)

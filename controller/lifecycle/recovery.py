@@ -33,8 +33,6 @@ from controller.api.models import Outcome
 from controller.api.status import (
     AttemptRecord,
     CheckpointStatus,
-    InstanceRecord,
-    RunRecord,
     TaoBrevJobStatus,
 )
 from controller.brev.client import STOPPED, STOPPING
@@ -106,15 +104,10 @@ def end_attempt(p: Pass, reason: str, message: str) -> None:
     n = rec.attempt
     # absence.py's wording for the end of a run; here no upload follows.
     message = message.removesuffix("; uploading what can be reached, then deleting it")
-    rec.ended_at = p.now
-    rec.ended_reason = reason
-    rec.ended_message = clip(message)
+    rec.end(p.now, reason, clip(message))
     note = f"attempt {n} ended: {message}; deleting instance {p.instance}, then attempt {n + 1} on a new one"
     p.events.append(EventNote("Warning", reason, clip(note)))
-    # The run on the ended attempt is over: while its instance is deleted, nothing may read it as
-    # a container that could still exit or upload (its log tail and cleanup stay).
-    rec.run = RunRecord(log_tail=rec.run.log_tail, cleaned_up_at=rec.run.cleaned_up_at)
-    rec.upload.attempts = None
+    rec.retire_run()
     if p.phase == Phase.PROVISIONING:
         p.s.phase_times = {**p.s.phase_times, str(Phase.PROVISIONING): p.now}
         p.s.retries = 0
@@ -128,11 +121,10 @@ def end_attempt(p: Pass, reason: str, message: str) -> None:
 def release_previous(p: Pass, released: bool) -> None:
     """Called while the current attempt has ended: `released` is whether its instance is now
     confirmed deleted. Then the next attempt becomes current (before any create)."""
-    rec = p.s.instance
-    if rec.deleted_at is None:
+    if p.s.instance.deleted_at is None:
         if not released:
             return
-        rec.deleted_at = p.now
+        p.s.instance.deleted(p.now)
     _next_attempt(p)
 
 
@@ -148,7 +140,7 @@ def _next_attempt(p: Pass) -> None:
     p.s.start_attempt(name, created=True)
     if p.s.job_id:
         p.s.backend_ref = naming.backend_ref(name, p.s.job_id)
-    p.s.teardown.message = None
+    p.s.teardown.waiting(None)
     p.s.retries = 0
     p.s.reason = reasons.RECOVERING
     p.s.message = f"attempt {n}: creating instance {name}"
@@ -168,24 +160,19 @@ def track(p: Pass) -> None:
         # differently) must not rewrite its billed figures (found by tests/e2e/test_upgrade).
         return
     if p.s.instance.deleted_at is None:
-        _follow(p, p.s.instance)
+        _follow(p)
     _bill(p)
 
 
-def _follow(p: Pass, rec: InstanceRecord) -> None:
+def _follow(p: Pass) -> None:
+    rec = p.s.instance
     # Billing starts at the FIRST create that may have made the instance; a refused create
     # (nothing made) clears it.
-    if not p.asked_brev():
-        rec.billed_from = None
-    elif rec.billed_from is None:
-        rec.billed_from = rec.create_requested_at
-    inst = p.obs.instance
-    if inst is not None and inst.instance_type and rec.type != inst.instance_type:
-        rec.type = inst.instance_type
-    if p.obs.price_per_hour is not None and rec.price_per_hour is None and rec.type:
-        rec.price_per_hour = p.obs.price_per_hour
+    billed_from = None if not p.asked_brev() else (rec.billed_from or rec.create_requested_at)
+    listed = p.obs.instance.instance_type if p.obs.instance is not None else None
+    rec.bill(billed_from, listed, p.obs.price_per_hour)
     if p.s.finished_at is not None and rec.billed_from is not None and p.deletes_instance():
-        rec.deleted_at = p.s.finished_at  # teardown finishes only once the delete is confirmed
+        rec.deleted(p.s.finished_at)  # teardown finishes only once the delete is confirmed
 
 
 def billed_seconds(rec: AttemptRecord, now: datetime, finished_at: datetime | None) -> float:
@@ -229,10 +216,8 @@ def _bill(p: Pass) -> None:
         price = rec.instance.price_per_hour
         closed = rec.instance.deleted_at is not None or p.s.finished_at is not None
         old = rec.billed_seconds
-        if closed or old is None or exact - old >= BILL_STEP_SECONDS:
-            rec.billed_seconds = int(exact)
-        if price is not None and rec.billed_seconds is not None:
-            rec.estimated_cost_dollars = round(rec.billed_seconds * price / 3600, 4)
+        step = closed or old is None or exact - old >= BILL_STEP_SECONDS
+        rec.bill(int(exact) if step or old is None else old, price)
     recs = p.s.attempts or []
     p.s.billed_seconds = sum(r.billed_seconds or 0 for r in recs)
     known = all(r.instance.price_per_hour is not None or not r.billed_seconds for r in recs)
@@ -357,9 +342,7 @@ def fold_restore(p: Pass) -> None:
     rec = current(p)
     if got is None or rec is None or rec.restored_at is not None:
         return
-    rec.restored_at = p.now
-    rec.resumed_from = got.path
-    rec.resumed_from_epoch = got.epoch
+    rec.restored(p.now, got.path, got.epoch)
     if got.path is not None:
         msg = f"attempt {rec.attempt} resumes from {got.path} (epoch {got.epoch}; {got.objects} objects)"
     else:

@@ -39,7 +39,7 @@ def instance_released(p: Pass) -> bool:
         p.not_accessible()
         return False
     if p.obs.delete_requested:
-        p.s.instance.delete_accepted_at = p.s.instance.delete_accepted_at or p.now
+        p.s.instance.delete_accepted(p.now)
         p.unstall(reasons.INSTANCE_NOT_ACCESSIBLE)  # brev found it and is deleting it
     inst = p.obs.instance
     if inst is not None:
@@ -62,7 +62,7 @@ def _released_unlisted(p: Pass) -> bool:
         p.since(p.settle_from()) <= p.tun.create_settle or _create_may_be_in_flight(p)
     ):
         # status.message keeps saying why the job ended; InstanceReleased says teardown goes on.
-        p.s.teardown.message = f"waiting to confirm that instance {p.instance} was never created"
+        p.s.teardown.waiting(f"waiting to confirm that instance {p.instance} was never created")
         return False
     if p.obs.delete_requested:
         p.present()  # brev just resolved it: it exists, listed or not
@@ -93,7 +93,7 @@ def _create_may_be_in_flight(p: Pass) -> bool:
 
 
 def _delete(p: Pass) -> None:
-    p.s.instance.delete_requested_at = p.now
+    p.s.instance.delete_sent(p.now)
     p.actions.append(DeleteInstance(p.target))
     p.events.append(EventNote("Normal", reasons.INSTANCE_DELETE_REQUESTED, f"brev delete {p.target}"))
 
@@ -106,6 +106,6 @@ def _warn_if_slow(p: Pass) -> None:
     )
     if not (p.s.teardown.message or "").startswith(f"instance {p.instance} still not confirmed"):
         p.events.append(EventNote("Warning", reasons.INSTANCE_NOT_RELEASED, note))
-    p.s.teardown.message = note
+    p.s.teardown.waiting(note)
     if not p.actions:
         p.requeue = p.tun.backoff_max

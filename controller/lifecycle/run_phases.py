@@ -40,7 +40,7 @@ def pending(p: Pass, namespace: str, name: str, uid: str) -> None:
     if p.s.run_outcome:
         # Failed validation or canceled before anything existed (a queued job among them):
         # nothing to tear down, and no queue to stand in any more.
-        _leave_queue(p)
+        p.s.queue.leave()
         p.enter_then_step(Phase.DELETED, f"finished before provisioning: {p.s.reason}")
         return
     if not p.obs.has_finalizer:
@@ -93,7 +93,7 @@ def _preflight_passed(p: Pass) -> bool:
     if record.failing_since is None:
         record.failing_since = verdict.checked_at
     p.s.preflight = record
-    _leave_queue(p)  # out of the queue while it waits (it had a place if an earlier check passed)
+    p.s.queue.leave()  # out of the queue while it waits (it had a place if an earlier check passed)
     limit = p.spec.timeouts.pending_seconds
     waited = int((p.now - record.failing_since).total_seconds())
     if waited > limit:
@@ -159,22 +159,13 @@ def _admitted(p: Pass) -> bool:
     if verdict is not None and not verdict.admitted:
         if p.s.queue.reason != verdict.reason:
             p.events.append(EventNote("Normal", verdict.reason, verdict.message))
-        p.s.queue.reason = verdict.reason
-        p.s.queue.message = clip(verdict.message)
-        p.s.queue.position = verdict.position
+        p.s.queue.wait(verdict.reason, clip(verdict.message), verdict.position)
         p.s.message = p.s.queue.message
         return False
-    p.s.queue.admitted_at = p.now
+    p.s.queue.admit(p.now)
     message = verdict.message if verdict is not None else "admitted"
     p.events.append(EventNote("Normal", admission.ADMITTED, message))
-    _leave_queue(p)
     return True
-
-
-def _leave_queue(p: Pass) -> None:
-    p.s.queue.reason = None
-    p.s.queue.message = None
-    p.s.queue.position = None
 
 
 def assign_names(p: Pass, namespace: str, name: str, uid: str) -> None:
@@ -194,8 +185,7 @@ def assign_names(p: Pass, namespace: str, name: str, uid: str) -> None:
     if not p.s.attempts:
         p.s.start_attempt(inst, created=reuse is None)
     else:  # still Pending: nothing exists on Brev under the old name
-        p.s.instance.name = inst
-        p.s.instance.created = reuse is None
+        p.s.instance.assign(inst, created=reuse is None)
     p.s.backend_ref = naming.backend_ref(inst, job)
 
 
@@ -243,10 +233,9 @@ def provisioning(p: Pass) -> None:
         return  # listing failed transiently, or it cannot tell which instance is ours: look again
     inst = p.obs.instance
     if p.obs.created:
-        p.s.instance.create_returned_at = p.now
+        p.s.instance.create_returned(p.now)
     if inst is not None:
         p.seen(inst)
-        p.s.instance.gpu = inst.gpu
         if inst.status == RUNNING:
             p.enter(
                 Phase.WAITING_EXEC, f"instance {p.instance} is RUNNING; waiting for it to accept commands"
@@ -289,14 +278,7 @@ def _provisioning_absent(p: Pass) -> None:
             return
         # Marker first (the status patch lands before the action runs), then create. A repeat after
         # the settle time reuses the same name, so brev answers "already exists" and we adopt.
-        if p.s.instance.identity is None or not p.asked_brev():
-            p.s.instance.identity = p.obs.identity
-        if not p.asked_brev():
-            p.s.instance.create_returned_at = None  # the first create that may make something
-        elif p.s.instance.create_returned_at is None:
-            # The earlier create never came back (cut short by a crash): it settled from its send.
-            p.s.instance.create_returned_at = p.s.instance.create_requested_at
-        p.s.instance.create_requested_at = p.now
+        p.s.instance.create_sent(p.now, p.obs.identity, asked_before=p.asked_brev())
         p.actions.append(CreateInstance(_create_request(p)))
         p.events.append(EventNote("Normal", reasons.INSTANCE_CREATE_REQUESTED, f"brev create {p.instance}"))
 
@@ -309,7 +291,7 @@ def _start(p: Pass) -> None:
         p.s.instance.start_requested_at is None
         or p.since(p.s.instance.start_requested_at) > p.tun.create_settle
     ):
-        p.s.instance.start_requested_at = p.now
+        p.s.instance.start_sent(p.now)
         p.actions.append(StartInstance(p.instance))
         p.events.append(EventNote("Normal", reasons.INSTANCE_START_REQUESTED, f"brev start {p.instance}"))
 
@@ -435,7 +417,7 @@ def pulling(p: Pass) -> None:
                 return
             recovery.fold_restore(p)
         p.enter(Phase.RUNNING, f"starting container {p.s.job_id} on {p.instance}")
-        p.s.run.started_at = p.now
+        p.s.run.started(p.now)
         p.actions.append(StartContainer(p.instance, resume_path=recovery.resume_path(p)))
         p.requeue = 0.0
         return
@@ -451,8 +433,7 @@ def pulling(p: Pass) -> None:
 def _exited(p: Pass, code: int) -> None:
     """The container exited: judge the run by its own FinishedAt (operator downtime is not the
     job's fault); without it, by now."""
-    p.s.run.exit_code = code
-    p.s.run.exited_at = p.obs.exit_finished_at or p.now
+    p.s.run.exited(code, p.obs.exit_finished_at or p.now)
     _judge_exit(p)
 
 
@@ -532,10 +513,10 @@ def _unanswered_after_exit(p: Pass, waited: float) -> None:
         + ("; no cleanup, deleting it" if deletes else "")
     )
     p.end_run(Outcome.FAILED, reasons.INSTANCE_UNRESPONSIVE, note)
-    p.s.teardown.message = note
-    if deletes and not p.s.run.cleaned_up_at:
+    p.s.teardown.waiting(note)
+    if deletes:
         # The job's files and secrets go with the instance; a cleanup would hang as the probes did.
-        p.s.run.cleaned_up_at = p.now
+        p.s.run.cleaned(p.now)
     p.enter_then_step(Phase.UPLOADING, note)  # nothing to upload from it: Deleted follows
 
 
@@ -557,7 +538,7 @@ def _upload_then_retry(p: Pass) -> None:
 def running(p: Pass) -> None:
     recovery.fold_sync(p)
     if p.obs.log_tail:
-        p.s.run.log_tail = log_lines(p.obs.log_tail)
+        p.s.run.tail(log_lines(p.obs.log_tail))
     if p.obs.exit_code is not None:
         _exited(p, p.obs.exit_code)
         return
@@ -619,14 +600,13 @@ def stopping(p: Pass) -> None:
         # No stop through an exec that may not answer: straight to the one upload attempt.
         p.enter_then_step(Phase.UPLOADING, "instance not listed; uploading what can be reached")
         return
-    if p.s.run.ended_at is None:
-        p.s.run.ended_at = p.now
+    p.s.run.ended(p.now)
     if p.since(p.s.run.ended_at) > p.tun.grace:
         note = (
             f"container {p.s.job_id} did not stop within {int(p.tun.grace)}s; uploading what is there, "
             "then deleting"
         )
-        p.s.teardown.message = note
+        p.s.teardown.waiting(note)
         p.events.append(EventNote("Warning", reasons.STOP_GRACE_EXPIRED, note))
         p.enter_then_step(Phase.UPLOADING, note)
         return
@@ -647,13 +627,9 @@ def process_silence(p: Pass) -> bool:
     it. Without this bound a listed instance that never answered again billed until the Running
     timeout (24 h; found by the simulation, seed 735). True when the run or attempt ended."""
     bound = p.tun.exit_answer_timeout
-    last = p.s.run.unanswered_checked_at
-    if p.s.run.unanswered_since is None or last is None or p.since(last) > bound:
-        # Silence is shown by failed waits spread over the bound, not by two at its ends: across
-        # a gap nobody asked (the operator was down, the Lease elsewhere), and it may have answered.
-        p.s.run.unanswered_since = p.now
-    p.s.run.unanswered_checked_at = p.now
-    silent = p.since(p.s.run.unanswered_since)
+    # Silence is shown by failed waits spread over the bound, not by two at its ends: across a
+    # gap nobody asked (the operator was down, the Lease elsewhere), and it may have answered.
+    silent = p.s.run.unanswered(p.now, bound)
     inst = p.obs.instance
     if silent < bound or not p.obs.instance_known or inst is None or inst.status != RUNNING:
         return False  # absence and loss are judged by the listings (process_instance_loss)
@@ -665,8 +641,8 @@ def process_silence(p: Pass) -> bool:
         recovery.end_attempt(p, reasons.INSTANCE_UNRESPONSIVE, note)
         return True
     p.end_run(Outcome.FAILED, reasons.INSTANCE_UNRESPONSIVE, note)
-    p.s.teardown.message = note
-    if p.deletes_instance() and not p.s.run.cleaned_up_at:
+    p.s.teardown.waiting(note)
+    if p.deletes_instance():
         # The job's files and secrets go with the instance; a cleanup would hang as the waits did.
-        p.s.run.cleaned_up_at = p.now
+        p.s.run.cleaned(p.now)
     return True

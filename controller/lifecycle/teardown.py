@@ -92,14 +92,14 @@ def upload_skipped(p: Pass) -> None:
         "uploaded, deleting the instance"
     )
     p.events.append(EventNote("Warning", reasons.UPLOAD_SKIPPED, note))
-    if p.deletes_instance() and not p.s.run.cleaned_up_at:
+    if p.deletes_instance():
         # The files (and secrets) go with the instance: no cleanup call that would hang as the
         # upload did and hold up the delete by its whole timeout.
-        p.s.run.cleaned_up_at = p.now
+        p.s.run.cleaned(p.now)
     if p.s.run_outcome != Outcome.CANCELED:
         upload_failed(p, note)
         return
-    p.s.teardown.message = note
+    p.s.teardown.waiting(note)
     p.s.message = clip(f"{p.s.message or ''}; results not uploaded (the upload from the instance failed)")
     p.enter(Phase.DELETED, note)
     teardown(p)
@@ -107,12 +107,13 @@ def upload_skipped(p: Pass) -> None:
 
 def uploading(p: Pass) -> None:
     if p.obs.upload is not None:
-        p.s.upload.attempts = (p.s.upload.attempts or 0) + 1
-        p.s.upload.uploaded_at = p.now
-        p.s.upload.results = ResultsSummary(
-            uri=p.spec.data.results_uri if p.spec is not None else None,
-            objects=p.obs.upload.objects,
-            bytes=p.obs.upload.bytes,
+        p.s.upload.uploaded(
+            p.now,
+            ResultsSummary(
+                uri=p.spec.data.results_uri if p.spec is not None else None,
+                objects=p.obs.upload.objects,
+                bytes=p.obs.upload.bytes,
+            ),
         )
         if p.s.run_outcome == Outcome.SUCCEEDED:
             # The one place a run becomes Succeeded: its results are verified in S3.
@@ -185,7 +186,7 @@ def teardown(p: Pass) -> None:
         p.s.reason = reasons.UPLOAD_FAILED
         p.s.message = clip(f"{p.s.message or 'training exited 0'}; the results were not uploaded")
     p.s.finished_at = p.now
-    p.s.teardown.message = None
+    p.s.teardown.waiting(None)
     released = "deleted" if p.deletes_instance() else "left running (retained)"
     outcome = p.s.run_outcome or Outcome.CANCELED
     p.s.run_outcome = outcome
@@ -205,7 +206,7 @@ def _cleanup_done(p: Pass) -> bool:
     if p.s.run.cleaned_up_at:
         return True
     if p.obs.cleaned or not _workload_may_exist(p):
-        p.s.run.cleaned_up_at = p.now
+        p.s.run.cleaned(p.now)
         p.unstall(reasons.SECRETS_MAY_REMAIN)
         return True
     if not p.obs.instance_known:
@@ -219,7 +220,7 @@ def _cleanup_done(p: Pass) -> bool:
     if not p.deletes_instance() and _may_still_hold_secrets(p, inst):
         return False
     # Unreachable, gone, or goes with the instance: nothing of ours can be removed now.
-    p.s.run.cleaned_up_at = p.now
+    p.s.run.cleaned(p.now)
     return True
 
 
