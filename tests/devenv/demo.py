@@ -31,6 +31,7 @@ from typing import Any
 import yaml
 
 from controller.versions import load_versions
+from tests import status_paths as sp
 from tests.brevsim.harness import BrevSim
 from tests.brevsim.model import NOMINAL
 from tests.devenv import kubebuild
@@ -511,17 +512,20 @@ class Demo:
                     f"{self.operator.log_tail(40)}"
                 )
             time.sleep(POLL_S)
-        tail = status.get("lastLogLines") or []
+        tail = sp.run(status).get("logTail") or []
         if tail:
-            out.line(f"  {'':>7}  status.lastLogLines (the log tail the operator recorded), last lines:")
+            out.line(
+                f"  {'':>7}  status.attempts[-1].run.logTail (the log tail the operator recorded), "
+                "last lines:"
+            )
             for text in tail[-3:]:
                 out.line(f"  {'':>7}  {'':<13} | {text}")
         return status
 
     def _print_log(self, follower: LogFollower, status: dict[str, Any]) -> None:
-        instance = status.get("instanceName")
-        if instance:
-            for text in follower.new_lines(instance, status["jobId"]):
+        name = sp.instance(status).get("name")
+        if name:
+            for text in follower.new_lines(name, status["jobId"]):
                 self.out.line(f"  {'':>7}  {'':<13} | {text}")
 
     # ---- the report
@@ -536,7 +540,7 @@ class Demo:
         succeeded = outcome == "Succeeded"
         out.line()
         out.line(
-            f"Outcome: {outcome} (reason {status.get('reason')}, exit code {status.get('exitCode')}) "
+            f"Outcome: {outcome} (reason {status.get('reason')}, exit code {sp.run(status).get('exitCode')}) "
             f"- {status.get('message')}"
         )
         out.line()
@@ -545,11 +549,12 @@ class Demo:
         for text in table.splitlines():
             out.line(f"  {text}")
 
-        results = status.get("results") or {}
+        results = sp.upload(status).get("results") or {}
         out.line()
         out.line(
             f"Results: {results.get('uri') or self.results_uri} ({results.get('objects', 0)} objects, "
-            f"{_human_bytes(int(results.get('bytes') or 0))} according to status.results); read back from S3:"
+            f"{_human_bytes(int(results.get('bytes') or 0))} according to "
+            "status.attempts[-1].upload.results); read back from S3:"
         )
         bucket, _, prefix = self.results_uri.removeprefix("s3://").partition("/")
         listing = self.s3.client().list_objects_v2(Bucket=bucket, Prefix=prefix.rstrip("/") + "/")
@@ -560,21 +565,19 @@ class Demo:
             out.line("  (no objects)")
             succeeded = False
 
-        instance = status.get("instanceName") or ""
-        seen = [i for i in self.sim.instances(include_deleted=True) if i["name"] == instance]
-        live = [i for i in self.sim.instances() if i["name"] == instance]
+        name = str(sp.instance(status).get("name") or "")
+        seen = [i for i in self.sim.instances(include_deleted=True) if i["name"] == name]
+        live = [i for i in self.sim.instances() if i["name"] == name]
         out.line()
         if seen and not live:
             out.line(
-                f"Instance {instance}: deleted (the simulated Brev backend reports it "
+                f"Instance {name}: deleted (the simulated Brev backend reports it "
                 f"{seen[-1]['status']}; {self.sim.created_count()} instance(s) created in total, "
                 f"{len(self.sim.instances())} left)"
             )
         else:
             state = live[-1]["status"] if live else "never created"
-            out.line(
-                f"Instance {instance or '(none)'}: NOT deleted - the simulated Brev backend says {state}"
-            )
+            out.line(f"Instance {name or '(none)'}: NOT deleted - the simulated Brev backend says {state}")
             succeeded = False
 
         out.line()
@@ -627,9 +630,9 @@ class Demo:
 
 def _with_instance(message: str, status: dict[str, Any]) -> str:
     """The status message, naming the instance when the message does not already."""
-    instance = status.get("instanceName")
-    if instance and instance not in message:
-        return f"{message}  [instance {instance}]"
+    name = sp.instance(status).get("name")
+    if name and name not in message:
+        return f"{message}  [instance {name}]"
     return message
 
 
@@ -643,7 +646,8 @@ def _phases_between(shown: list[str], phase: str, status: dict[str, Any]) -> lis
 
 class LogFollower:
     """The TAO container's log while it runs, read from the simulated instance (what `docker logs`
-    would show): the operator records status.lastLogLines only once the container has exited."""
+    would show): the operator records status.attempts[-1].run.logTail only once the container has
+    exited."""
 
     def __init__(self, sim: BrevSim) -> None:
         self.sim = sim

@@ -117,10 +117,8 @@ def _absence_per_pass(mp: pytest.MonkeyPatch) -> None:
     """Scenario 4 (before d5ef0a3): absence counted per pass, so one cached listing counted 2-3x."""
 
     def per_pass(self: decision_pass.Pass) -> int:
-        absent = self.s.instance.absence
-        absent.listings = (absent.listings or 0) + 1
-        absent.since = absent.since or self.now
-        return absent.listings
+        self.s.instance.absence.count(self.now)  # every pass, whether or not the listing is new
+        return self.s.instance.absence.listings or 0
 
     mp.setattr(decision_pass.Pass, "process_absence", per_pass)
 

@@ -82,7 +82,9 @@ class Process:
         self.dead = False
         self.partitioned_until = 0.0
         self.secrets_registry: tuple[Any, Any] = (frozenset(), None)
-        self.tasks: set[asyncio.Task[Any]] = set()
+        # Insertion-ordered (not a set): a crash cancels them in the order they started, the same
+        # in every process (a set's order follows memory addresses, and a seed could replay differently).
+        self.tasks: dict[asyncio.Task[Any], None] = {}
         self.daemons: dict[tuple[str, str], asyncio.Task[Any]] = {}
         self.stopped: dict[tuple[str, str], asyncio.Event] = {}
         self.deleters: dict[tuple[str, str], asyncio.Task[Any]] = {}
@@ -175,8 +177,8 @@ class Process:
 
     def spawn(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(coro, name=f"{self.name}:{name}", context=self.context)
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
+        self.tasks[task] = None
+        task.add_done_callback(lambda done: self.tasks.pop(done, None))
         return task
 
     def start(self) -> None:

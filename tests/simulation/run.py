@@ -27,6 +27,7 @@ from typing import Any, TextIO, cast
 import structlog
 from prometheus_client import generate_latest
 
+from controller.api import status_legacy
 from controller.lifecycle.tunables import Tunables
 from controller.observability import logs
 from controller.reconciler import JobRef
@@ -239,6 +240,12 @@ class Simulation:
         job = self.jobs.get(obj.uid)
         if job is None:
             return
+        # The invariants read the sub-record shape (controller/api/status.py); a flat key of the
+        # earlier releases in a written status would be one they never look at.
+        legacy = (*status_legacy.CURRENT, *status_legacy.JOB, "attempt")
+        flat = sorted(k for k in legacy if after.get(k) is not None)
+        if flat:
+            self.violation(f"{job.name}: status written with the flat keys of earlier releases {flat}")
         was, now = _traced(before), _traced(after)
         changed = {k: v for k, v in now.items() if was.get(k) != v}
         if changed:

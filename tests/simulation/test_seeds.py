@@ -14,7 +14,8 @@ from tests.simulation.run import run_seed
 # seed -> what it found (fixed in the operator, or in the simulation's own model of the world).
 FOUND = {
     0: "a healthy run deleted as lost: three omitted listings believed without asking the instance",
-    1: "the simulated API server skipped the operator's status redaction (a secret in lastLogLines)",
+    1: "the simulated API server skipped the operator's status redaction (a secret in the log tail, "
+    "lastLogLines then, attempts[-1].run.logTail now)",
     2: "the same, for another job and replica",
     12: "recovery's delete of an attempt it had ended taken for a delete of a running job's instance",
     25: "a Retain job's instance kept by its retained record (by name: the create never returned)",

@@ -58,9 +58,9 @@ def writes_into_records(tree: ast.AST) -> list[tuple[int, str]]:
         for node in ast.walk(func):
             targets: list[ast.expr] = []
             if isinstance(node, ast.Assign):
-                targets = node.targets
+                targets, line = node.targets, node.lineno
             elif isinstance(node, ast.AugAssign | ast.AnnAssign):
-                targets = [node.target]
+                targets, line = [node.target], node.lineno
             for target in targets:
                 if not isinstance(target, ast.Attribute):
                     continue
@@ -68,7 +68,7 @@ def writes_into_records(tree: ast.AST) -> list[tuple[int, str]]:
                 into_record = _is_record(owner) or (isinstance(owner, ast.Name) and owner.id in aliases)
                 replaces_record = target.attr in RECORDS and _on_status(target.value)
                 if into_record or replaces_record:
-                    found.append((node.lineno, ast.unparse(target)))
+                    found.append((line, ast.unparse(target)))
     return found
 
 
