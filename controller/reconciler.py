@@ -12,6 +12,7 @@ objects): the status last written is kept pickled (~2 KiB, exact), and both are 
 from __future__ import annotations
 
 import asyncio
+import copy
 import functools
 import pickle
 import time
@@ -704,18 +705,43 @@ def _teardown_only_spec() -> TaoBrevJobSpec:
 def parse_status(raw: Mapping[str, Any]) -> TaoBrevJobStatus:
     """`.status` as stored. A field this version cannot read (hand-edited, or written by another
     version) is dropped with a warning rather than wedging the job in a crash loop: every fact
-    the machine needs is re-derived or re-observed."""
-    data = dict(raw)
-    for _ in range(len(data) + 1):
+    the machine needs is re-derived or re-observed. Only that field goes (one bad time in one
+    attempt must not take every attempt's names, ids and deletion proof with it), or, when it
+    is required, the smallest record that holds it."""
+    # Paths are those of the sub-record shape, so a flat status is converted first.
+    data = copy.deepcopy(status_legacy.status_from_flat(dict(raw)))
+    for _ in range(_MAX_DROPS):
         try:
             return TaoBrevJobStatus.from_k8s(data)
         except ValidationError as exc:
-            bad = {str(e["loc"][0]) for e in exc.errors() if e["loc"]}
-            if not bad & set(data):
+            loc = next((tuple(e["loc"]) for e in exc.errors() if e["loc"]), None)
+            if loc is None or not _drop(data, loc):
                 raise
-            log.warning("dropping unreadable status fields", fields=sorted(bad))
-            data = {k: v for k, v in data.items() if k not in bad}
+            log.warning("dropping unreadable status field", field=".".join(str(part) for part in loc))
     return TaoBrevJobStatus()
+
+
+_MAX_DROPS = 64
+
+
+def _drop(data: Any, loc: tuple[Any, ...]) -> bool:
+    """Remove what `loc` points at; when it is missing (a required field), its holder. False
+    when nothing at all along `loc` is there."""
+    holders: list[tuple[Any, Any]] = []
+    node = data
+    for part in loc:
+        present = (isinstance(node, dict) and part in node) or (
+            isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node)
+        )
+        if not present:
+            break
+        holders.append((node, part))
+        node = node[part]
+    if not holders:
+        return False
+    holder, key = holders[-1]
+    del holder[key]
+    return True
 
 
 def _reaches_instance(action: Action) -> bool:

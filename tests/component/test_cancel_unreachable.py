@@ -14,6 +14,7 @@ from controller.api.models import Outcome
 from controller.lifecycle.phases import Phase
 from tests.fakes.brev import Faults
 from tests.fakes.harness import Harness, job_spec
+from tests.status_paths import teardown
 
 CANCEL_BOUND_S = 300.0
 
@@ -41,7 +42,7 @@ def test_cancel_of_an_unanswering_instance_deletes_within_five_minutes(fault: st
     assert len(uploads) <= 1, f"{len(uploads)} upload attempts to an instance that never answers"
     assert h.status["outcome"] == str(Outcome.CANCELED)
     assert reasons.UPLOAD_SKIPPED in h.events.reasons()
-    assert "not uploaded" in str(h.status.get("teardownMessage") or h.status.get("message"))
+    assert "not uploaded" in str(teardown(h.status).get("message") or h.status.get("message"))
     asyncio.run(h.run(seconds=3600))
     assert h.obj is None, "the finalizer was never released"
     assert "results not uploaded" in str(h.status["message"])

@@ -92,7 +92,7 @@ def test_teardown_sends_no_delete_while_a_create_that_never_came_back_may_be_in_
     d = decide(status, instance=None, identity="alice", now=past_settle)
     assert d.actions == ()
     assert d.status.finished_at is None
-    assert "never created" in (d.status.teardown_message or "")
+    assert "never created" in (d.status.teardown.message or "")
     # Past the longest a create can be in flight, plus the settle time: absence can be proven.
     late = T0 + timedelta(seconds=TUN.create_in_flight_max + TUN.create_settle + 1)
     d = decide(status, instance=None, identity="alice", now=late)

@@ -54,7 +54,7 @@ def first_create_sent() -> TaoBrevJobStatus:
     status = decide(status).status  # -> Provisioning
     d = decide(status)
     assert [type(a) for a in d.actions] == [CreateInstance]
-    assert d.status.brev_identity == BOB
+    assert d.status.instance.identity == BOB
     return d.status
 
 
@@ -65,11 +65,11 @@ def canceled_under_alice(status: TaoBrevJobStatus, now: Any) -> Decision:
 
 def test_a_refused_first_create_leaves_nothing_to_confirm() -> None:
     d = decide(first_create_sent(), failure=CAPACITY)
-    assert d.status.create_requested_at is None
-    assert d.status.brev_identity is None
+    assert d.status.instance.create_requested_at is None
+    assert d.status.instance.identity is None
     assert d.actions == ()  # backs off, then asks again
     d = canceled_under_alice(d.status, T0 + timedelta(seconds=5))
-    assert d.finished, (d.status.stalled_reason, d.status.teardown_message)
+    assert d.finished, (d.status.stalled_reason, d.status.teardown.message)
     assert d.status.phase is Phase.DELETED
     assert d.status.stalled_reason is None
     assert not any(isinstance(a, DeleteInstance) for a in d.actions)
@@ -79,7 +79,7 @@ def test_after_a_refusal_the_next_create_records_the_identity_that_sends_it() ->
     status = decide(first_create_sent(), failure=CAPACITY).status
     d = decide(status, now=T0 + timedelta(seconds=2), identity=ALICE)
     assert [type(a) for a in d.actions] == [CreateInstance]
-    assert d.status.brev_identity == ALICE
+    assert d.status.instance.identity == ALICE
     assert d.status.stalled_reason is None
 
 
@@ -88,14 +88,14 @@ def test_a_permanently_refused_first_create_finishes_in_the_same_pass() -> None:
     assert d.status.outcome is Outcome.FAILED
     assert d.status.reason == "NoMatchingInstanceType"
     assert d.finished
-    assert d.status.create_requested_at is None
+    assert d.status.instance.create_requested_at is None
 
 
 def test_a_create_that_timed_out_still_needs_the_creating_identity() -> None:
     d = decide(first_create_sent(), failure=TIMEOUT)
-    assert d.status.create_requested_at is not None
-    assert d.status.create_returned_at == T0
-    assert d.status.brev_identity == BOB
+    assert d.status.instance.create_requested_at is not None
+    assert d.status.instance.create_returned_at == T0
+    assert d.status.instance.identity == BOB
     status = d.status
     for step in range(1, 8):  # well past the settle time: absence alone proves nothing here
         d = canceled_under_alice(status, T0 + SETTLED + step * timedelta(seconds=TUNABLES.poll_interval))
@@ -108,11 +108,11 @@ def test_a_refused_re_send_after_an_ambiguous_create_keeps_it_pending() -> None:
     status = decide(first_create_sent(), failure=TIMEOUT).status
     d = decide(status, now=T0 + SETTLED)  # not listed after the settle time: the same name again
     assert [type(a) for a in d.actions] == [CreateInstance]
-    assert d.status.create_returned_at == T0, "the earlier call's return is kept while re-sending"
+    assert d.status.instance.create_returned_at == T0, "the earlier call's return is kept while re-sending"
     d = decide(d.status, now=T0 + SETTLED, failure=CAPACITY)
-    assert d.status.create_requested_at == T0 + SETTLED
-    assert d.status.create_returned_at == T0 + SETTLED
-    assert d.status.brev_identity == BOB
+    assert d.status.instance.create_requested_at == T0 + SETTLED
+    assert d.status.instance.create_returned_at == T0 + SETTLED
+    assert d.status.instance.identity == BOB
     d = canceled_under_alice(d.status, T0 + 3 * SETTLED)
     assert not d.finished  # the first create may still have made an instance under bob
 
@@ -121,10 +121,10 @@ def test_a_crash_during_the_first_create_keeps_it_pending() -> None:
     status = first_create_sent()  # written; then the process died during the call
     d = decide(status, now=T0 + SETTLED)
     assert [type(a) for a in d.actions] == [CreateInstance]  # re-sent under the same identity
-    assert d.status.create_returned_at == T0, "the lost call settled from its send"
+    assert d.status.instance.create_returned_at == T0, "the lost call settled from its send"
     d = decide(d.status, now=T0 + SETTLED, failure=CAPACITY)
-    assert d.status.create_requested_at is not None
-    assert d.status.brev_identity == BOB
+    assert d.status.instance.create_requested_at is not None
+    assert d.status.instance.identity == BOB
 
 
 def test_refused_for_capacity_then_another_credential_finishes_the_deleted_job() -> None:

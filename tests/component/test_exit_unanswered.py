@@ -12,6 +12,8 @@ from typing import Any, TypeVar
 
 from tests.fakes.brev import Faults
 from tests.fakes.harness import Harness, job_spec
+from tests.status_paths import attempt_no
+from tests.status_paths import run as run_of
 
 T = TypeVar("T")
 DAY = 86_400
@@ -30,7 +32,7 @@ def exited_137_then_silent() -> tuple[Harness, float]:
     timeouts = {**job_spec()["timeouts"], "runningSeconds": DAY}
     spec = job_spec(recovery={"maxAttempts": 2, "checkpointIntervalSeconds": 60}, timeouts=timeouts)
     h = Harness(spec, faults=Faults(deploy_s=30, sshd_lag_s=10, pull_s=10, run_s=120, exit_code=137))
-    assert run(h.run_until(lambda h: h.status.get("exitCode") == 137, seconds=3600))
+    assert run(h.run_until(lambda h: run_of(h.status).get("exitCode") == 137, seconds=3600))
     seen_at = h.clock.monotonic()
     h.brev.set_faults(exec_failures=10**9)
     return h, seen_at
@@ -44,7 +46,7 @@ def test_a_listed_instance_that_never_answers_after_the_exit_is_deleted_within_i
     )
     first_delete = min(d.at for d in h.brev.deletes if d.outcome == "accepted")
     assert first_delete - seen_at <= WITHIN_S, first_delete - seen_at
-    assert h.status["attempt"] == 1, "no second instance for an exit nobody could confirm"
+    assert attempt_no(h.status) == 1, "no second instance for an exit nobody could confirm"
     run(h.run(seconds=3600))
     assert h.finished
     assert h.status["outcome"] == "Failed"

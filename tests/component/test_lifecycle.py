@@ -14,6 +14,8 @@ from tests.fakes.brev import Faults
 from tests.fakes.clock import T0
 from tests.fakes.harness import SECRETS, Harness, job_spec
 from tests.fakes.workload import STOPPED_EXIT
+from tests.status_paths import instance
+from tests.status_paths import run as run_of
 
 T = TypeVar("T")
 ALL_PHASES = [str(p) for p in Phase]
@@ -95,7 +97,7 @@ def test_restart_mid_run_adopts_the_instance_and_container() -> None:
 def test_restart_right_after_create_does_not_create_twice() -> None:
     # The listing lags the create by more than one pass; the new process only has status.
     h = Harness(faults=Faults(listing_lag_s=90))
-    assert run(h.run_until(lambda h: bool(h.status.get("createRequestedAt"))))
+    assert run(h.run_until(lambda h: bool(instance(h.status).get("createRequestedAt"))))
     run(h.run(seconds=5, until_finished=False))
     h.restart()
     run(h.run(seconds=7200))
@@ -231,7 +233,7 @@ def test_operator_downtime_is_not_counted_as_run_time() -> None:
     assert h.status["outcome"] == str(Outcome.SUCCEEDED), h.status.get("message")
     (start,) = h.brev.container_starts
     exited = T0 + timedelta(seconds=start.at + 300)
-    assert h.status["containerExitedAt"] == exited.isoformat().replace("+00:00", "Z")
+    assert run_of(h.status)["exitedAt"] == exited.isoformat().replace("+00:00", "Z")
 
 
 def test_secret_files_exist_only_during_the_step_that_reads_them() -> None:

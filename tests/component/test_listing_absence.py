@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 from controller.lifecycle.phases import Phase
 from tests.fakes.brev import Faults
 from tests.fakes.harness import Harness
+from tests.status_paths import instance
 
 T = TypeVar("T")
 
@@ -23,7 +24,7 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
 
 def seen_in(phase: Phase) -> Any:
     """In `phase` with the instance's id recorded (a later absence is a suspected loss)."""
-    return lambda h: h.phase == str(phase) and h.status.get("instanceId")
+    return lambda h: h.phase == str(phase) and instance(h.status).get("id")
 
 
 def test_one_omitted_listing_in_waiting_exec_never_deletes_the_healthy_instance() -> None:
@@ -68,7 +69,7 @@ def test_one_slow_listing_counts_once() -> None:
     h.brev.set_faults(list_s=7.0)
     h.brev.omit(str(h.instance_name), listings=1)
     run(h.run(seconds=120))
-    counted = [int(w.status["absentListings"]) for w in h.kube.writes if w.status.get("absentListings")]
+    counted = [int(n) for w in h.kube.writes if (n := instance(w.status).get("absence", {}).get("listings"))]
     assert counted and max(counted) == 1, counted
     assert h.brev.deletes == [], [d.outcome for d in h.brev.deletes]
     assert h.phase == str(Phase.WAITING_EXEC), h.status.get("message")

@@ -13,6 +13,7 @@ from controller.brev.client import FAILURE, STOPPED
 from controller.lifecycle.tunables import Tunables
 from tests.fakes.brev import Faults
 from tests.fakes.harness import NAME, NAMESPACE, UID, Harness, job_spec
+from tests.status_paths import attempt_no
 
 T = TypeVar("T")
 BASE = naming.instance_name(NAMESPACE, NAME, UID, cluster_id=Tunables().cluster_id)
@@ -57,12 +58,12 @@ def test_a_lost_instance_resumes_on_attempt_two_from_the_synced_checkpoint() -> 
     first = lose_at_epoch(h, 3)
     run(h.run(seconds=4 * 3600))
     assert h.status["outcome"] == "Succeeded"
-    assert h.status["attempt"] == 2
+    assert attempt_no(h.status) == 2
     attempts = h.status["attempts"]
-    assert [a["instanceName"] for a in attempts] == [BASE, f"{BASE}-a2"]
+    assert [a["instance"]["name"] for a in attempts] == [BASE, f"{BASE}-a2"]
     assert attempts[0]["endedReason"] in ("InstanceNotListed", "InstanceLost")
-    assert attempts[0]["deletedAt"]
-    assert attempts[1]["deletedAt"]
+    assert attempts[0]["instance"]["deletedAt"]
+    assert attempts[1]["instance"]["deletedAt"]
     created = h.all_created_ids(BASE)
     assert len(created) == 2  # exactly two creates
     assert created[0] == first
@@ -106,7 +107,7 @@ def test_exhausted_attempts_fail_with_every_attempt_listed_and_deleted() -> None
     run(h.run(seconds=4 * 3600))
     assert h.status["outcome"] == "Failed"
     assert [a["attempt"] for a in h.status["attempts"]] == [1, 2]
-    assert all(a["deletedAt"] for a in h.status["attempts"])
+    assert all(a["instance"]["deletedAt"] for a in h.status["attempts"])
     assert len(h.all_created_ids(BASE)) == 2
     assert not any(h.brev.exists(i) for i in h.all_created_ids(BASE))
 
@@ -135,7 +136,7 @@ def test_failed_checkpoint_syncs_are_counted_and_the_job_still_finishes() -> Non
     assert h.status.get("outcome") is None
     run(h.run(seconds=4 * 3600))
     assert h.status["outcome"] == "Succeeded"
-    assert h.status["attempt"] == 1
+    assert attempt_no(h.status) == 1
     # A later good sync clears the count in the STORED status (a nested field needs a null).
     assert "failures" not in h.status["checkpoint"]
     assert "lastError" not in h.status["checkpoint"]

@@ -21,6 +21,7 @@ from controller.observability.logs import forget_registered_secrets
 from tests.fakes.brev import Faults
 from tests.fakes.harness import NAMESPACE, Harness
 from tests.fakes.workload import FakeWorkload
+from tests.status_paths import run as run_of
 
 # Unique to this file: a value registered by another test in this process must not mask it.
 PRINTED = "s6-printed-s3-secret-value-7f3a"
@@ -82,7 +83,7 @@ def test_first_pass_of_a_new_process_on_a_stopping_job_masks_the_tail() -> None:
     since = _new_process(h)
     h.delete_job()  # the cancel: the delete handler's first pass stops and waits for the exit
     asyncio.run(h.run(seconds=30, max_passes=3))
-    assert any(w.status.get("lastLogLines") for w in h.kube.writes[since:]), "no tail was written"
+    assert any(run_of(w.status).get("logTail") for w in h.kube.writes[since:]), "no tail was written"
     assert _leaks(h, since) == []
 
 
@@ -92,7 +93,7 @@ def test_first_pass_of_a_new_process_after_downtime_masks_the_tail() -> None:
     since = _new_process(h)
     h.clock.advance(3600)  # down past runningSeconds: the new process looks before judging
     asyncio.run(h.run(seconds=30, max_passes=3))
-    assert any(w.status.get("lastLogLines") for w in h.kube.writes[since:]), "no tail was written"
+    assert any(run_of(w.status).get("logTail") for w in h.kube.writes[since:]), "no tail was written"
     assert _leaks(h, since) == []
 
 
@@ -104,5 +105,5 @@ def test_a_tail_the_new_process_cannot_mask_is_withheld() -> None:
     del h.kube.secrets[(NAMESPACE, "s3")]
     h.delete_job()
     asyncio.run(h.run(seconds=30, max_passes=3))
-    assert [w for w in h.kube.writes[since:] if "exitCode" in w.status], "the exit was not seen"
+    assert [w for w in h.kube.writes[since:] if "exitCode" in run_of(w.status)], "the exit was not seen"
     assert _leaks(h, since) == []

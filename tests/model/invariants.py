@@ -9,6 +9,7 @@ from controller.lifecycle import machine
 from controller.lifecycle.phases import Phase
 from tests.fakes.brev import CreateRecord
 from tests.fakes.harness import Harness
+from tests.status_paths import attempt_no
 
 # Passes in a row that asked for no delay while no simulated time passed: more is a hot loop.
 MAX_ZERO_DELAY_CHAIN = 5
@@ -57,9 +58,9 @@ def never_two_live_instances(h: Harness, base: str) -> None:
     if len(live) <= 1:
         return
     pending = {
-        a.get("instanceId")
+        (a.get("instance") or {}).get("id")
         for a in h.status.get("attempts") or []
-        if a.get("endedAt") and not a.get("deletedAt")
+        if a.get("endedAt") and not (a.get("instance") or {}).get("deletedAt")
     }
     unaccounted = [i for i in live[:-1] if i not in pending]
     assert not unaccounted, (
@@ -70,7 +71,7 @@ def never_two_live_instances(h: Harness, base: str) -> None:
 def attempts_within_limit(h: Harness, base: str, max_attempts: int) -> None:
     attempts = h.status.get("attempts") or []
     assert len(attempts) <= max_attempts, f"{len(attempts)} attempts recorded, maxAttempts={max_attempts}"
-    assert (h.status.get("attempt") or 1) <= max_attempts
+    assert (attempt_no(h.status) or 1) <= max_attempts
     names = {c.name for c in h.brev.creates if c.accepted and c.name in set(h.attempt_names(base))}
     assert len(names) <= max_attempts, f"instances created under {sorted(names)}, maxAttempts={max_attempts}"
 

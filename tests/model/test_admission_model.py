@@ -2,7 +2,7 @@
 passes that interleave at every await (verdict, status write, fleet update), finishes, deletes,
 suspend flips, relists and operator restarts, against the real `Fleet` over the fake API.
 
-Invariant after every step: the jobs the API shows admitted (status.admittedAt) and not finished
+Invariant after every step: the jobs the API shows admitted (status.queue.admittedAt) and not finished
 — the only ones that may have created an instance — never exceed the cluster cap, a namespace's
 instance limit or its GPU limit. At the end, with every holder finished and suspend lifted, the
 highest-ranked waiting job is admitted on its next pass (nobody is stuck behind a ghost slot).
@@ -23,6 +23,7 @@ from controller.fleet.admission import JobFacts, NamespaceLimits, Quotas
 from controller.fleet.ledger import Fleet
 from tests.fakes.clock import FakeClock
 from tests.fakes.kube import FakeKube
+from tests.status_paths import queue
 
 NAMESPACES = ("team-a", "team-b")
 STAMP = "2026-11-30T12:00:00Z"
@@ -66,11 +67,15 @@ class Admissions(RuleBasedStateMachine):
         return [
             o
             for o in self.objects()
-            if not o.status.get("admittedAt") and not o.status.get("finishedAt") and not o.deletion_requested
+            if not queue(o.status).get("admittedAt")
+            and not o.status.get("finishedAt")
+            and not o.deletion_requested
         ]
 
     def holders(self) -> list[Any]:
-        return [o for o in self.objects() if o.status.get("admittedAt") and not o.status.get("finishedAt")]
+        return [
+            o for o in self.objects() if queue(o.status).get("admittedAt") and not o.status.get("finishedAt")
+        ]
 
     def facts(self, obj: Any) -> JobFacts:
         return JobFacts.from_body(obj.body())
@@ -119,9 +124,9 @@ class Admissions(RuleBasedStateMachine):
                 await asyncio.sleep(0)
             if not verdict.admission.admitted:
                 return
-            # The machine writes admittedAt (leaving Pending) before any create.
+            # The machine writes queue.admittedAt (leaving Pending) before any create.
             if not await self.kube.patch_status(
-                obj.namespace, obj.name, {"admittedAt": STAMP, "phase": "Provisioning"}
+                obj.namespace, obj.name, {"queue": {"admittedAt": STAMP}, "phase": "Provisioning"}
             ):
                 return
             for _ in range(gaps[1]):
@@ -156,7 +161,7 @@ class Admissions(RuleBasedStateMachine):
     def delete(self, data: st.DataObject) -> None:
         obj = data.draw(st.sampled_from(self.objects()))
         self.kube.request_delete(obj.namespace, obj.name)
-        if obj.status.get("finishedAt") or not obj.status.get("admittedAt"):
+        if obj.status.get("finishedAt") or not queue(obj.status).get("admittedAt"):
             # Nothing created (or already released): the finalizer goes in this pass.
             self.kube.release(obj.namespace, obj.name)
             self.fleet.forget(obj.uid)
@@ -221,7 +226,7 @@ class Admissions(RuleBasedStateMachine):
             return
         top = min(fits, key=lambda o: self.facts(o).order_key())
         self.loop.run_until_complete(self._pass(top))
-        assert top.status.get("admittedAt"), (top.name, [(o.name, o.status) for o in self.objects()])
+        assert queue(top.status).get("admittedAt"), (top.name, [(o.name, o.status) for o in self.objects()])
 
 
 TestAdmissions = Admissions.TestCase

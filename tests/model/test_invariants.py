@@ -56,13 +56,18 @@ def test_two_live_instances_of_one_job_are_caught_unless_the_older_is_pending_de
     with pytest.raises(AssertionError, match="2 live instances"):
         invariants.never_two_live_instances(h, INSTANCE)
     (first,) = h.brev.created_ids(INSTANCE)
-    write(h, {"attempts": [{"attempt": 1, "instanceName": INSTANCE, "instanceId": first, "endedAt": "t"}]})
+    ended = {"attempt": 1, "instance": {"name": INSTANCE, "id": first}, "endedAt": "t"}
+    write(h, {"attempts": [ended]})
     invariants.never_two_live_instances(h, INSTANCE)
+    # Once its deletion is recorded it is no longer pending: a live one is caught again.
+    write(h, {"attempts": [{**ended, "instance": {"name": INSTANCE, "id": first, "deletedAt": "t"}}]})
+    with pytest.raises(AssertionError, match="2 live instances"):
+        invariants.never_two_live_instances(h, INSTANCE)
 
 
 def test_too_many_attempts_are_caught() -> None:
     h = Harness()
-    write(h, {"attempt": 3, "attempts": [{"attempt": n, "instanceName": "x"} for n in (1, 2, 3)]})
+    write(h, {"attempts": [{"attempt": n, "instance": {"name": "x"}} for n in (1, 2, 3)]})
     with pytest.raises(AssertionError, match="maxAttempts=2"):
         invariants.attempts_within_limit(h, INSTANCE, 2)
 

@@ -20,6 +20,7 @@ from controller.lifecycle import machine
 from tests.fakes.harness import NAME, NAMESPACE, UID, Harness, job_spec
 from tests.fakes.quiet import quiet_logs
 from tests.model import invariants
+from tests.status_paths import teardown
 
 TIMEOUTS = {
     "provisioningSeconds": 120,
@@ -242,7 +243,7 @@ class Lifecycle(RuleBasedStateMachine):
             assert self.h.finished, (
                 f"not finished {DRAIN_BOUND}s after the faults stopped: phase {self.h.phase}, "
                 f"{self.h.status.get('reason')}: {self.h.status.get('message')} "
-                f"({self.h.status.get('teardownMessage')})"
+                f"({teardown(self.h.status).get('message')})"
             )
             self.h.clock.advance(max(0.0, deadline - self.h.clock.monotonic()))
             left = [i for i in self.h.all_created_ids(INSTANCE_NAME) if self.h.brev.exists(i)]

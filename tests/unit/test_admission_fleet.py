@@ -18,6 +18,7 @@ from controller.reconciler import JobRef
 from tests.fakes.clock import FakeClock
 from tests.fakes.harness import NAMESPACE, Harness, job_spec
 from tests.fakes.kube import FakeKube
+from tests.status_paths import instance, queue
 
 T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
 
@@ -71,7 +72,7 @@ def test_concurrent_passes_never_both_take_the_last_slot() -> None:
 
 
 def test_an_admission_holds_its_slot_before_its_status_write_lands() -> None:
-    """A is admitted (its admittedAt not written yet); B, with a higher priority, arrives next:
+    """A is admitted (its queue.admittedAt not written yet); B, with a higher priority, arrives next:
     the slot is A's, whatever order a fresh computation would give."""
     kube = FakeKube()
     a, b = facts("a", at=0), facts("b", priority=10, at=1)
@@ -88,7 +89,7 @@ def test_an_admission_holds_its_slot_before_its_status_write_lands() -> None:
 
 def test_a_restarted_operator_counts_admissions_recorded_in_status() -> None:
     kube = FakeKube()
-    add(kube, facts("a", at=0), {"phase": "Pending", "admittedAt": "2026-11-30T12:00:09Z"})
+    add(kube, facts("a", at=0), {"phase": "Pending", "queue": {"admittedAt": "2026-11-30T12:00:09Z"}})
     add(kube, facts("b", at=1), {"phase": "Running"})  # admitted before quotas existed
     add(kube, facts("c", at=2))
     fleet = Fleet(kube, Quotas(cluster_max_instances=2))
@@ -126,7 +127,7 @@ def test_a_listing_that_lags_behind_an_admission_does_not_free_its_slot() -> Non
 
     async def scenario() -> bool:
         assert (await fleet.verdict(facts("a", at=0))).admission.admitted
-        clock.advance(5)  # relist: the API still shows "a" Pending without admittedAt
+        clock.advance(5)  # relist: the API still shows "a" Pending without queue.admittedAt
         return (await fleet.verdict(facts("b", at=1))).admission.admitted
 
     assert asyncio.run(scenario()) is False
@@ -203,15 +204,15 @@ def test_a_queued_job_reads_no_secret_and_calls_no_brev_and_deleting_it_is_insta
     h = Harness(quotas=Quotas(default=NamespaceLimits(max_instances=1)))
     # Another job of the namespace holds the only slot.
     holder = h.kube.create(NAMESPACE, "holder", "uid-holder", job_spec())
-    holder.status = {"phase": "Running", "admittedAt": "2026-11-29T10:00:00Z"}
+    holder.status = {"phase": "Running", "queue": {"admittedAt": "2026-11-29T10:00:00Z"}}
 
     async def scenario() -> None:
         await h.run(seconds=60, until_finished=False)
 
     asyncio.run(scenario())
     assert h.phase == "Pending"
-    assert h.status["queueReason"] == admission.NAMESPACE_INSTANCE_LIMIT
-    assert h.status["queuePosition"] == 1
+    assert queue(h.status)["reason"] == admission.NAMESPACE_INSTANCE_LIMIT
+    assert queue(h.status)["position"] == 1
     assert brev_calls(h) == 0
     reads = h.kube.secret_reads
     asyncio.run(h.run(seconds=60, until_finished=False))
@@ -239,7 +240,7 @@ def test_the_reconciler_posts_a_bad_annotation_once_as_a_warning_event() -> None
     warnings = [e for e in h.events.events if e.reason == "QuotaAnnotationInvalid"]
     assert len(warnings) == 1
     assert "taobrev.io/max-gpus='lots'" in warnings[0].message
-    assert h.status.get("admittedAt")  # the default (unlimited) applied
+    assert queue(h.status).get("admittedAt")  # the default (unlimited) applied
 
 
 def test_a_queued_wait_ends_when_its_job_is_being_deleted() -> None:
@@ -261,7 +262,7 @@ def test_a_queued_wait_ends_when_its_job_is_being_deleted() -> None:
 def queued_harness() -> tuple[Harness, Any]:
     h = Harness(quotas=Quotas(default=NamespaceLimits(max_instances=1)), wake_queued=True)
     holder = h.kube.create(NAMESPACE, "holder", "uid-holder", job_spec())
-    holder.status = {"phase": "Running", "admittedAt": "2026-11-29T10:00:00Z"}
+    holder.status = {"phase": "Running", "queue": {"admittedAt": "2026-11-29T10:00:00Z"}}
     return h, holder
 
 
@@ -292,14 +293,14 @@ def test_a_queued_pass_returns_as_soon_as_a_slot_is_released() -> None:
         return before, waiting.done(), await waiting
 
     before, after, delay = asyncio.run(scenario())
-    assert h.status["queueReason"] == admission.NAMESPACE_INSTANCE_LIMIT
+    assert queue(h.status)["reason"] == admission.NAMESPACE_INSTANCE_LIMIT
     assert not before
     assert after
     assert delay == 0.0  # the daemon's next pass comes at once, and is admitted
     asyncio.run(h.reconciler.reconcile(job_ref(h)))
-    assert h.status.get("admittedAt")
+    assert queue(h.status).get("admittedAt")
     # ... and goes on to the create in the same pass: admission and create request are one write
-    assert h.status.get("createRequestedAt")
+    assert instance(h.status).get("createRequestedAt")
 
 
 def test_deleting_a_job_ends_its_queued_wait() -> None:
@@ -330,14 +331,14 @@ def test_the_queue_gauge_counts_waiting_jobs_by_namespace_and_reason() -> None:
     h.recorder = Recorder(registry)
     h.restart()
     holder = h.kube.create(NAMESPACE, "holder", "uid-holder", job_spec())
-    holder.status = {"phase": "Running", "admittedAt": "2026-11-29T10:00:00Z"}
+    holder.status = {"phase": "Running", "queue": {"admittedAt": "2026-11-29T10:00:00Z"}}
     asyncio.run(h.run(seconds=20, until_finished=False))
     labels = {"namespace": NAMESPACE, "reason": admission.NAMESPACE_INSTANCE_LIMIT}
     assert registry.get_sample_value("taobrev_queued_jobs", labels) == 1
     holder.status = {**holder.status, "finishedAt": "2026-11-29T11:00:00Z", "phase": "Deleted"}
     h.restart()  # a new process lists again: the holder is finished
     asyncio.run(h.run(seconds=20, until_finished=False))
-    assert h.status.get("admittedAt")
+    assert queue(h.status).get("admittedAt")
     assert registry.get_sample_value("taobrev_queued_jobs", labels) is None
 
 
@@ -349,7 +350,7 @@ def test_a_failure_after_a_held_pending_still_writes_it() -> None:
     h.kube.list_fails = KubeUnavailable("listing TaoBrevJobs: 503")
     assert asyncio.run(h.reconcile_once()) == 2.0  # failed transiently: the first backoff
     assert [w.status.get("phase") for w in h.kube.writes] == ["Pending"]
-    assert h.kube.writes[0].status.get("instanceName") and not h.brev.creates
+    assert instance(h.kube.writes[0].status).get("name") and not h.brev.creates
     h.kube.list_fails = None
     asyncio.run(h.run(seconds=60, until_finished=False))
-    assert h.status.get("admittedAt") and h.status.get("createRequestedAt")
+    assert queue(h.status).get("admittedAt") and instance(h.status).get("createRequestedAt")

@@ -1,6 +1,6 @@
 """The Pending gate (run_phases.pending) and the Admitted / Queued / Suspended conditions: a job
 the fleet does not admit creates nothing, shows why and where it stands; an admitted one writes
-admittedAt in the same status that leaves Pending, before the create is asked for; deleting a
+queue.admittedAt in the same status that leaves Pending, before the create is asked for; deleting a
 queued job finishes in that very pass with no action at all."""
 
 from __future__ import annotations
@@ -53,9 +53,9 @@ def test_a_queued_job_stays_pending_creates_nothing_and_says_why_and_where() -> 
     d = decide(pending(), Observation(now=T0 + timedelta(seconds=1), admission=QUEUED))
     assert d.status.phase == Phase.PENDING
     assert d.actions == ()
-    assert d.status.admitted_at is None
-    assert d.status.queue_reason == admission.NAMESPACE_INSTANCE_LIMIT
-    assert d.status.queue_position == 2
+    assert d.status.queue.admitted_at is None
+    assert d.status.queue.reason == admission.NAMESPACE_INSTANCE_LIMIT
+    assert d.status.queue.position == 2
     assert d.status.message == QUEUED.message
     assert d.requeue_after == TUN.poll_interval
     assert cond(d.status, "Queued") == (
@@ -76,10 +76,10 @@ def test_admission_writes_admitted_at_in_the_status_that_leaves_pending_before_a
     now = T0 + timedelta(seconds=10)
     d = decide(queued, Observation(now=now, admission=ADMITTED))
     assert d.status.phase == Phase.PROVISIONING
-    assert d.status.admitted_at == now
+    assert d.status.queue.admitted_at == now
     assert d.actions == ()  # the create comes in the next step, after this status is written
-    assert d.status.queue_reason is None
-    assert d.status.queue_position is None
+    assert d.status.queue.reason is None
+    assert d.status.queue.position is None
     assert cond(d.status, "Admitted")[:2] == (ConditionStatus.TRUE, admission.ADMITTED)
     assert cond(d.status, "Queued")[:2] == (ConditionStatus.FALSE, admission.ADMITTED)
     assert admission.ADMITTED in [e.reason for e in d.events]
@@ -103,16 +103,16 @@ def test_deleting_a_queued_job_finishes_in_the_same_pass_with_no_action() -> Non
     assert d.actions == ()
     assert d.status.finished_at is not None
     assert d.status.outcome == Outcome.CANCELED
-    assert d.status.queue_reason is None
+    assert d.status.queue.reason is None
     assert cond(d.status, "Queued")[0] == ConditionStatus.FALSE
     assert cond(d.status, "Admitted")[:2] == (ConditionStatus.FALSE, admission.NOT_ADMITTED)
 
 
 def test_without_a_verdict_the_machine_admits_at_once() -> None:
-    """No fleet wired (the machine on its own): admitted, and admittedAt still written first."""
+    """No fleet wired (the machine on its own): admitted, and queue.admittedAt still written first."""
     d = decide(pending(), Observation(now=T0 + timedelta(seconds=1)))
     assert d.status.phase == Phase.PROVISIONING
-    assert d.status.admitted_at == T0 + timedelta(seconds=1)
+    assert d.status.queue.admitted_at == T0 + timedelta(seconds=1)
 
 
 def test_a_job_past_pending_without_admitted_at_counts_as_admitted() -> None:

@@ -248,11 +248,9 @@ def test_a_retried_job_is_billed_for_every_instance_it_had() -> None:
     create to its delete (by id), then the retry's (`-a2`) from create to delete. The instances
     come from the job's own `status.attempts`."""
     status = {
-        "instanceName": "tbj-m-ns-job-1234abcd-a2",
-        "instanceId": "bbb",
         "attempts": [
-            {"attempt": 1, "instanceName": "tbj-m-ns-job-1234abcd", "instanceId": "aaa"},
-            {"attempt": 2, "instanceName": "tbj-m-ns-job-1234abcd-a2", "instanceId": "bbb"},
+            {"attempt": 1, "instance": {"name": "tbj-m-ns-job-1234abcd", "id": "aaa", "created": True}},
+            {"attempt": 2, "instance": {"name": "tbj-m-ns-job-1234abcd-a2", "id": "bbb", "created": True}},
         ],
     }
     mine = attempts_of(status)
@@ -266,5 +264,9 @@ def test_a_retried_job_is_billed_for_every_instance_it_had() -> None:
     ]
     assert billed_spans(calls, mine) == [(10.0, 100.0), (105.0, 300.0)]
     assert billed_spans(calls[:4], mine) is None  # the retry is not deleted yet: nothing to measure
-    # A status without attempts[] (an older operator): its current instance alone.
-    assert attempts_of({"instanceName": "tbj-x", "instanceId": "ccc"}) == [("tbj-x", "ccc")]
+    # A job on its first attempt: its current instance alone (with no id yet, matched by name).
+    assert attempts_of({"attempts": [{"attempt": 1, "instance": {"name": "tbj-x", "id": "ccc"}}]}) == [
+        ("tbj-x", "ccc")
+    ]
+    assert attempts_of({"attempts": [{"attempt": 1, "instance": {"name": "tbj-y"}}]}) == [("tbj-y", "")]
+    assert attempts_of({"phase": "Pending"}) == []  # before the first attempt: nothing was created

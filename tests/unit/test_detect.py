@@ -56,5 +56,5 @@ def test_detect_new_listing_counts_a_listing_once_and_only_process_absence_count
     assert same.process_absence() == 1
     later = a_pass(counted, instance_known=True, listed_at=T0 + timedelta(seconds=TUN.poll_interval))
     assert later.detect_new_listing() is True
-    assert later.s.absent_listings == 1, "a question changes nothing"
+    assert later.s.instance.absence.listings == 1, "a question changes nothing"
     assert later.process_absence() == 2

@@ -61,7 +61,7 @@ SILENT = ActionFailure("WaitForExit", "SshConnectionFailed", "ssh: connect: Conn
 
 def test_failed_waits_of_a_silent_instance_end_the_attempt_at_the_bound_not_the_running_timeout() -> None:
     d = step(running_job(), instance=inst(), failure=SILENT, now=T0 + timedelta(seconds=10))
-    assert d.status.unanswered_since == T0 + timedelta(seconds=10)
+    assert d.status.run.unanswered_since == T0 + timedelta(seconds=10)
     assert d.status.phase is Phase.RUNNING and d.status.run_outcome is None  # one silence: retried
     d = step(d.status, instance=inst(), failure=SILENT, now=T0 + timedelta(seconds=10 + BOUND - 1))
     assert d.status.phase is Phase.RUNNING and d.status.run_outcome is None
@@ -69,7 +69,7 @@ def test_failed_waits_of_a_silent_instance_end_the_attempt_at_the_bound_not_the_
     # Attempts left: this attempt ends, its instance is deleted before the next one is created.
     assert d.status.phase is Phase.PROVISIONING
     assert d.status.attempts[-1].ended_reason == "InstanceUnresponsive"
-    assert d.status.unanswered_since is None
+    assert d.status.run.unanswered_since is None
     assert any(e.type == "Warning" and e.reason == "InstanceUnresponsive" for e in d.events)
 
 
@@ -89,12 +89,12 @@ def test_without_attempts_left_the_run_ends_unresponsive_and_the_instance_is_del
 
 def test_an_answer_clears_the_silence_and_other_failures_do_not_count() -> None:
     d = step(running_job(), instance=inst(), failure=SILENT, now=T0)
-    assert d.status.unanswered_since == T0
+    assert d.status.run.unanswered_since == T0
     answered = step(d.status, instance=inst(), completed=("WaitForExit",), now=T0 + timedelta(seconds=5))
-    assert answered.status.unanswered_since is None
+    assert answered.status.run.unanswered_since is None
     busy = ActionFailure("WaitForExit", "LaneBusy", "no wait slot in time", False)
     d = step(running_job(), instance=inst(), failure=busy, now=T0)
-    assert d.status.unanswered_since is None  # the operator's own queue, not the instance
+    assert d.status.run.unanswered_since is None  # the operator's own queue, not the instance
     # Unlisted or not RUNNING: the listings judge loss, not this bound.
     d = step(running_job(unanswered_since=T0), instance=None, failure=SILENT, now=T0 + timedelta(hours=1))
     assert d.status.reason != "InstanceUnresponsive"
@@ -109,7 +109,7 @@ def test_silence_across_a_gap_nobody_watched_is_counted_again_from_after_the_gap
     after_downtime = T0 + timedelta(seconds=BOUND + 60)
     d = step(d.status, instance=inst(), failure=SILENT, now=after_downtime)
     assert d.status.phase is Phase.RUNNING and d.status.run_outcome is None
-    assert d.status.unanswered_since == after_downtime
+    assert d.status.run.unanswered_since == after_downtime
     for s in (BOUND / 3, 2 * BOUND / 3, BOUND - 1):
         d = step(d.status, instance=inst(), failure=SILENT, now=after_downtime + timedelta(seconds=s))
     assert d.status.phase is Phase.RUNNING, "not yet a whole bound of silence after the gap"
@@ -123,4 +123,4 @@ def test_an_answer_clears_the_silence_count() -> None:
     d = step(
         d.status, instance=inst(), completed=("ProbeExec",), probe_ok=True, now=T0 + timedelta(seconds=100)
     )
-    assert d.status.unanswered_since is None and d.status.unanswered_checked_at is None
+    assert d.status.run.unanswered_since is None and d.status.run.unanswered_checked_at is None

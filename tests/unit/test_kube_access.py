@@ -27,6 +27,7 @@ from controller.api.errors import (
 )
 from controller.kube.access import USABLE_LABEL, KubeAccess, minimal_status
 from controller.observability.logs import MASK, forget_registered_secrets, register_secret
+from tests import status_paths
 
 SECRET_VALUE = "s3cr3t-VALUE-registered-0123"
 
@@ -183,16 +184,22 @@ def test_patch_status_redacts_every_string_at_any_depth() -> None:
     status = {
         "phase": "Running",
         "message": f"docker said: {SECRET_VALUE}",
-        "lastLogLines": [f"token {SECRET_VALUE}", "AKIAIOSFODNN7EXAMPLE used"],
+        "attempts": [
+            {
+                "attempt": 1,
+                "instance": {"name": "tbj-x"},
+                "run": {"logTail": [f"token {SECRET_VALUE}", "AKIAIOSFODNN7EXAMPLE used"], "exitCode": 3},
+            }
+        ],
         "conditions": [{"type": "Ready", "message": f"x {SECRET_VALUE}"}],
-        "exitCode": 3,
     }
     assert run(access(custom=custom).patch_status("ns", "job", status)) is True
     sent = custom.bodies[0]["status"]
     assert SECRET_VALUE not in repr(sent)
     assert "AKIAIOSFODNN7EXAMPLE" not in repr(sent)
     assert sent["message"] == f"docker said: {MASK}"
-    assert sent["exitCode"] == 3
+    assert status_paths.run(sent)["exitCode"] == 3
+    assert status_paths.run(sent)["logTail"][0] == f"token {MASK}"  # nested in the current attempt
     assert custom.timeouts == [(7, 7)]
 
 
@@ -205,11 +212,18 @@ def test_patch_status_404_is_false() -> None:
 def test_refused_patch_is_retried_trimmed(status: int) -> None:
     custom = FakeCustom([ApiException(status=status, reason="Invalid"), None])
     lines = [f"line {i} " + "x" * 5000 for i in range(40)]
-    full = {"phase": "Running", "message": "m" * 5000, "lastLogLines": lines, "jobId": "j1"}
+    full = {
+        "phase": "Running",
+        "message": "m" * 5000,
+        "attempts": [{"attempt": 1, "instance": {"name": "tbj-x"}, "run": {"logTail": lines}}],
+        "jobId": "j1",
+    }
     assert run(access(custom=custom).patch_status("ns", "job", full)) is True
     second = custom.bodies[1]["status"]
-    assert len(second["lastLogLines"]) <= 5
-    assert all(len(line) <= 240 for line in second["lastLogLines"])
+    tail = status_paths.run(second)["logTail"]
+    assert 0 < len(tail) <= 5
+    assert all(len(line) <= 240 for line in tail)
+    assert status_paths.instance(second) == {"name": "tbj-x"}
     assert len(second["message"]) <= 512
     assert second["jobId"] == "j1"
 
@@ -223,16 +237,31 @@ def test_refused_twice_falls_back_to_a_minimal_status() -> None:
         "reason": "Completed",
         "message": "m" * 2000,
         "finishedAt": "2026-01-01T00:00:00Z",
-        "instanceName": "tbj-x",
         "jobId": "j1",
-        "lastLogLines": ["a"],
-        "teardownMessage": "t",
+        "attempts": [
+            {
+                "attempt": 1,
+                "instance": {"name": "tbj-x", "id": "i-1"},
+                "run": {"exitCode": 0, "logTail": ["a"]},
+                "upload": {"uploadedAt": "2026-01-01T00:00:00Z", "results": {"uri": "s3://b"}},
+            }
+        ],
+        "teardown": {"message": "t"},
         "conditions": [{"type": "Ready"}],
     }
     assert run(access(custom=custom).patch_status("ns", "job", full)) is True
     third = custom.bodies[2]["status"]
-    assert set(third) == {"phase", "outcome", "reason", "message", "finishedAt", "instanceName", "jobId"}
+    assert set(third) == {"phase", "outcome", "reason", "message", "finishedAt", "jobId", "attempts"}
     assert len(third["message"]) <= 200
+    # The current attempt keeps its names, ids and times; its log tail and results summary go.
+    assert third["attempts"] == [
+        {
+            "attempt": 1,
+            "instance": {"name": "tbj-x", "id": "i-1"},
+            "run": {"exitCode": 0},
+            "upload": {"uploadedAt": "2026-01-01T00:00:00Z"},
+        }
+    ]
 
 
 def test_refused_even_minimal_is_a_transient_status_rejected() -> None:
@@ -269,7 +298,15 @@ def test_error_text_from_the_api_server_is_redacted() -> None:
 
 
 def test_minimal_status_keeps_ids_and_drops_bulk() -> None:
-    out = minimal_status(
-        {"phase": "Running", "lastLogLines": ["x"], "results": {"uri": "s3://b"}, "gpu": "L40S"}
-    )
-    assert out == {"phase": "Running", "gpu": "L40S"}
+    attempt = {
+        "attempt": 1,
+        "instance": {"name": "tbj-x", "gpu": "L40S"},
+        "run": {"logTail": ["x"]},
+        "upload": {"results": {"uri": "s3://b"}},
+    }
+    out = minimal_status({"phase": "Running", "attempts": [attempt]})
+    assert out == {
+        "phase": "Running",
+        "attempts": [{"attempt": 1, "instance": {"name": "tbj-x", "gpu": "L40S"}, "run": {}, "upload": {}}],
+    }
+    assert attempt["run"] == {"logTail": ["x"]}, "the status given is not changed"

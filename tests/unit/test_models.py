@@ -20,7 +20,7 @@ import yaml
 from controller.api.errors import SpecError
 from controller.api.models import OnCompletion, Outcome, TaoBrevJobSpec, default_input_path
 from controller.api.spec_parse import parse_spec
-from controller.api.status import TaoBrevJobStatus
+from controller.api.status import AttemptRecord, RunRecord, TaoBrevJobStatus
 from controller.lifecycle.phases import Phase
 from controller.versions import load_versions
 from tests.devenv import crdgen
@@ -410,19 +410,42 @@ def test_api_field_names_match_the_contract() -> None:
         "uploadingSeconds", "deletingSeconds", "pendingSeconds",
     }  # fmt: skip
     status = crdgen.openapi_schema()["properties"]["status"]["properties"]
-    assert set(status) == {
-        "phase", "outcome", "runOutcome", "reason", "message", "observedGeneration", "jobId", "instanceName",
-        "instanceCreated", "backendRef", "gpu", "phaseTimes", "createRequestedAt", "containerStartedAt",
-        "containerExitedAt", "uploadedAt", "deleteRequestedAt", "finishedAt", "exitCode", "lastLogLines",
-            "startRequestedAt", "cleanedUpAt", "teardownMessage",
-        "results", "retries", "conditions",
-        "instanceId", "brevIdentity", "createReturnedAt", "runEndedAt", "uploadAttempts",
-        "deleteAcceptedAt", "absentListings", "absentSince", "absentCheckedAt", "unansweredSince",
-        "unansweredCheckedAt",
-        "stalledReason", "stalledMessage", "attempt", "attempts", "checkpoint", "billedSeconds",
-        "estimatedCostDollars", "costKnown",
-        "admittedAt", "queueReason", "queueMessage", "queuePosition", "preflight", "plan",
+    current = {k for k, v in status.items() if not v["description"].startswith("Deprecated")}
+    assert current == {
+        "phase", "outcome", "runOutcome", "reason", "message", "observedGeneration", "jobId", "backendRef",
+        "phaseTimes", "finishedAt", "stalledReason", "stalledMessage", "retries", "billedSeconds",
+        "estimatedCostDollars", "costKnown", "conditions", "queue", "attempts", "teardown", "checkpoint",
+        "preflight", "plan",
     }  # fmt: skip
+    # The flat fields of releases before sub-records stay in the schema (Deprecated) so the objects
+    # they wrote survive until rewritten.
+    assert set(status) - current == {
+        "instanceName", "instanceId", "instanceCreated", "brevIdentity", "gpu", "createRequestedAt",
+        "createReturnedAt", "startRequestedAt", "deleteRequestedAt", "deleteAcceptedAt", "absentListings",
+        "absentSince", "absentCheckedAt", "containerStartedAt", "containerExitedAt", "runEndedAt",
+        "exitCode", "lastLogLines", "unansweredSince", "unansweredCheckedAt", "cleanedUpAt",
+        "uploadAttempts", "uploadedAt", "results", "admittedAt", "queueReason", "queueMessage",
+        "queuePosition", "teardownMessage", "attempt",
+    }  # fmt: skip
+    assert set(status["queue"]["properties"]) == {"admittedAt", "reason", "message", "position"}
+    assert set(status["teardown"]["properties"]) == {"message"}
+    attempt = status["attempts"]["items"]["properties"]
+    assert {k for k, v in attempt.items() if not v["description"].startswith("Deprecated")} == {
+        "attempt", "instance", "run", "upload", "endedAt", "endedReason", "endedMessage", "restoredAt",
+        "resumedFrom", "resumedFromEpoch", "billedSeconds", "estimatedCostDollars",
+    }  # fmt: skip
+    assert set(attempt["instance"]["properties"]) == {
+        "name", "id", "created", "identity", "type", "gpu", "pricePerHour", "createRequestedAt",
+        "createReturnedAt", "billedFrom", "startRequestedAt", "deleteRequestedAt", "deleteAcceptedAt",
+        "deletedAt", "absence",
+    }  # fmt: skip
+    absence = attempt["instance"]["properties"]["absence"]
+    assert set(absence["properties"]) == {"listings", "since", "checkedAt"}
+    assert set(attempt["run"]["properties"]) == {
+        "startedAt", "exitedAt", "endedAt", "exitCode", "logTail", "unansweredSince", "unansweredCheckedAt",
+        "cleanedUpAt",
+    }  # fmt: skip
+    assert set(attempt["upload"]["properties"]) == {"attempts", "uploadedAt", "results"}
     assert set(props["recovery"]["properties"]) == {
         "maxAttempts", "checkpointIntervalSeconds", "retryOnExitCodes",
     }  # fmt: skip
@@ -454,12 +477,7 @@ def test_status_round_trips_through_the_wire_format() -> None:
     """Status parses camelCase from the API server and dumps back to the same JSON."""
     raw = {
         "phase": "Running",
-        "instanceName": "tbj-1234",
-        "instanceCreated": True,
         "phaseTimes": {"Pending": "2026-01-02T03:04:05Z", "Running": "2026-01-02T03:10:00Z"},
-        "containerStartedAt": "2026-01-02T03:10:00Z",
-        "lastLogLines": ["epoch 1", "epoch 2"],
-        "results": {"uri": "s3://b/p", "objects": 3, "bytes": 1024},
         "retries": 1,
         "conditions": [
             {
@@ -470,11 +488,148 @@ def test_status_round_trips_through_the_wire_format() -> None:
                 "observedGeneration": 1,
             }
         ],
+        "queue": {"admittedAt": "2026-01-02T03:04:06Z"},
+        "attempts": [
+            {
+                "attempt": 1,
+                "instance": {
+                    "name": "tbj-1234",
+                    "created": True,
+                    "absence": {"listings": 1, "since": "2026-01-02T03:09:00Z"},
+                },
+                "run": {"startedAt": "2026-01-02T03:10:00Z", "logTail": ["epoch 1", "epoch 2"]},
+                "upload": {"results": {"uri": "s3://b/p", "objects": 3, "bytes": 1024}},
+            }
+        ],
+        "teardown": {"message": "waiting"},
     }
     status = TaoBrevJobStatus.from_k8s(raw)
     assert status.phase is Phase.RUNNING
     assert status.phase_times["Running"] == datetime(2026, 1, 2, 3, 10, tzinfo=UTC)
-    assert status.model_dump(by_alias=True, exclude_none=True, mode="json") == raw
+    assert status.attempt == 1
+    assert status.instance.name == "tbj-1234"
+    assert status.instance.absence.listings == 1
+    assert status.run.started_at == datetime(2026, 1, 2, 3, 10, tzinfo=UTC)
+    assert status.run.log_tail == ["epoch 1", "epoch 2"]
+    assert status.upload.results is not None
+    assert status.upload.results.objects == 3
+    assert status.queue.admitted_at == datetime(2026, 1, 2, 3, 4, 6, tzinfo=UTC)
+    assert status.teardown.message == "waiting"
+    assert status.to_k8s() == raw
+
+
+def test_empty_sub_records_are_left_out_of_the_stored_status() -> None:
+    """Empty sub-records ({}), an empty log tail and no attempts are not stored."""
+    status = TaoBrevJobStatus(phase=Phase.PENDING)
+    assert not {"queue", "teardown", "attempts"} & set(status.to_k8s())
+    status.start_attempt("tbj-1", created=True)
+    wire = status.to_k8s()
+    assert wire["attempts"] == [{"attempt": 1, "instance": {"name": "tbj-1", "created": True}}]
+    assert not {"queue", "teardown"} & set(wire)
+
+
+FLAT_STORED: dict[str, Any] = {
+    "phase": "Running",
+    "instanceName": "tbj-1234",
+    "instanceId": "i-1",
+    "instanceCreated": True,
+    "brevIdentity": "alice",
+    "gpu": "L40S",
+    "createRequestedAt": "2026-01-02T03:04:10Z",
+    "absentListings": 1,
+    "absentSince": "2026-01-02T03:09:00Z",
+    "containerStartedAt": "2026-01-02T03:10:00Z",
+    "exitCode": 3,
+    "lastLogLines": ["epoch 1"],
+    "uploadAttempts": 1,
+    "results": {"uri": "s3://b/p", "objects": 3},
+    "admittedAt": "2026-01-02T03:04:06Z",
+    "queuePosition": 2,
+    "teardownMessage": "waiting",
+    "attempt": 2,
+    "attempts": [
+        {
+            "attempt": 1,
+            "instanceName": "tbj-first",
+            "instanceId": "i-0",
+            "instanceType": "g6.xlarge",
+            "pricePerHour": 1.5,
+            "createRequestedAt": "2026-01-02T03:00:00Z",
+            "deletedAt": "2026-01-02T03:04:00Z",
+        }
+    ],
+}
+
+
+def _assert_flat_fields_landed(status: TaoBrevJobStatus) -> None:
+    first, current = status.attempts
+    assert (first.attempt, first.instance.name, first.instance.id) == (1, "tbj-first", "i-0")
+    assert (first.instance.type, first.instance.price_per_hour) == ("g6.xlarge", 1.5)
+    assert first.instance.billed_from == datetime(2026, 1, 2, 3, 0, tzinfo=UTC)
+    assert first.instance.deleted_at == datetime(2026, 1, 2, 3, 4, tzinfo=UTC)
+    assert first.instance.created is True
+    assert current is status.current
+    assert status.attempt == 2
+    inst = status.instance
+    assert (inst.name, inst.id, inst.created) == ("tbj-1234", "i-1", True)
+    assert (inst.identity, inst.gpu) == ("alice", "L40S")
+    assert inst.create_requested_at == datetime(2026, 1, 2, 3, 4, 10, tzinfo=UTC)
+    assert (inst.absence.listings, inst.absence.since) == (1, datetime(2026, 1, 2, 3, 9, tzinfo=UTC))
+    assert status.run.started_at == datetime(2026, 1, 2, 3, 10, tzinfo=UTC)
+    assert (status.run.exit_code, status.run.log_tail) == (3, ["epoch 1"])
+    assert status.upload.attempts == 1
+    assert status.upload.results is not None and status.upload.results.objects == 3
+    assert status.queue.admitted_at == datetime(2026, 1, 2, 3, 4, 6, tzinfo=UTC)
+    assert status.queue.position == 2
+    assert status.teardown.message == "waiting"
+
+
+def test_a_flat_stored_status_parses_into_the_sub_records() -> None:
+    """Status stored flat by releases before sub-records is read into the new shape, and is
+    stored in the new shape only (no flat key survives)."""
+    status = TaoBrevJobStatus.from_k8s(copy.deepcopy(FLAT_STORED))
+    _assert_flat_fields_landed(status)
+    wire = status.to_k8s()
+    assert not set(wire) & (set(FLAT_STORED) - {"phase", "attempts"})
+    assert all("instance" in a and "instanceName" not in a for a in wire["attempts"])
+    assert TaoBrevJobStatus.from_k8s(wire).to_k8s() == wire
+
+
+def test_flat_keyword_construction_builds_the_sub_records() -> None:
+    """Building a status (or an attempt) in Python with the flat snake_case names still works."""
+    status = TaoBrevJobStatus(
+        phase=Phase.RUNNING,
+        instance_name="tbj-1234",
+        instance_id="i-1",
+        instance_created=True,
+        brev_identity="alice",
+        gpu="L40S",
+        create_requested_at=datetime(2026, 1, 2, 3, 4, 10, tzinfo=UTC),
+        absent_listings=1,
+        absent_since=datetime(2026, 1, 2, 3, 9, tzinfo=UTC),
+        container_started_at=datetime(2026, 1, 2, 3, 10, tzinfo=UTC),
+        exit_code=3,
+        last_log_lines=["epoch 1"],
+        upload_attempts=1,
+        results={"uri": "s3://b/p", "objects": 3},
+        admitted_at=datetime(2026, 1, 2, 3, 4, 6, tzinfo=UTC),
+        queue_position=2,
+        teardown_message="waiting",
+        attempt=2,
+        attempts=[
+            AttemptRecord(
+                attempt=1,
+                instance_name="tbj-first",
+                instance_id="i-0",
+                instance_type="g6.xlarge",
+                price_per_hour=1.5,
+                create_requested_at=datetime(2026, 1, 2, 3, 0, tzinfo=UTC),
+                deleted_at=datetime(2026, 1, 2, 3, 4, tzinfo=UTC),
+            )
+        ],
+    )
+    _assert_flat_fields_landed(status)
+    assert status.to_k8s() == TaoBrevJobStatus.from_k8s(copy.deepcopy(FLAT_STORED)).to_k8s()
 
 
 def test_status_ignores_fields_it_does_not_model() -> None:
@@ -486,7 +641,11 @@ def test_status_refuses_naive_timestamps() -> None:
     """Kubernetes date-time fields need a timezone; a naive datetime would be rejected later by
     the API server, so the model refuses it where it is built."""
     with pytest.raises(ValueError, match="timezone"):
-        TaoBrevJobStatus(container_started_at=datetime(2026, 1, 1))
+        RunRecord(started_at=datetime(2026, 1, 1))
+    with pytest.raises(ValueError, match="timezone"):
+        TaoBrevJobStatus(container_started_at=datetime(2026, 1, 1), instance_name="tbj-1")
+    with pytest.raises(ValueError, match="timezone"):
+        TaoBrevJobStatus(finished_at=datetime(2026, 1, 1))
 
 
 # --- examples --------------------------------------------------------------------------------
@@ -638,13 +797,13 @@ def test_crd_names_columns_and_subresources() -> None:
     assert columns == {
         "Phase": (".status.phase", 0),
         "Outcome": (".status.outcome", 0),
-        "Instance": (".status.instanceName", 0),
-        "GPU": (".status.gpu", 0),
-        "Queue": (".status.queuePosition", 0),
-        "Queued": (".status.queueReason", 1),
+        "Instance": (".status.attempts[-1:].instance.name", 0),
+        "GPU": (".status.attempts[-1:].instance.gpu", 0),
+        "Queue": (".status.queue.position", 0),
+        "Queued": (".status.queue.reason", 1),
         "Action": (".spec.task.action", 1),
         "Reason": (".status.reason", 1),
-        "Attempt": (".status.attempt", 1),
+        "Attempt": (".status.attempts[-1:].attempt", 1),
         "Billed": (".status.billedSeconds", 1),
         "Cost": (".status.estimatedCostDollars", 1),
         "Age": (".metadata.creationTimestamp", 0),

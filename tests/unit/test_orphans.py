@@ -300,9 +300,11 @@ def test_references_of_a_job_cover_status_attempts_reuse_and_the_pending_name() 
             "j",
             "u1",
             status={
-                "instanceName": "tbj-now",
-                "instanceId": "i-now",
-                "attempts": [{"instanceName": "tbj-first", "instanceId": "i-first"}, {"bogus": 1}],
+                "attempts": [
+                    {"attempt": 1, "instance": {"name": "tbj-first", "id": "i-first", "created": True}},
+                    {"bogus": 1},
+                    {"attempt": 3, "instance": {"name": "tbj-now", "id": "i-now", "created": True}},
+                ],
             },
         ),
         CLUSTER,
@@ -311,6 +313,20 @@ def test_references_of_a_job_cover_status_attempts_reuse_and_the_pending_name() 
     assert running.ids == {"i-now", "i-first"}
     assert running.active
     assert running.job == "ns/j"
+    # The flat status of an earlier release (until the job's next pass rewrites it) refers to the same.
+    flat = references_of(
+        job(
+            "j",
+            "u1",
+            status={
+                "instanceName": "tbj-now",
+                "instanceId": "i-now",
+                "attempts": [{"instanceName": "tbj-first", "instanceId": "i-first"}, {"bogus": 1}],
+            },
+        ),
+        CLUSTER,
+    )
+    assert flat == running
 
     pending = references_of(job("p", "u2"), CLUSTER)
     assert pending.names == {ours("p", "u2")}  # no status yet: the name it will get
@@ -322,9 +338,9 @@ def test_references_of_a_job_cover_status_attempts_reuse_and_the_pending_name() 
             reuse="shared-box",
             status={
                 "finishedAt": "x",
-                "instanceName": "shared-box",
-                "instanceId": "i-box",
-                "instanceCreated": False,
+                "attempts": [
+                    {"attempt": 1, "instance": {"name": "shared-box", "id": "i-box", "created": False}}
+                ],
             },
         ),
         CLUSTER,

@@ -17,6 +17,7 @@ from controller.fleet.retained_record import CONFIG_MAP, RetainedRecord
 from controller.lifecycle.machine import decide
 from controller.reconciler import Reconciler
 from tests.fakes.harness import NAME, NAMESPACE, Harness, job_spec
+from tests.status_paths import instance, upload
 
 OPERATOR_NS = "taobrev-system"
 
@@ -44,7 +45,7 @@ def test_a_retained_instance_is_recorded_before_the_job_finishes() -> None:
     # The record cannot be written: the job runs, uploads, but must not finish.
     h.kube.config_map_fails = KubeUnavailable("reading ConfigMap taobrev-system/taobrev-retained: 503")
     asyncio.run(h.run(seconds=3600))
-    assert h.status.get("uploadedAt")
+    assert upload(h.status).get("uploadedAt")
     assert not h.finished
     assert (OPERATOR_NS, CONFIG_MAP) not in h.kube.config_maps
 
@@ -55,7 +56,7 @@ def test_a_retained_instance_is_recorded_before_the_job_finishes() -> None:
     name = str(h.instance_name)
     assert list(records) == [name]
     rec = records[name]
-    assert rec.instance_id == h.status["instanceId"]
+    assert rec.instance_id == instance(h.status)["id"]
     assert rec.job == f"{NAMESPACE}/{NAME}"
     finished = parse_time(h.status["finishedAt"])
     assert finished is not None

@@ -116,7 +116,7 @@ class CreateDuringListing(FakeBrev):
         if self.kube is not None and not self.instances:
             obj = self.kube.create("ns", "racing", "u-race", job_spec())
             name = ours("racing", "u-race")
-            obj.status = {"phase": "Provisioning", "instanceName": name}
+            obj.status = {"phase": "Provisioning", "attempts": [{"attempt": 1, "instance": {"name": name}}]}
             self.add_instance(name)
         return await super().list_instances()
 
@@ -217,7 +217,10 @@ def test_record_for_keeps_only_created_and_retained_instances() -> None:
     assert forever.until is None
     deleted_spec = parse_spec(job_spec(), default_image="img")
     assert record_for("ns", "gone", deleted_spec, finished) is None
-    reused = finished.model_copy(update={"instance_created": False})
+    reused = TaoBrevJobStatus(
+        instance_name=ours("kept"), instance_id="i-1", instance_created=False, finished_at=T0
+    )
+    assert reused.instance.created is False
     assert record_for("ns", "kept", retain_spec(None), reused) is None
 
 
@@ -302,7 +305,10 @@ def test_only_the_leader_sweeps_and_a_new_term_forgets_the_old_terms_clock() -> 
 
 
 def running_status(name: str, instance_id: str) -> dict[str, Any]:
-    return {"phase": "Running", "instanceName": name, "instanceId": instance_id, "instanceCreated": True}
+    return {
+        "phase": "Running",
+        "attempts": [{"attempt": 1, "instance": {"name": name, "id": instance_id, "created": True}}],
+    }
 
 
 def test_a_namespaced_sweeper_never_deletes_a_running_job_of_a_namespace_it_does_not_watch() -> None:

@@ -153,7 +153,7 @@ def test_a_failing_preflight_keeps_the_job_pending_in_progress_not_stalled_and_c
     assert d.actions == ()
     assert s.reason == reasons.RESULTS_BUCKET_NOT_FOUND
     assert "waiting, nothing created" in (s.message or "") and "spec.data.resultsUri" in (s.message or "")
-    assert s.admitted_at is None
+    assert s.queue.admitted_at is None
     assert s.preflight is not None and s.preflight.failing_since == T0
     assert [p.field for p in s.preflight.problems] == ["spec.data.resultsUri"]
     # kstatus InProgress: Reconciling, not Stalled; Ready=False says why.
@@ -187,7 +187,7 @@ def test_once_the_problem_is_fixed_the_job_is_admitted_and_provisions() -> None:
     d = decide(s, preflight=passed, now=T0 + timedelta(seconds=30))
     assert d.status.phase is Phase.PROVISIONING
     assert d.status.reason is None
-    assert d.status.admitted_at is not None
+    assert d.status.queue.admitted_at is not None
     assert d.status.preflight is not None
     assert d.status.preflight.failing_since is None and d.status.preflight.problems == []
     assert d.status.preflight.candidates == ["g6e.xlarge ($1.86/h)"]
@@ -207,7 +207,7 @@ def test_problems_that_outlive_pending_seconds_fail_the_job_with_nothing_created
     assert d.status.outcome is Outcome.FAILED
     assert d.status.reason == reasons.RESULTS_BUCKET_NOT_FOUND
     assert "spec.timeouts.pendingSeconds=120" in (d.status.message or "")
-    assert d.status.create_requested_at is None and d.status.admitted_at is None
+    assert d.status.instance.create_requested_at is None and d.status.queue.admitted_at is None
     assert d.status.phase is Phase.DELETED and d.status.finished_at is not None
     assert d.actions == ()
 
@@ -257,7 +257,7 @@ def test_a_failing_upload_after_exit_0_never_shows_succeeded_and_says_fix_and_de
     assert s.outcome is None and s.reason == reasons.RUN_COMPLETED  # still not Succeeded
     assert cond(s, "Succeeded") == "Unknown"
     (warning,) = [e for e in d.events if e.type == "Warning"]
-    for text in (warning.message, s.teardown_message or ""):
+    for text in (warning.message, s.teardown.message or ""):
         assert "NoSuchBucket" in text
         assert "s3://bucket/out" in text and "Secret s3" in text  # what to fix
         assert "until 2026-11-29T12:10:00Z" in text  # uploadingSeconds=600 after the upload began
@@ -292,7 +292,7 @@ def test_a_dry_run_plans_and_creates_nothing_even_when_its_preflight_passes() ->
     )
     d = decide(pending_job(), spec_=spec_, preflight=verdict)
     s = d.status
-    assert s.phase is Phase.PENDING and s.admitted_at is None and d.actions == ()
+    assert s.phase is Phase.PENDING and s.queue.admitted_at is None and d.actions == ()
     assert s.reason == reasons.DRY_RUN
     plan = s.plan
     assert plan is not None and plan.ready is True
@@ -308,7 +308,7 @@ def test_a_dry_run_plans_and_creates_nothing_even_when_its_preflight_passes() ->
     assert [e.reason for e in d.events] == [reasons.DRY_RUN]
     # Still a plan on the next pass: no second Event, never admitted.
     d = decide(s, spec_=spec_, preflight=verdict, now=T0 + timedelta(seconds=60))
-    assert d.status.admitted_at is None and d.events == ()
+    assert d.status.queue.admitted_at is None and d.events == ()
 
 
 def test_a_dry_run_shows_its_problems_and_the_budget_caps_the_ceiling_but_never_fails() -> None:
@@ -330,7 +330,7 @@ def test_turning_the_dry_run_off_runs_the_job() -> None:
     verdict = Verdict(checked_at=T0, candidates=(("g6e.xlarge", 1.86),))
     s = decide(pending_job(), spec_=dry_run_spec(), preflight=verdict).status
     d = decide(s, preflight=verdict, now=T0 + timedelta(seconds=5))
-    assert d.status.phase is Phase.PROVISIONING and d.status.admitted_at is not None
+    assert d.status.phase is Phase.PROVISIONING and d.status.queue.admitted_at is not None
     assert d.status.reason is None  # no DryRun left in the REASON column
 
 
@@ -340,8 +340,8 @@ def test_a_queued_job_whose_check_fails_later_leaves_the_queue() -> None:
     queued = Admission(False, "NamespaceInstanceLimit", "3rd in namespace ns's queue", position=3)
     passed = Verdict(checked_at=T0)
     s = decide(pending_job(), preflight=passed, admission=queued).status
-    assert s.queue_position == 3 and s.queue_reason == "NamespaceInstanceLimit"
+    assert s.queue.position == 3 and s.queue.reason == "NamespaceInstanceLimit"
     d = decide(s, preflight=failing(timedelta(seconds=10)), now=T0 + timedelta(seconds=10))
-    assert d.status.queue_reason is None and d.status.queue_position is None
+    assert d.status.queue.reason is None and d.status.queue.position is None
     assert d.status.reason == reasons.RESULTS_BUCKET_NOT_FOUND
     assert cond(d.status, "Queued") == "False"

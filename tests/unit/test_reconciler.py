@@ -138,13 +138,18 @@ def ref(status: Mapping[str, Any], *, spec: Mapping[str, Any] = SPEC, deleting: 
     )
 
 
-PROVISIONING: dict[str, Any] = {
-    "phase": "Provisioning",
-    "phaseTimes": {"Pending": "2026-11-29T12:00:00Z", "Provisioning": "2026-11-29T12:00:00Z"},
-    "jobId": "job-1",
-    "instanceName": "tbj-ns-job-1",
-    "instanceCreated": True,
-}
+def provisioning(**instance: Any) -> dict[str, Any]:
+    """A stored Provisioning status: attempt 1 on the job's own tbj-ns-job-1, with `instance`
+    fields (camelCase, as stored) in its instance record."""
+    return {
+        "phase": "Provisioning",
+        "phaseTimes": {"Pending": "2026-11-29T12:00:00Z", "Provisioning": "2026-11-29T12:00:00Z"},
+        "jobId": "job-1",
+        "attempts": [{"attempt": 1, "instance": {"name": "tbj-ns-job-1", "created": True, **instance}}],
+    }
+
+
+PROVISIONING = provisioning()
 
 
 def test_a_404_on_the_status_patch_stops_the_pass_before_any_brev_call() -> None:
@@ -165,10 +170,9 @@ def test_the_merge_patch_clears_fields_with_explicit_nulls() -> None:
     kube = Kube()
     rec = reconciler(Brev(), kube)
     failing = {
-        **PROVISIONING,
+        **provisioning(createRequestedAt="2026-11-29T11:00:00Z"),
         "reason": "BrevUnavailable",
         "retries": 2,
-        "createRequestedAt": "2026-11-29T11:00:00Z",
     }
     asyncio.run(rec.reconcile(ref(failing)))
     # The create succeeded (evidence of recovery): the transient reason goes, as an explicit null.
@@ -199,16 +203,13 @@ def test_a_forbidden_secret_read_says_how_to_fix_rbac_and_backs_off() -> None:
 
 def test_an_unparseable_spec_stalls_and_a_delete_still_removes_the_instance_by_id() -> None:
     running = {
-        **PROVISIONING,
+        **provisioning(id="i-7", identity="alice", createRequestedAt="2026-11-29T12:00:00Z"),
         "phase": "Running",
         "phaseTimes": {
             **PROVISIONING["phaseTimes"],
             "Pulling": "2026-11-29T12:00:00Z",
             "Running": "2026-11-29T12:00:00Z",
         },
-        "instanceId": "i-7",
-        "brevIdentity": "alice",
-        "createRequestedAt": "2026-11-29T12:00:00Z",
     }
     newer = {**SPEC, "task": {**SPEC["task"], "priority": "high"}}  # a field from a newer CRD
     brev = Brev(Instance(name="tbj-ns-job-1", id="i-7", status=RUNNING))
@@ -253,21 +254,58 @@ def test_cancelling_a_pass_does_not_kill_an_in_flight_create() -> None:
 
 
 def test_an_unreadable_status_field_is_dropped_instead_of_wedging_the_job() -> None:
-    status = parse_status({**PROVISIONING, "retries": -3, "createRequestedAt": "yesterday"})
+    status = parse_status({**provisioning(id="i-1", createRequestedAt="yesterday"), "retries": -3})
     assert status.phase == "Provisioning"
-    assert status.instance_name == "tbj-ns-job-1"
     assert status.retries == 0
-    assert status.create_requested_at is None
+    # Only the unreadable field goes: the attempt's instance (name, id, ownership) is kept.
+    assert status.instance.name == "tbj-ns-job-1"
+    assert status.instance.id == "i-1"
+    assert status.instance.created is True
+    assert status.instance.create_requested_at is None
+
+
+def test_an_unreadable_field_of_a_flat_status_from_the_previous_release_is_dropped_too() -> None:
+    # The error points into the sub-record shape (attempts.0.instance...), which the stored flat
+    # dict does not have: the field is found after the conversion, not in the raw keys.
+    status = parse_status(
+        {
+            "phase": "Provisioning",
+            "instanceName": "tbj-ns-job-1",
+            "instanceId": "i-1",
+            "instanceCreated": True,
+            "retries": -3,
+            "createRequestedAt": "yesterday",
+        }
+    )
+    assert status.retries == 0
+    assert (status.instance.name, status.instance.id, status.instance.created) == (
+        "tbj-ns-job-1",
+        "i-1",
+        True,
+    )
+    assert status.instance.create_requested_at is None
+
+
+def test_one_unreadable_attempt_keeps_the_others() -> None:
+    status = parse_status(
+        {
+            "phase": "Provisioning",
+            "attempts": [
+                {"attempt": 1, "instance": {"name": "a", "id": "i-1", "deletedAt": "2026-01-01T00:00:00Z"}},
+                {"attempt": 2, "instance": {"name": "a-a2", "id": "i-2", "createRequestedAt": "soon"}},
+            ],
+        }
+    )
+    assert [a.instance.id for a in status.attempts] == ["i-1", "i-2"]
+    assert status.attempts[0].instance.deleted_at is not None
 
 
 def waiting_exec(since: datetime) -> dict[str, Any]:
     at = since.strftime("%Y-%m-%dT%H:%M:%SZ")
     return {
-        **PROVISIONING,
+        **provisioning(id="i-1", createRequestedAt=at),
         "phase": "WaitingExec",
         "phaseTimes": {"Pending": at, "Provisioning": at, "WaitingExec": at},
-        "instanceId": "i-1",
-        "createRequestedAt": at,
     }
 
 
@@ -347,7 +385,7 @@ def test_the_billing_gauge_is_exact_between_the_stored_steps() -> None:
     kube, clock = Kube(), Clock()
     rec = reconciler(brev, kube, clock=clock)
     rec._recorder = Recorder(registry)
-    status = {**PROVISIONING, "brevIdentity": "alice", "createRequestedAt": "2026-11-29T11:59:00Z"}
+    status = provisioning(identity="alice", createRequestedAt="2026-11-29T11:59:00Z")
 
     def gauge() -> float | None:
         return registry.get_sample_value("taobrev_job_billed_seconds", {"namespace": "ns", "name": "job"})

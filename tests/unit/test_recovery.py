@@ -109,7 +109,7 @@ def test_a_lost_instance_ends_the_attempt_and_the_next_is_created_only_after_the
     d = lose(status)
     assert d.status.outcome is None
     assert d.status.phase is Phase.PROVISIONING
-    assert d.status.instance_name == INST  # the old one stays current until confirmed deleted
+    assert d.status.instance.name == INST  # the old one stays current until confirmed deleted
     assert d.status.attempts is not None
     assert d.status.attempts[0].ended_reason == reasons.INSTANCE_NOT_LISTED
     assert CreateInstance not in kinds(d)
@@ -118,18 +118,18 @@ def test_a_lost_instance_ends_the_attempt_and_the_next_is_created_only_after_the
     assert kinds(d) == [DeleteInstance]
     assert d.actions[0] == DeleteInstance(ID)
     d = step(d.status, instance=None, now=now, delete_not_found=True)
-    assert d.status.instance_name == A2
+    assert d.status.instance.name == A2
     assert d.status.attempt == 2
-    assert d.status.instance_id is None
-    assert d.status.create_requested_at is None
-    assert d.status.attempts[0].deleted_at == now
+    assert d.status.instance.id is None
+    assert d.status.instance.create_requested_at is None
+    assert d.status.attempts[0].instance.deleted_at == now
     assert CreateInstance not in kinds(d)  # the listing of this pass was of the old name
     d = step(d.status, instance=None, now=now + P)
     (create,) = d.actions
     assert isinstance(create, CreateInstance)
     assert create.request.name == A2
-    assert d.status.create_requested_at == now + P  # written with the create, before it runs
-    assert d.status.attempts[-1].instance_name == A2
+    assert d.status.instance.create_requested_at == now + P  # written with the create, before it runs
+    assert d.status.attempts[-1].instance.name == A2
 
 
 def test_no_create_while_the_old_instance_is_still_listed_after_an_accepted_delete() -> None:
@@ -141,11 +141,11 @@ def test_no_create_while_the_old_instance_is_still_listed_after_an_accepted_dele
     for i in range(3, 12):
         d = step(d.status, instance=inst("DELETING"), now=T0 + P * i)
         assert CreateInstance not in kinds(d)
-        assert d.status.instance_name == INST
+        assert d.status.instance.name == INST
     # Unlisted after the accepted delete, for absent_listings listings: released, then attempt 2.
     for i in range(12, 12 + TUN.absent_listings):
         d = step(d.status, instance=None, now=T0 + P * i)
-    assert d.status.instance_name == A2
+    assert d.status.instance.name == A2
 
 
 def test_failure_status_while_running_starts_attempt_two() -> None:
@@ -222,7 +222,7 @@ def test_exit_codes_are_retried_only_when_listed() -> None:
     assert d.status.phase is Phase.PROVISIONING
     assert d.status.attempts is not None
     assert d.status.attempts[0].ended_reason == reasons.EXIT_CODE_RETRIED
-    assert d.status.exit_code is None
+    assert d.status.run.exit_code is None
     d = step(running_job(), listed, instance=inst(), exit_code=1, completed=("WaitForExit",))
     assert d.actions == ()  # is the instance staying? (see the next test)
     assert d.status.outcome is None
@@ -260,7 +260,9 @@ def test_a_reused_instance_is_never_recovered() -> None:
     d = step(running_job(created=False), reuse, instance=inst(FAILURE))
     assert d.status.outcome is Outcome.FAILED
     assert d.status.reason == reasons.INSTANCE_FAILED
-    assert not d.status.attempts
+    # Attempt 1 (on the reused instance, not created by the job) is the only one; it ends with the run.
+    assert [(a.attempt, a.instance.name, a.instance.created) for a in d.status.attempts] == [(1, INST, False)]
+    assert d.status.current.ended_reason == reasons.INSTANCE_FAILED
 
 
 def test_canceling_during_recovery_tears_down_the_old_instance_and_creates_nothing() -> None:
@@ -273,7 +275,7 @@ def test_canceling_during_recovery_tears_down_the_old_instance_and_creates_nothi
     d = step(d.status, instance=None, now=T0 + P * 2, deleting=True, delete_not_found=True)
     assert d.finished
     assert d.status.attempts is not None
-    assert d.status.attempts[0].deleted_at == T0 + P * 2
+    assert d.status.attempts[0].instance.deleted_at == T0 + P * 2
 
 
 RETAIN = rspec(ephemeral={"gpuName": "L40S"}, onCompletion="Retain")
@@ -296,7 +298,7 @@ def test_a_retain_job_ending_between_attempts_deletes_the_superseded_instance(
     status = step(running_job(), spec, instance=inst(FAILURE), now=T0 + P).status
     assert status.phase is Phase.PROVISIONING
     assert status.attempts is not None and status.attempts[0].ended_at is not None
-    assert status.outcome is None and status.instance_name == INST  # the old one, being deleted
+    assert status.outcome is None and status.instance.name == INST  # the old one, being deleted
     obs: dict[str, Any] = {"instance": inst(FAILURE), "now": T0 + P * 4, **trigger}
     d = step(status, spec, **obs)
     assert d.status.outcome is Outcome.FAILED or d.status.outcome is Outcome.CANCELED
@@ -308,7 +310,7 @@ def test_a_retain_job_ending_between_attempts_deletes_the_superseded_instance(
     d = step(d.status, spec, **obs)
     assert d.finished
     assert d.status.attempts is not None
-    assert d.status.attempts[0].deleted_at is not None
+    assert d.status.attempts[0].instance.deleted_at is not None
     assert "deleted" in (d.status.message or "") and "retained" not in (d.status.message or "")
 
 
@@ -316,19 +318,17 @@ def test_a_retain_job_ending_between_attempts_deletes_the_superseded_instance(
 
 
 def attempt_two(phase: Phase, **fields: Any) -> TaoBrevJobStatus:
-    status = at(
-        phase,
-        create_requested_at=T0,
-        instance_id="i-2",
-        brev_identity="alice",
-        attempt=2,
-        attempts=[
-            AttemptRecord(attempt=1, instance_name=INST, create_requested_at=T0, deleted_at=T0 + P),
-            AttemptRecord(attempt=2, instance_name=A2, create_requested_at=T0),
-        ],
-        **fields,
-    )
-    return status.model_copy(update={"instance_name": A2, "backend_ref": f"{A2}/job-abc"})
+    """Attempt 2 in `phase` on A2 (its `fields` as flat keywords), attempt 1's INST deleted."""
+    status = at(phase, create_requested_at=T0, instance_id="i-2", brev_identity="alice", **fields)
+    two = status.current
+    two.attempt = 2
+    two.instance.name = A2
+    two.instance.billed_from = T0
+    one = AttemptRecord(attempt=1, instance_name=INST, create_requested_at=T0, deleted_at=T0 + P)
+    status.attempts = [one, two]
+    status.backend_ref = f"{A2}/job-abc"
+    assert (status.attempt, status.instance.name, one.instance.billed_from) == (2, A2, T0)
+    return status
 
 
 def test_attempt_two_restores_checkpoints_before_the_container_starts_and_resumes_from_the_latest() -> None:
@@ -431,7 +431,7 @@ def test_billed_time_runs_from_create_request_to_confirmed_deletion_with_cost_fr
     assert d.status.attempts is not None
     first = d.status.attempts[0]
     assert first.billed_seconds == 100
-    assert first.price_per_hour == 3.6
+    assert first.instance.price_per_hour == 3.6
     assert first.estimated_cost_dollars == 0.1
     assert d.status.billed_seconds == 100
     assert d.status.cost_known is True
@@ -527,8 +527,8 @@ def test_a_reached_cost_budget_counts_every_attempt() -> None:
     capped = rspec(budget={"maxCostDollars": 1.0})
     status = attempt_two(Phase.RUNNING, container_started_at=T0)
     assert status.attempts is not None
-    status.attempts[0].price_per_hour = 36.0  # attempt 1: 5 s at $36/h = $0.05
-    status.attempts[0].instance_type = "g6.xlarge"
+    status.attempts[0].instance.price_per_hour = 36.0  # attempt 1: 5 s at $36/h = $0.05
+    status.attempts[0].instance.type = "g6.xlarge"
     listed = inst(name=A2, id_="i-2")
     d = step(status, capped, instance=listed, price_per_hour=36.0, now=T0 + timedelta(seconds=90))
     assert d.status.outcome is None
