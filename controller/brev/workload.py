@@ -1,8 +1,10 @@
 """Remote operations for ONE TAO job on ONE Brev instance, over a `BrevClient`.
 
-Every method composes one shell command string that is exactly what would run on a real Brev VM
-(docker is the only tool an instance is sure to have; S3 transfers run the aws-cli image). Commands
-are idempotent, because the transport may run them twice. Layout under the instance's home:
+Every method renders one shell program, exactly what would run on a real Brev VM, from the
+template files of `controller.brev.remote` (docker is the only tool an instance is sure to have;
+S3 transfers run the aws-cli image): this module supplies the values, quoted (`shlex.quote`), and
+reads the answers. Programs are idempotent, because the transport may run them twice. Layout
+under the instance's home:
 
     ~/taobrev/<job>/secrets/    0700; a secret file exists only DURING the step that reads it:
                                 ngc_api_key + docker/ (the registry login)   pull_image
@@ -44,6 +46,7 @@ from controller.api.errors import (
 from controller.brev.client import BrevClient, ExecResult
 from controller.brev.envfile import ENV_NAME_RE, S3Credentials, env_file, s3_env_file
 from controller.brev.logtail import TAIL_LINES, TAIL_MAX_BYTES, clean_log_tail
+from controller.brev.remote import render
 from controller.versions import load_versions
 
 JOB_ID_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$")
@@ -54,6 +57,7 @@ DOCKER_CONFIG_DIR = "docker"
 S3_ENV_FILE = "s3.env"
 CONTAINER_ENV_FILE = "container.env"
 
+# Markers the remote programs print (the templates spell them out) and the parsers below read.
 _STAGED = "TAOBREV_STAGED"
 _LISTING = "TAOBREV_LISTING"
 _EXISTS = "TAOBREV_CONTAINER_EXISTS"
@@ -83,11 +87,6 @@ _RESTORED = "TAOBREV_RESTORED"
 _CLEARED = "TAOBREV_CLEARED"  # followed by: container left (0/1), files left (0/1)
 _LATEST = "TAOBREV_LATEST"
 _UNREADABLE = "TAOBREV_UNREADABLE"
-# Shell test: "$p" is a whole zip archive, as torch.save writes a `.pth`: the end-of-central-
-# directory record (no comment) is its last 22 bytes, written last. A file TAO is still writing,
-# or a copy cut short, ends in tensor data; the record anywhere else (a stricter test than "in
-# the last 64 KiB") is a 2^-32 accident.
-_WHOLE_ZIP = """[ "$(tail -c 22 "$p" | head -c 4 | od -An -tx1 | tr -d ' \\n')" = 504b0506 ]"""
 
 _AUTH_MARKERS = ("unauthorized", "denied", "forbidden", "incorrect username or password", "401", "403")
 _NETWORK_MARKERS = ("timeout", "timed out", "connection refused", "no such host", "tls handshake", "eof")
@@ -256,6 +255,16 @@ def last_step(stdout: str) -> tuple[str, str]:
     return name.strip(), text
 
 
+def _s3_options(endpoint: str | None, region: str | None) -> list[str]:
+    """aws-cli's `--endpoint-url` and `--region` words, each when given."""
+    options: list[str] = []
+    if endpoint:
+        options += ["--endpoint-url", shlex.quote(endpoint)]
+    if region:
+        options += ["--region", shlex.quote(region)]
+    return options
+
+
 def _lower(result: ExecResult) -> str:
     return f"{result.stdout}\n{result.stderr}".lower()
 
@@ -294,7 +303,7 @@ class Workload:
         self.remote_dir = f"~/taobrev/{job_id}"
         self._clock = clock
 
-    # -- shell fragments ------------------------------------------------------------------------
+    # -- values and fragments of the remote programs -------------------------------------------
 
     def _path(self, sub: str = "") -> str:
         """A job path as one shell word that expands $HOME on the instance."""
@@ -305,38 +314,25 @@ class Workload:
         return self._path(f"secrets/{name}")
 
     @staticmethod
-    def _secret_scope(*paths: str) -> str:
-        """Shell prefix: whenever the command ends (success, failure, hang-up, kill by `timeout`),
-        remove `paths` and print `_SECRETS_GONE` only if none of them is left. `put_file`'s
-        temporary files (`<path>.tmp-<token>`, left by a delivery cut short) go too."""
-        words = " ".join(f"{p} {p}.tmp-*" for p in paths)
-        body = (
-            f"rm -rf -- {words}; "
-            f'if test -z "$(ls -d -- {words} 2>/dev/null)"; then echo {_SECRETS_GONE}; '
-            f"else echo {_SECRETS_LEFT}; fi"
-        )
-        return (
-            f"trap {shlex.quote(body)} EXIT; trap 'exit 129' HUP; trap 'exit 143' TERM; trap 'exit 130' INT; "
+    def _secret_scope(program: str, *paths: str) -> str:
+        """`program` in secret_scope.sh: whenever it ends (success, failure, hang-up, kill by
+        `timeout`), `paths` are removed and `_SECRETS_GONE` printed only if none of them is left.
+        `put_file`'s temporary files (`<path>.tmp-<token>`, left by a delivery cut short) go too."""
+        cleanup = render("secret_cleanup", files=[w for p in paths for w in (p, f"{p}.tmp-*")])
+        return render("secret_scope", cleanup=shlex.quote(cleanup), program=program)
+
+    def _aws(self, mounts: Sequence[str], endpoint: str | None, region: str | None) -> str:
+        """aws.sh: an aws-cli command up to its subcommand, with `mounts` (`host:container`)."""
+        return render(
+            "aws",
+            s3_env=self._secret(S3_ENV_FILE),
+            mounts=[word for mount in mounts for word in ("-v", mount)],
+            image=shlex.quote(self.settings.aws_cli_image),
+            s3_options=_s3_options(endpoint, region),
         )
 
-    def _aws(
-        self,
-        args: Sequence[str],
-        mounts: Sequence[str],
-        endpoint: str | None,
-        region: str | None,
-    ) -> str:
-        # AWS_PAGER= : aws-cli v2 would otherwise try to page its output through `less`.
-        parts = ["docker", "run", "--rm", "--env-file", self._secret(S3_ENV_FILE), "-e", "AWS_PAGER="]
-        for mount in mounts:
-            parts += ["-v", mount]
-        parts.append(shlex.quote(self.settings.aws_cli_image))
-        if endpoint:
-            parts += ["--endpoint-url", shlex.quote(endpoint)]
-        if region:
-            parts += ["--region", shlex.quote(region)]
-        parts += [shlex.quote(a) for a in args]
-        return " ".join(parts)
+    def _log_tail(self, tail: int) -> str:
+        return render("log_tail", lines=int(tail), name=shlex.quote(self.job_id), max_bytes=TAIL_MAX_BYTES)
 
     def _limit(self, default: float, deadline: datetime | None, what: str) -> float:
         """The timeout of one remote call: `default`, or less when the phase budget ends sooner."""
@@ -398,7 +394,7 @@ class Workload:
         """Run `body` with the S3 keys file on the instance for exactly as long as the command
         runs: delivered just before, removed by the command's own EXIT trap (and checked)."""
         await self._put_secret(S3_ENV_FILE, s3_env_file(credentials, region=region), deadline)
-        command = f"{self._secret_scope(self._secret(S3_ENV_FILE))}{body}"
+        command = self._secret_scope(body, self._secret(S3_ENV_FILE))
         return self._secrets_removed(await self._run(command, limit, deadline, what), what)
 
     async def probe(self, limit: float | None = None, *, deadline: datetime | None = None) -> bool:
@@ -406,7 +402,10 @@ class Workload:
         try:
             # Over the same ssh as every later step, so a True proves the transport they use.
             result = await self._run(
-                "echo ok", limit if limit is not None else self.settings.probe_timeout, deadline, "probe"
+                render("probe"),
+                limit if limit is not None else self.settings.probe_timeout,
+                deadline,
+                "probe",
             )
         except BrevTransientError as exc:
             if exc.reason == reasons.BREV_AUTH_FAILED:
@@ -430,17 +429,15 @@ class Workload:
         remote command, with the key file and the job's DOCKER_CONFIG (the stored login) removed
         when it ends, whatever the outcome."""
         key, config = self._secret(NGC_KEY_FILE), self._secret(DOCKER_CONFIG_DIR)
-        img = shlex.quote(image)
-        registry = shlex.quote(self.settings.registry)
         await self._put_secret(NGC_KEY_FILE, ngc_api_key, deadline)
-        command = (
-            f"{self._secret_scope(key, config)}export DOCKER_CONFIG={config}; "
-            f"echo {_STEP} login; docker login {registry} --username {shlex.quote('$oauthtoken')} "
-            f"--password-stdin < {key} 2>&1 || exit $?; "
-            # Its errors are the output (the manifest itself is not wanted).
-            f"echo {_STEP} manifest; {{ docker manifest inspect {img} >/dev/null; }} 2>&1 || exit $?; "
-            f"echo {_STEP} pull; docker image inspect {img} >/dev/null 2>&1 || docker pull {img} 2>&1"
+        program = render(
+            "pull_image",
+            docker_config=config,
+            registry=shlex.quote(self.settings.registry),
+            key_file=key,
+            image=shlex.quote(image),
         )
+        command = self._secret_scope(program, key, config)
         result = self._secrets_removed(
             await self._run(command, self.settings.pull_timeout, deadline, f"pulling {image}"),
             f"pulling {image}",
@@ -505,22 +502,21 @@ class Workload:
                 raise SpecError(f"inputs[{i}].path {item.path!r} must be a relative path without '..'")
         if not items:
             return 0
-        parts = []
-        for i, item in enumerate(items):
-            target = self._path(f"data/{item.path}")
-            aws = self._aws(
-                ["s3", "cp", item.uri, f"/job/data/{item.path}", "--recursive", "--only-show-errors"],
-                [f"{self._path('data')}:/job/data"],
-                s3_endpoint,
-                region,
+        aws = self._aws([f"{self._path('data')}:/job/data"], s3_endpoint, region)
+        steps = [
+            render(
+                "stage_input",
+                step=i,
+                target=self._path(f"data/{item.path}"),
+                aws=aws,
+                uri=shlex.quote(item.uri),
+                dest=shlex.quote(f"/job/data/{item.path}"),
             )
-            parts.append(
-                f"echo {_STEP} {i}; mkdir -p {target} && {aws} 2>&1 || exit $?; "
-                f"printf '{_STAGED} {i} %s\\n' \"$(find {target} -type f | wc -l)\"; "
-            )
+            for i, item in enumerate(items)
+        ]
         # One command copies every input: each keeps the transfer budget it had on its own.
         result = await self._with_s3_keys(
-            "".join(parts).rstrip("; "),
+            "; ".join(steps),
             credentials=credentials,
             region=region,
             limit=self.settings.transfer_timeout * len(items),
@@ -580,48 +576,30 @@ class Workload:
             if not ENV_NAME_RE.match(key):
                 raise SpecError(f"env name {key!r} is invalid: use letters, digits and '_'")
         secret_file = env_file(secret_env, source="secret environment variable") if secret_env else None
-        name = shlex.quote(self.job_id)
-        img = shlex.quote(image)
         env_path = self._secret(CONTAINER_ENV_FILE)
-        run = [
-            "docker",
-            "run",
-            "-d",
-            "--pull",
-            "never",
-            "--name",
-            name,
-            "--label",
-            shlex.quote(f"tao-job={self.job_id}"),
-            "--gpus",
-            "all" if gpus is None else str(int(gpus)),
-        ]
         shm = shm_size or self.settings.shm_size
-        if shm:
-            run += ["--shm-size", shlex.quote(shm)]
-        run += [
-            "-v",
-            self._path("spec") + f":{SPEC_DIR}:ro",
-            "-v",
-            self._path("data") + f":{DATA_ROOT}",
-            "-v",
-            self._path("results") + f":{RESULTS_DIR}",
-        ]
-        if secret_file is not None:
-            run += ["--env-file", env_path]
-        for key, value in (env or {}).items():
-            run += ["-e", shlex.quote(f"{key}={value}")]
-        run += [img, shlex.quote(network_arch), shlex.quote(action)]
-        run += ["-e", shlex.quote(spec_path), f"results_dir={RESULTS_DIR}"]
-        run += [shlex.quote(a) for a in args]
-        command = (
-            f"{self._secret_scope(env_path)}umask 077 && "
-            f"mkdir -p {self._path('spec')} {self._path('data')} {self._path('results')} "
-            f"{self._path('logs')} || exit $?; "
-            f"if docker inspect {name} >/dev/null 2>&1; then echo {_EXISTS}; "
-            f"elif ! docker image inspect {img} >/dev/null 2>&1; then echo {_IMAGE_MISSING}; exit 3; "
-            f"else {' '.join(run)} 2>&1; fi"
+        program = render(
+            "start_container",
+            spec=self._path("spec"),
+            data=self._path("data"),
+            results=self._path("results"),
+            logs=self._path("logs"),
+            name=shlex.quote(self.job_id),
+            label=shlex.quote(f"tao-job={self.job_id}"),
+            gpus="all" if gpus is None else str(int(gpus)),
+            shm=["--shm-size", shlex.quote(shm)] if shm else [],
+            spec_dir=SPEC_DIR,
+            data_dir=DATA_ROOT,
+            results_dir=RESULTS_DIR,
+            env_file=["--env-file", env_path] if secret_file is not None else [],
+            env=[word for k, v in (env or {}).items() for word in ("-e", shlex.quote(f"{k}={v}"))],
+            image=shlex.quote(image),
+            network_arch=shlex.quote(network_arch),
+            action=shlex.quote(action),
+            spec_path=shlex.quote(spec_path),
+            args=[shlex.quote(a) for a in args],
         )
+        command = self._secret_scope(program, env_path)
         if secret_file is not None:
             await self._put_secret(CONTAINER_ENV_FILE, secret_file, deadline)
         result = self._secrets_removed(
@@ -642,7 +620,7 @@ class Workload:
     async def container_state(self, *, deadline: datetime | None = None) -> ContainerState | None:
         """The container's State, or None if there is no such container."""
         result = await self._run(
-            f"docker inspect --format '{{{{json .State}}}}' {shlex.quote(self.job_id)} 2>&1",
+            render("container_state", name=shlex.quote(self.job_id)),
             self.settings.command_timeout,
             deadline,
             "docker inspect",
@@ -675,7 +653,7 @@ class Workload:
         """Block on the instance up to `timeout_s` for the container to exit: its exit code, or
         None if it is still running. One brev call notices an exit within about a second."""
         seconds = self._wait_seconds(timeout_s, deadline)
-        command = f"timeout {seconds} docker wait {shlex.quote(self.job_id)} 2>&1"
+        command = render("wait_exit", seconds=seconds, name=shlex.quote(self.job_id))
         result = await self._run(command, seconds + self.settings.wait_margin, deadline, "docker wait")
         if result.exit_code == _TIMEOUT_RC:
             return None
@@ -694,10 +672,6 @@ class Workload:
             "docker wait failed", reason=reasons.CONTAINER_WAIT_FAILED, cli_message=_message(result)
         )
 
-    def _tail_command(self, tail: int) -> str:
-        # `--tail` counts "\n" only: cap the bytes too, so one huge line never crosses ssh whole.
-        return f"docker logs --tail {int(tail)} {shlex.quote(self.job_id)} 2>&1 | tail -c {TAIL_MAX_BYTES}"
-
     async def wait_exit_with_tail(
         self,
         timeout_s: int,
@@ -710,14 +684,11 @@ class Workload:
         SAME brev call: no extra round trip between the exit and the next step. The tail comes
         back at an exit, and if the container still runs only with `tail_while_running`."""
         seconds = self._wait_seconds(timeout_s, deadline)
-        name = shlex.quote(self.job_id)
-        read_tail = f"echo {_TAIL_MARK}; {self._tail_command(tail)}"
+        read_tail = render("tail_section", log_tail=self._log_tail(tail))
         if not tail_while_running:
-            read_tail = f"if [ $rc -ne {_TIMEOUT_RC} ]; then {read_tail}; fi"
-        command = (
-            f"timeout {seconds} docker wait {name} 2>&1; rc=$?; echo {_STATE_MARK}; "
-            f"if [ $rc -eq 0 ]; then docker inspect --format '{{{{json .State}}}}' {name} 2>/dev/null; fi; "
-            f"{read_tail}; exit $rc"
+            read_tail = render("tail_section_if_exited", tail_section=read_tail)
+        command = render(
+            "wait_exit_with_tail", seconds=seconds, name=shlex.quote(self.job_id), read_tail=read_tail
         )
         result = await self._run(command, seconds + self.settings.wait_margin, deadline, "docker wait")
         head, _, rest = result.stdout.partition(f"{_STATE_MARK}\n")
@@ -735,7 +706,7 @@ class Workload:
         """The last `tail` lines the container printed (stdout and stderr), cleaned like the
         status tail (`clean_log_tail`)."""
         result = await self._run(
-            f"set -o pipefail; {self._tail_command(tail)}",
+            render("logs", log_tail=self._log_tail(tail)),
             self.settings.command_timeout,
             deadline,
             "docker logs",
@@ -757,10 +728,9 @@ class Workload:
         container counts as stopped. Bounded on both sides: the remote `timeout` ends a hung
         docker, the call timeout (grace + stop_margin, or less by `deadline`) an unreachable
         instance, so a stop always ends with success or a TransientError."""
-        name = shlex.quote(self.job_id)
         grace = max(0, int(self.settings.stop_grace_s if grace_s is None else grace_s))
         # docker stop waits `grace`, then SIGKILLs and waits for the exit: give it 10 s for that.
-        command = f"timeout -k 5 {grace + 10} docker stop -t {grace} {name} 2>&1"
+        command = render("stop_container", limit=grace + 10, grace=grace, name=shlex.quote(self.job_id))
         result = await self._run(command, grace + self.settings.stop_margin, deadline, "docker stop")
         if result.ok or "no such container" in _lower(result):
             return
@@ -789,42 +759,24 @@ class Workload:
         Returns (objects, bytes) verified; raises TransientError on any mismatch."""
         bucket, prefix = split_s3_uri(results_uri, "resultsUri")
         base = results_uri.rstrip("/")
-        name = shlex.quote(self.job_id)
-        logs_dir = self._path("logs")
-        tmp_log = self._path("logs/container.log.tmp")
-        save_log = (
-            f"{{ docker logs {name} > {tmp_log} 2>&1 && mv -f {tmp_log} {self._path('logs/container.log')} "
-            f"|| rm -f {tmp_log}; }}"
-        )
-        mounts = [f"{self._path('results')}:/job/results:ro", f"{logs_dir}:/job/logs:ro"]
-        copy_results = self._aws(
-            ["s3", "cp", "/job/results", f"{base}/results", "--recursive", "--only-show-errors"],
-            mounts,
-            endpoint,
-            region,
-        )
-        copy_logs = self._aws(
-            ["s3", "cp", "/job/logs", f"{base}/logs", "--recursive", "--only-show-errors"],
-            mounts,
-            endpoint,
-            region,
-        )
-        list_args = ["s3api", "list-objects-v2", "--bucket", bucket]
-        if prefix:
-            list_args += ["--prefix", f"{prefix}/"]
-        list_args += ["--query", "Contents[].[Key,Size]", "--output", "json"]
-        listing = self._aws(list_args, [], endpoint, region)
-        command = (
-            # A checkpoint sync still copying is ended first: this upload copies everything, and
-            # the parts a killed sync left are aborted (the next attempt's restore does the same).
-            f"echo {_STEP} upload; docker rm -f {shlex.quote(self.job_id + CKPT_SUFFIX)} >/dev/null 2>&1; "
-            f"{self._abort_incomplete_uploads(results_uri, endpoint, region, [])}; "
-            f"mkdir -p {self._path('results')} {logs_dir} && {save_log} && "
-            f"echo {name} > {self._path('logs/' + OWNER_MARK)} && "
-            f"{copy_results} 2>&1 && {copy_logs} 2>&1 || exit $?; "
-            f"echo {_STEP} verify; cd {self._path()} && "
-            f"find results logs -type f -printf 'F\\t%s\\t%p\\n' && "
-            f"echo {_LISTING} && {listing}"
+        read_only = [f"{self._path('results')}:/job/results:ro", f"{self._path('logs')}:/job/logs:ro"]
+        command = render(
+            "upload_results",
+            ckpt=shlex.quote(self.job_id + CKPT_SUFFIX),
+            abort_incomplete_uploads=self._abort_incomplete_uploads(results_uri, endpoint, region, []),
+            results=self._path("results"),
+            logs=self._path("logs"),
+            name=shlex.quote(self.job_id),
+            tmp_log=self._path("logs/container.log.tmp"),
+            log=self._path("logs/container.log"),
+            owner_mark=self._path(f"logs/{OWNER_MARK}"),
+            aws_mounted=self._aws(read_only, endpoint, region),
+            results_uri=shlex.quote(f"{base}/results"),
+            logs_uri=shlex.quote(f"{base}/logs"),
+            job_dir=self._path(),
+            aws=self._aws([], endpoint, region),
+            bucket=shlex.quote(bucket),
+            prefix_option=["--prefix", shlex.quote(f"{prefix}/")] if prefix else [],
         )
         # The copy, then the listing that verifies it (short), in the same call.
         result = await self._with_s3_keys(
@@ -876,50 +828,20 @@ class Workload:
     def _abort_incomplete_uploads(
         self, results_uri: str, endpoint: str | None, region: str | None, mounts: Sequence[str]
     ) -> str:
-        """Shell: abort every incomplete multipart upload under this job's checkpoints/. A sync
-        killed mid-copy (the instance lost, the container removed) leaves its parts stored, and
-        billed by S3, yet in no listing; `aws s3 sync` never resumes them."""
+        """abort_incomplete_uploads.sh: the parts a killed sync left under this job's checkpoints/."""
         bucket, key_prefix = split_s3_uri(self.checkpoint_prefix(results_uri), "resultsUri")
-        query = ["--query", "Uploads[].[Key,UploadId]", "--output", "text"]
-        listing = self._aws(
-            ["s3api", "list-multipart-uploads", "--bucket", bucket, "--prefix", f"{key_prefix}/", *query],
-            mounts,
-            endpoint,
-            region,
-        )
-        abort = self._aws(["s3api", "abort-multipart-upload", "--bucket", bucket], mounts, endpoint, region)
-        return (
-            f"{{ {listing} 2>/dev/null | while IFS=\"$(printf '\\t')\" read -r k u; do "
-            f'if [ -n "$u" ] && [ "$k" != None ]; then '
-            f'{abort} --key "$k" --upload-id "$u" >/dev/null 2>&1; fi; done; }}'
+        return render(
+            "abort_incomplete_uploads",
+            aws=self._aws(mounts, endpoint, region),
+            bucket=shlex.quote(bucket),
+            prefix=shlex.quote(f"{key_prefix}/"),
         )
 
-    def _newest_whole_checkpoint(self) -> str:
-        """Shell: newest first, print `TAOBREV_LATEST <epoch> <path>` for the first numbered
-        checkpoint that is a whole archive (`_WHOLE_ZIP`) and `TAOBREV_UNREADABLE <path>` for each
-        newer one passed over."""
-        return (
-            "find results -type f -name '*_epoch_*.pth' 2>/dev/null "
-            "| sed -n 's/^\\(.*_epoch_\\([0-9][0-9]*\\)\\.pth\\)$/\\2 \\1/p' | sort -rn "
-            f"| while read -r e p; do if {_WHOLE_ZIP}; then "
-            f'echo "{_LATEST} $e $p"; break; else echo "{_UNREADABLE} $p"; fi; done'
-        )
-
-    def _whole_checkpoint_filters(self) -> str:
-        """Shell (in the job directory): set "$@" to `--include <path>` for every whole `.pth`
-        under results/ (TAO writes them in place, so one still being written is cut short) and
-        `skip` to how many are left out (not whole yet, or `*_latest.pth`). The sync runs with
-        `--exclude '*.pth' "$@"`: a checkpoint begun after this look is excluded too, and a skipped
-        one is copied by the next interval's sync once TAO finished it (issue 25, scenario 11)."""
-        return (
-            "set --; skip=0; "
-            "while IFS= read -r p; do "
-            'case "$p" in *_latest.pth) skip=$((skip + 1)); continue;; esac; '
-            f"if {_WHOLE_ZIP}; then "
-            # aws matches filters as fnmatch patterns: a [, * or ? in a name matches only itself.
-            """set -- "$@" --include "$(printf '%s' "${p#results/}" | sed 's/[][*?]/[&]/g')"; """
-            "else skip=$((skip + 1)); fi; done < <(find results -type f -name '*.pth' 2>/dev/null)"
-        )
+    @staticmethod
+    def _newest_whole_checkpoint() -> str:
+        """newest_whole_checkpoint.sh: `TAOBREV_LATEST <epoch> <path>` (and `TAOBREV_UNREADABLE`
+        for each newer checkpoint that is no whole archive)."""
+        return render("newest_whole_checkpoint", whole_zip=render("whole_zip"))
 
     def checkpoint_prefix(self, results_uri: str) -> str:
         """Where this job's checkpoints live: under its own job id (name + uid digest), so a
@@ -941,36 +863,20 @@ class Workload:
         never blocks this call, so exit notice and teardown are never delayed by it. The S3 keys
         file exists only while this command runs (docker reads --env-file at `docker run`)."""
         split_s3_uri(results_uri, "resultsUri")
-        ckpt = shlex.quote(self.job_id + CKPT_SUFFIX)
-        pending = self._path("ckpt/pending")
-        run = ["docker", "run", "-d", "--name", ckpt, "--label", shlex.quote(f"tao-job={self.job_id}")]
-        run += ["--env-file", self._secret(S3_ENV_FILE), "-e", "AWS_PAGER="]
-        run += ["-v", f"{self._path('results')}:/job/results:ro", shlex.quote(self.settings.aws_cli_image)]
-        if endpoint:
-            run += ["--endpoint-url", shlex.quote(endpoint)]
-        if region:
-            run += ["--region", shlex.quote(region)]
-        target = self.checkpoint_prefix(results_uri)
-        run += ["s3", "sync", "/job/results", shlex.quote(target), "--only-show-errors"]
-        # TAO's `*_latest.pth` is a symlink to the checkpoint being written next: never copied
-        # (as a link or as the file it names); the numbered checkpoints are what a resume reads,
-        # and only whole ones are copied ("$@" from _whole_checkpoint_filters).
-        run += ["--no-follow-symlinks", "--exclude", shlex.quote("*.pth"), '"$@"']
-        command = (
-            f"mkdir -p {self._path('results')} {self._path('ckpt')} || exit $?; "
-            "st=$(docker inspect --format "
-            f"'{{{{.State.Status}}}} {{{{.State.ExitCode}}}}' {ckpt} 2>/dev/null); "
-            f'case "$st" in running*|created*|restarting*) echo {_SYNC_RUNNING}; exit 0;; esac; '
-            f'if [ -n "$st" ]; then echo "{_SYNC_PREV} $st"; '
-            f"docker logs --tail 5 {ckpt} 2>&1 | tail -c 2000 | sed 's/^/{_SYNC_LOG} /'; "
-            f"docker rm -f {ckpt} >/dev/null 2>&1; "
-            f"sed 's/^/{_SYNC_PENDING} /' {pending} 2>/dev/null; else echo {_SYNC_NONE}; fi; "
-            f"cd {self._path()} || exit $?; "
-            f"{self._whole_checkpoint_filters()}; "
-            f"n=$(($(find results -type f | wc -l) - skip)); "
-            f"e=$({self._newest_whole_checkpoint()} | sed -n 's/^{_LATEST} \\([0-9]*\\) .*/\\1/p'); "
-            f'echo "$n ${{e:--}}" > {pending}; '
-            f"{' '.join(run)} >/dev/null 2>&1 && echo {_SYNC_STARTED}"
+        command = render(
+            "sync_checkpoints",
+            results=self._path("results"),
+            ckpt_dir=self._path("ckpt"),
+            pending=self._path("ckpt/pending"),
+            ckpt=shlex.quote(self.job_id + CKPT_SUFFIX),
+            job_dir=self._path(),
+            whole_checkpoint_filters=render("whole_checkpoint_filters", whole_zip=render("whole_zip")),
+            newest_whole_checkpoint=self._newest_whole_checkpoint(),
+            label=shlex.quote(f"tao-job={self.job_id}"),
+            s3_env=self._secret(S3_ENV_FILE),
+            image=shlex.quote(self.settings.aws_cli_image),
+            s3_options=_s3_options(endpoint, region),
+            target=shlex.quote(self.checkpoint_prefix(results_uri)),
         )
         result = await self._with_s3_keys(
             command,
@@ -998,28 +904,19 @@ class Workload:
         base = results_uri.rstrip("/")
         source = self.checkpoint_prefix(results_uri)
         mounts = [f"{self._path('results')}:/job/results", f"{self._path('owner')}:/job/owner"]
-        # results/ holds what an earlier attempt uploaded when it exited with a retried code, but
-        # only if its owner mark (logs/taobrev-job, written by upload_results) names this job:
-        # another job's results under a reused resultsUri are no checkpoint of this run.
-        # checkpoints/<job id>/ is what this job's periodic sync copied. Either may be the newer.
-        owner = self._aws(
-            ["s3", "cp", f"{base}/logs/{OWNER_MARK}", "/job/owner/job", "--only-show-errors"],
-            mounts,
-            endpoint,
-            region,
-        )
-        copy = [
-            self._aws(["s3", "sync", src, "/job/results", "--only-show-errors"], mounts, endpoint, region)
-            for src in (f"{base}/results", source)
-        ]
-        mine = f'[ "$(cat {self._path("owner/job")} 2>/dev/null)" = {shlex.quote(self.job_id)} ]'
-        command = (
-            f"mkdir -p {self._path('results')} {self._path('owner')} || exit $?; "
-            f"{self._abort_incomplete_uploads(results_uri, endpoint, region, mounts)}; "
-            f"{owner} >/dev/null 2>&1; if {mine}; then {copy[0]} 2>&1 || exit $?; fi; "
-            f"rm -rf {self._path('owner')}; {copy[1]} 2>&1 || exit $?; "
-            f'cd {self._path()} && echo {_RESTORED} "$(find results -type f | wc -l)" && '
-            f"{self._newest_whole_checkpoint()}"
+        command = render(
+            "restore_checkpoints",
+            results=self._path("results"),
+            owner_dir=self._path("owner"),
+            owner_file=self._path("owner/job"),
+            abort_incomplete_uploads=self._abort_incomplete_uploads(results_uri, endpoint, region, mounts),
+            aws=self._aws(mounts, endpoint, region),
+            owner_uri=shlex.quote(f"{base}/logs/{OWNER_MARK}"),
+            job_id=shlex.quote(self.job_id),
+            results_uri=shlex.quote(f"{base}/results"),
+            checkpoints_uri=shlex.quote(source),
+            job_dir=self._path(),
+            newest_whole_checkpoint=self._newest_whole_checkpoint(),
         )
         result = await self._with_s3_keys(
             command,
@@ -1043,15 +940,11 @@ class Workload:
         it is the teardown's last call before `brev delete`, and every call there is billed time.
         Containers write results as root, hence the non-interactive sudo fallback on a real VM.
         Each part is checked and reported on its own."""
-        name = shlex.quote(self.job_id)
-        ckpt = shlex.quote(self.job_id + CKPT_SUFFIX)
-        path = self._path()
-        command = (
-            f"docker rm -f {name} {ckpt} >/dev/null 2>&1; c=0; "
-            # Both must be gone: the checkpoint sync's container config carries the S3 keys.
-            f"docker inspect {name} >/dev/null 2>&1 && c=1; docker inspect {ckpt} >/dev/null 2>&1 && c=1; "
-            f"rm -rf {path} 2>/dev/null || sudo -n rm -rf {path}; f=0; test -e {path} && f=1; "
-            f"echo {_CLEARED} $c $f"
+        command = render(
+            "clear",
+            name=shlex.quote(self.job_id),
+            ckpt=shlex.quote(self.job_id + CKPT_SUFFIX),
+            job_dir=self._path(),
         )
         result = await self._run(command, self.settings.command_timeout, deadline, "cleanup")
         found = re.search(rf"^{_CLEARED} ([01]) ([01])$", result.stdout, re.MULTILINE)

@@ -83,17 +83,32 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> zipfile.ZipFile:
     return zipfile.ZipFile(built[0])
 
 
+# The operator's data files: the shell programs it runs on instances (package-data in pyproject).
+REMOTE_TEMPLATES = re.compile(r"^controller/brev/remote/[a-z_]+\.sh$")
+
+
+def _operator_files() -> set[str]:
+    """Every module of controller/ and every remote program template, as wheel paths."""
+    files = [*(REPO / "controller").rglob("*.py"), *(REPO / "controller/brev/remote").glob("*.sh")]
+    return {p.relative_to(REPO).as_posix() for p in files}
+
+
 def test_wheel_holds_only_the_operator_package(wheel: zipfile.ZipFile) -> None:
     names = wheel.namelist()
     stray = [
-        n for n in names if not (n.startswith("controller/") and n.endswith(".py")) and not DIST_INFO.match(n)
+        n
+        for n in names
+        if not (n.startswith("controller/") and n.endswith(".py"))
+        and not REMOTE_TEMPLATES.match(n)
+        and not DIST_INFO.match(n)
     ]
     assert stray == [], f"the wheel ships files that are not operator code or metadata: {stray}"
 
 
 def test_wheel_holds_every_operator_module(wheel: zipfile.ZipFile) -> None:
-    """Nothing of the operator is lost on the way (a package without __init__.py, a bad find rule)."""
-    expected = {p.relative_to(REPO).as_posix() for p in (REPO / "controller").rglob("*.py")}
+    """Nothing of the operator is lost on the way (a package without __init__.py, a bad find rule,
+    a remote program template left out of package-data)."""
+    expected = _operator_files()
     packaged = {n for n in wheel.namelist() if n.startswith("controller/")}
     assert expected - packaged == set()
     assert packaged - expected == set()
