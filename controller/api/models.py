@@ -31,6 +31,7 @@ from pydantic.alias_generators import to_camel
 from pydantic.config import JsonDict
 
 from controller.api.container_paths import DATA_ROOT, SPEC_MOUNT_PATH
+from controller.api.vocabulary import list_map
 from controller.lifecycle.phases import PHASES, Phase
 
 # --- patterns shared by the model and the CRD (Go RE2 and Rust regex both accept them) ---------
@@ -84,25 +85,11 @@ DEFAULT_SHM_SIZE = "16g"
 DEFAULT_S3_REGION = "us-east-1"
 
 
-class Outcome(StrEnum):
-    """How the run ended; set once, when it ends."""
-
-    SUCCEEDED = "Succeeded"
-    FAILED = "Failed"
-    CANCELED = "Canceled"
-
-
 class OnCompletion(StrEnum):
     """What happens to the instance after the results are uploaded."""
 
     DELETE = "Delete"
     RETAIN = "Retain"
-
-
-class ConditionStatus(StrEnum):
-    TRUE = "True"
-    FALSE = "False"
-    UNKNOWN = "Unknown"
 
 
 @dataclass(frozen=True)
@@ -131,19 +118,9 @@ def _validations(*rules: CelRule) -> JsonDict:
     return {"x-kubernetes-validations": [r.schema() for r in rules]}
 
 
-def _list_map(*keys: str) -> dict[str, Any]:
-    """List semantics for the API server: items are merged by these keys and must be unique."""
-    return {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": list(keys)}
-
-
 class _SpecModel(BaseModel):
     # Unknown fields are errors in Python (the API server prunes them before we see the object).
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
-
-
-class _StatusModel(BaseModel):
-    # Tolerant on read: other writers (kubectl, kopf) may leave fields we do not model.
-    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
 
 
 # --- spec.task -------------------------------------------------------------------------------
@@ -221,7 +198,7 @@ class TaskSpec(_SpecModel):
     env: list[EnvVar] = Field(
         default_factory=list,
         max_length=64,
-        json_schema_extra=_list_map("name"),
+        json_schema_extra=list_map("name"),
         description="Non-secret environment variables; secrets go in credentials.extraEnv.",
     )
     gpus: int | None = Field(
@@ -580,7 +557,7 @@ class CredentialsSpec(_SpecModel):
     extra_env: list[SecretEnvVar] = Field(
         default_factory=list,
         max_length=32,
-        json_schema_extra=_list_map("name"),
+        json_schema_extra=list_map("name"),
         description="Secret environment variables for the container (e.g. HF_TOKEN).",
     )
 

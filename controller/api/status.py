@@ -25,8 +25,8 @@ from typing import Annotated, Any
 from pydantic import AwareDatetime, ConfigDict, Field, PlainSerializer, model_validator
 
 from controller.api import status_legacy
-from controller.api.models import ConditionStatus, Outcome, _list_map, _StatusModel
 from controller.api.timestamps import format_time
+from controller.api.vocabulary import ConditionStatus, Outcome, StatusModel, list_map
 from controller.lifecycle.phases import Phase
 
 # Kubernetes stores second-resolution UTC `Z` timestamps; serialising the same way keeps a status
@@ -34,7 +34,7 @@ from controller.lifecycle.phases import Phase
 Timestamp = Annotated[AwareDatetime, PlainSerializer(format_time, return_type=str, when_used="json")]
 
 
-class Condition(_StatusModel):
+class Condition(StatusModel):
     """A kstatus-compatible condition (same shape as metav1.Condition)."""
 
     type: str = Field(max_length=316, description="Condition type, e.g. Ready, Reconciling, Stalled.")
@@ -47,7 +47,7 @@ class Condition(_StatusModel):
     )
 
 
-class ResultsSummary(_StatusModel):
+class ResultsSummary(StatusModel):
     """What was uploaded to spec.data.resultsUri."""
 
     uri: str | None = Field(default=None, description="Where the results are.")
@@ -55,7 +55,7 @@ class ResultsSummary(_StatusModel):
     bytes: int | None = Field(default=None, description="Total bytes uploaded.")
 
 
-class CheckpointStatus(_StatusModel):
+class CheckpointStatus(StatusModel):
     """The checkpoint sync to <resultsUri>/checkpoints/<job id>/ (what each attempt resumed from is in
     attempts[])."""
 
@@ -71,7 +71,7 @@ class CheckpointStatus(_StatusModel):
     last_error: str | None = Field(default=None, description="Why the last sync failed.")
 
 
-class PreflightProblem(_StatusModel):
+class PreflightProblem(StatusModel):
     """One thing the pre-flight found that keeps the job from starting."""
 
     field: str = Field(description="The spec field at fault, e.g. spec.data.resultsUri.")
@@ -79,7 +79,7 @@ class PreflightProblem(_StatusModel):
     message: str = Field(description="What is wrong and how to fix it.")
 
 
-class PreflightStatus(_StatusModel):
+class PreflightStatus(StatusModel):
     """The checks made before `brev create` (Secrets, S3, inputs, instance selection, image)."""
 
     checked_at: Timestamp | None = Field(default=None, description="When the pre-flight last ran.")
@@ -99,7 +99,7 @@ class PreflightStatus(_StatusModel):
     )
 
 
-class PlanStatus(_StatusModel):
+class PlanStatus(StatusModel):
     """What the operator would do (spec.dryRun), from the pre-flight: nothing was created."""
 
     planned_at: Timestamp | None = Field(default=None, description="When the plan was made.")
@@ -126,7 +126,7 @@ class PlanStatus(_StatusModel):
     )
 
 
-class QueueRecord(_StatusModel):
+class QueueRecord(StatusModel):
     """Admission under the instance quotas (deploy/QUEUEING.md)."""
 
     admitted_at: Timestamp | None = Field(
@@ -166,7 +166,7 @@ class QueueRecord(_StatusModel):
         self.leave()
 
 
-class AbsenceRecord(_StatusModel):
+class AbsenceRecord(StatusModel):
     """Listings that did not show the instance: one proves nothing (docs/brev-cli.md section 11)."""
 
     listings: int | None = Field(
@@ -190,7 +190,7 @@ class AbsenceRecord(_StatusModel):
         self.listings = self.since = self.checked_at = None
 
 
-class InstanceRecord(_StatusModel):
+class InstanceRecord(StatusModel):
     """The attempt's brev instance: what was asked, what Brev answered, and the proof it is gone."""
 
     name: str = Field(description="brev instance name (recorded before `brev create`).")
@@ -295,7 +295,7 @@ class InstanceRecord(_StatusModel):
             self.price_per_hour = price
 
 
-class RunRecord(_StatusModel):
+class RunRecord(StatusModel):
     """The training container on the attempt's instance."""
 
     started_at: Timestamp | None = Field(default=None, description="When the container started.")
@@ -353,7 +353,7 @@ class RunRecord(_StatusModel):
         self.cleaned_up_at = self.cleaned_up_at or now
 
 
-class UploadRecord(_StatusModel):
+class UploadRecord(StatusModel):
     """The results upload to spec.data.resultsUri from the attempt's instance."""
 
     attempts: int | None = Field(default=None, ge=0, description="Upload attempts so far.")
@@ -375,7 +375,7 @@ class UploadRecord(_StatusModel):
         self.uploaded_at, self.results = now, results
 
 
-class AttemptRecord(_StatusModel):
+class AttemptRecord(StatusModel):
     """One instance the job used (attempt n >= 2 runs on `<instance>-a<n>`)."""
 
     @model_validator(mode="before")
@@ -425,7 +425,7 @@ class AttemptRecord(_StatusModel):
             self.estimated_cost_dollars = round(seconds * price / 3600, 4)
 
 
-class TeardownRecord(_StatusModel):
+class TeardownRecord(StatusModel):
     """What teardown (upload, cleanup, delete) still waits for."""
 
     message: str | None = Field(
@@ -487,7 +487,7 @@ def _prune(value: Any) -> Any:
     return value
 
 
-class TaoBrevJobStatus(_StatusModel):
+class TaoBrevJobStatus(StatusModel):
     """Written only by the operator, through the status subresource."""
 
     @model_validator(mode="before")
@@ -547,7 +547,7 @@ class TaoBrevJobStatus(_StatusModel):
     )
     conditions: list[Condition] = Field(
         default_factory=list,
-        json_schema_extra=_list_map("type"),
+        json_schema_extra=list_map("type"),
         description="Ready / Reconciling / Stalled and the operator's own conditions.",
     )
     queue: QueueRecord = Field(
@@ -555,7 +555,7 @@ class TaoBrevJobStatus(_StatusModel):
     )
     attempts: list[AttemptRecord] = Field(
         default_factory=list,
-        json_schema_extra=_list_map("attempt"),
+        json_schema_extra=list_map("attempt"),
         description="Every instance the job used; the last is the current attempt.",
     )
     teardown: TeardownRecord = Field(default_factory=TeardownRecord, description="What teardown waits for.")

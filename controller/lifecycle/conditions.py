@@ -23,9 +23,9 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from controller.api import reasons
-from controller.api.models import ConditionStatus, Outcome
 from controller.api.status import Condition, TaoBrevJobStatus
 from controller.api.timestamps import format_time
+from controller.api.vocabulary import ConditionStatus, Outcome
 from controller.fleet import admission
 from controller.lifecycle.phases import PHASES, Phase, entered_any
 

@@ -7,8 +7,9 @@ from __future__ import annotations
 from datetime import datetime
 
 from controller.api import reasons
-from controller.api.models import OnCompletion, Outcome, TaoBrevJobSpec, phase_timeout
+from controller.api.models import OnCompletion, TaoBrevJobSpec, phase_timeout
 from controller.api.status import TaoBrevJobStatus
+from controller.api.vocabulary import Outcome
 from controller.brev.client import Instance
 from controller.lifecycle.backoff import exponential
 from controller.lifecycle.identities import same_reach

@@ -43,8 +43,9 @@ from collections.abc import Callable, Mapping
 
 from controller.api import reasons
 from controller.api.errors import InstanceNotFound
-from controller.api.models import Outcome, TaoBrevJobSpec, phase_timeout
+from controller.api.models import TaoBrevJobSpec, phase_timeout
 from controller.api.status import CheckpointStatus, TaoBrevJobStatus
+from controller.api.vocabulary import Outcome
 from controller.lifecycle import conditions, recovery
 from controller.lifecycle.decision_pass import Pass
 from controller.lifecycle.identities import same_reach

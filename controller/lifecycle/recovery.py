@@ -29,12 +29,12 @@ from __future__ import annotations
 from datetime import datetime
 
 from controller.api import naming, reasons
-from controller.api.models import Outcome
 from controller.api.status import (
     AttemptRecord,
     CheckpointStatus,
     TaoBrevJobStatus,
 )
+from controller.api.vocabulary import Outcome
 from controller.brev.client import STOPPED, STOPPING
 from controller.lifecycle.decision_pass import Pass
 from controller.lifecycle.phases import PHASES, Phase

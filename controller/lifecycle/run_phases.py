@@ -7,8 +7,9 @@ import math
 import zlib
 
 from controller.api import naming, reasons
-from controller.api.models import Outcome, phase_timeout
+from controller.api.models import phase_timeout
 from controller.api.status import PreflightProblem, PreflightStatus
+from controller.api.vocabulary import Outcome
 from controller.brev.client import DELETING, FAILURE, RUNNING, STOPPED, STOPPING, CreateRequest
 from controller.fleet import admission
 from controller.lifecycle import recovery

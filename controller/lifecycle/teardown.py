@@ -35,9 +35,10 @@ from __future__ import annotations
 from datetime import timedelta
 
 from controller.api import reasons
-from controller.api.models import Outcome, phase_timeout
+from controller.api.models import phase_timeout
 from controller.api.status import ResultsSummary
 from controller.api.timestamps import format_time
+from controller.api.vocabulary import Outcome
 from controller.brev.client import DELETING, RUNNING, Instance
 from controller.lifecycle.absence import process_instance_fate
 from controller.lifecycle.decision_pass import Pass

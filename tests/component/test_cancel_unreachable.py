@@ -10,7 +10,7 @@ import asyncio
 import pytest
 
 from controller.api import reasons
-from controller.api.models import Outcome
+from controller.api.vocabulary import Outcome
 from controller.lifecycle.phases import Phase
 from tests.fakes.brev import Faults
 from tests.fakes.harness import Harness, job_spec

@@ -15,7 +15,7 @@ from datetime import UTC, datetime, timedelta
 
 from prometheus_client import CollectorRegistry
 
-from controller.api.models import Outcome
+from controller.api.vocabulary import Outcome
 from controller.brev.cli import BrevTimeouts
 from controller.brev.client import CreateRequest
 from controller.effects.actions import CREATE_LANE_WAIT, ActionRunner, JobContext

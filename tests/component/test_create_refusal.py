@@ -14,9 +14,9 @@ from datetime import timedelta
 from typing import Any
 
 from controller.api import reasons
-from controller.api.models import Outcome
 from controller.api.spec_parse import parse_spec
 from controller.api.status import TaoBrevJobStatus
+from controller.api.vocabulary import Outcome
 from controller.lifecycle import machine
 from controller.lifecycle.phases import Phase
 from controller.lifecycle.steps import ActionFailure, CreateInstance, Decision, DeleteInstance, Observation

@@ -8,7 +8,7 @@ from collections.abc import Coroutine
 from datetime import timedelta
 from typing import Any, TypeVar
 
-from controller.api.models import Outcome
+from controller.api.vocabulary import Outcome
 from controller.lifecycle.phases import Phase
 from tests.fakes.brev import Faults
 from tests.fakes.clock import T0

@@ -28,7 +28,7 @@ import pytest
 from controller import reconciler
 from controller.api import naming, reasons
 from controller.api.errors import BrevTransientError
-from controller.api.models import Outcome
+from controller.api.vocabulary import Outcome
 from controller.brev import output
 from controller.effects.actions import ActionRunner
 from controller.effects.lanes import Lane

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from controller.api.models import ConditionStatus, Outcome
 from controller.api.spec_parse import parse_spec
 from controller.api.status import TaoBrevJobStatus
+from controller.api.vocabulary import ConditionStatus, Outcome
 from controller.fleet import admission
 from controller.fleet.admission import Admission
 from controller.lifecycle import machine

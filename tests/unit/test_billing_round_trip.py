@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from controller.api.models import Outcome
 from controller.api.status import AttemptRecord, TaoBrevJobStatus
+from controller.api.vocabulary import Outcome
 from controller.lifecycle.phases import Phase
 from controller.lifecycle.recovery import billed_seconds
 from tests.unit.test_machine import INST, T0, at

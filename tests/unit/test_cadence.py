@@ -8,7 +8,7 @@ from datetime import timedelta
 
 import pytest
 
-from controller.api.models import Outcome
+from controller.api.vocabulary import Outcome
 from controller.lifecycle.phases import Phase
 from controller.lifecycle.steps import StopContainer, WaitForExit
 from controller.lifecycle.tunables import Tunables

@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from controller.api.models import Outcome
+from controller.api.vocabulary import Outcome
 from controller.effects.actions import ACTION_LANES, ActionRunner, JobContext, lane_of
 from controller.effects.directory import InstanceDirectory
 from controller.effects.lanes import BUDGETED, LANES, Lane, Lanes

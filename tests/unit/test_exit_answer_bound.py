@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from controller.api.models import Outcome
 from controller.api.status import TaoBrevJobStatus
+from controller.api.vocabulary import Outcome
 from controller.lifecycle.phases import Phase
 from controller.lifecycle.steps import (
     ActionFailure,

@@ -14,9 +14,10 @@ from typing import Any
 import pytest
 
 from controller.api import naming, reasons
-from controller.api.models import Outcome, TaoBrevJobSpec
+from controller.api.models import TaoBrevJobSpec
 from controller.api.spec_parse import parse_spec
 from controller.api.status import AbsenceRecord, TaoBrevJobStatus
+from controller.api.vocabulary import Outcome
 from controller.brev.client import DELETING, DEPLOYING, FAILURE, RUNNING, STOPPED, Instance
 from controller.lifecycle import machine
 from controller.lifecycle.phases import Phase

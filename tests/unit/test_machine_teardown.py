@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from controller.api import naming, reasons
-from controller.api.models import Outcome
 from controller.api.status import TaoBrevJobStatus
+from controller.api.vocabulary import Outcome
 from controller.brev.client import STOPPED
 from controller.lifecycle import machine
 from controller.lifecycle.phases import Phase

@@ -18,9 +18,10 @@ import pytest
 import yaml
 
 from controller.api.errors import SpecError
-from controller.api.models import OnCompletion, Outcome, TaoBrevJobSpec, default_input_path
+from controller.api.models import OnCompletion, TaoBrevJobSpec, default_input_path
 from controller.api.spec_parse import parse_spec
 from controller.api.status import AttemptRecord, RunRecord, TaoBrevJobStatus
+from controller.api.vocabulary import Outcome
 from controller.lifecycle.phases import Phase
 from controller.versions import load_versions
 from tests.devenv import crdgen

@@ -12,9 +12,10 @@ from typing import Any
 import pytest
 
 from controller.api import reasons
-from controller.api.models import EphemeralInstance, Outcome, TaoBrevJobSpec
+from controller.api.models import EphemeralInstance, TaoBrevJobSpec
 from controller.api.spec_parse import parse_spec
 from controller.api.status import TaoBrevJobStatus
+from controller.api.vocabulary import Outcome
 from controller.brev.client import SearchResult
 from controller.fleet.admission import JobFacts, admit
 from controller.lifecycle.phases import Phase

@@ -1,0 +1,38 @@
+"""Words shared by the spec and the status models: outcomes, condition statuses, and the pydantic
+base and schema helper of status records. Below both `models` (spec) and `status`, so neither
+imports the other (a status record must not make the house one level taller).
+
+Pure module: no kopf, kubernetes, os or subprocess imports (`make lint`: .importlinter).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+from pydantic.alias_generators import to_camel
+
+
+class Outcome(StrEnum):
+    """How the run ended; set once, when it ends."""
+
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    CANCELED = "Canceled"
+
+
+class ConditionStatus(StrEnum):
+    TRUE = "True"
+    FALSE = "False"
+    UNKNOWN = "Unknown"
+
+
+def list_map(*keys: str) -> dict[str, Any]:
+    """List semantics for the API server: items are merged by these keys and must be unique."""
+    return {"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": list(keys)}
+
+
+class StatusModel(BaseModel):
+    # Tolerant on read: other writers (kubectl, kopf) may leave fields we do not model.
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
