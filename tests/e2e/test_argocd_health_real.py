@@ -24,6 +24,7 @@ from typing import Any
 
 import yaml
 
+from tests import status_paths as paths
 from tests.devenv.controlplane import kubectl_path
 from tests.fixtures.operator import Stack
 from tests.unit.test_argocd_health import run_health
@@ -115,7 +116,7 @@ def signature(obj: dict[str, Any]) -> dict[str, Any]:
         "phase": status.get("phase"),
         "outcome": status.get("outcome"),
         "reason": status.get("reason"),
-        "exitCode": status.get("exitCode"),
+        "exitCode": paths.run(status).get("exitCode"),
         "conditions": sorted((c["type"], c["status"], c["reason"]) for c in status.get("conditions", [])),
     }
 
@@ -197,7 +198,7 @@ def test_argocd_health_of_a_run_whose_training_exits_non_zero(stack: Stack) -> N
 
     final = versions[-1]["status"]
     assert final["outcome"] == "Failed", final
-    assert final["exitCode"] == 3, final
+    assert paths.run(final)["exitCode"] == 3, final
     for v in versions:
         status, result = v["status"], health(v)
         if not status.get("outcome"):
