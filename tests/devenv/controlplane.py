@@ -426,8 +426,19 @@ class ControlPlane:
             "-f", str(path), "-o", "name",
         ).stdout.split()  # fmt: skip
         crds = [n for n in applied if n.startswith("customresourcedefinition")]
-        if crds:
-            self.kubectl("wait", "--for=condition=Established", "--timeout=60s", *crds, timeout=90)
+        if not crds:
+            return
+        wait = ("wait", "--for=condition=Established", "--timeout=60s", *crds)
+        deadline = time.monotonic() + 60
+        # Right after the apply a new CRD may have no status.conditions yet, and kubectl wait then
+        # fails at once ("accessor error: <nil> ... expected []interface{}") instead of waiting:
+        # that moment is the wait's to absorb (seen once in a whole-suite run).
+        while "accessor error" in (done := self.kubectl(*wait, timeout=90, check=False)).stderr:
+            if time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+        if done.returncode != 0:
+            self.kubectl(*wait, timeout=90)  # raises, with kubectl's output
 
     def create_namespace(self, name: str) -> None:
         self.kubectl("create", "namespace", name)
