@@ -64,13 +64,18 @@ def attempt_no(p: Pass) -> int:
 
 def may_retry(p: Pass) -> bool:
     """Another attempt may follow this one: recovery applies, the run has not ended, the job is
-    not being deleted, and attempts are left."""
+    not being deleted, attempts are left, and so is budget. Without budget the run ends with
+    this attempt's own reason (e.g. InstanceUnresponsive), not a BudgetExceeded that the next
+    Provisioning pass would find: the budget did not end a run whose outcome nobody could see
+    (found by the simulation, seed 8122: a container that exited 0 inside its budget on an
+    instance that then went silent was reported BudgetExceeded)."""
     return (
         enabled(p)
         and p.spec is not None
         and not p.s.run_outcome
         and not p.obs.deleting
         and attempt_no(p) < p.spec.recovery.max_attempts
+        and over_budget(p) is None
     )
 
 

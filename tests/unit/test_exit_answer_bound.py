@@ -17,7 +17,7 @@ from controller.lifecycle.steps import (
     UploadResults,
 )
 from tests.unit.test_machine import T0, TUN, kinds
-from tests.unit.test_recovery import ID, SPEC, inst, running_job, step
+from tests.unit.test_recovery import ID, SPEC, inst, rspec, running_job, step
 
 EXITED = T0 + timedelta(seconds=100)
 BOUND = 300.0  # Tunables.exit_answer_timeout's default
@@ -85,6 +85,20 @@ def test_without_attempts_left_the_run_ends_unresponsive_and_the_instance_is_del
     d = step(d.status, one, instance=inst(), now=late + timedelta(seconds=1))
     assert d.status.phase is Phase.DELETED
     assert DeleteInstance(ID) in d.actions
+
+
+def test_with_attempts_left_but_no_budget_the_run_ends_unresponsive_not_budget_exceeded() -> None:
+    # Seed 8122: the container exited 0 just inside its budget, then the instance went silent;
+    # the attempt ended at the bound, and the next (Provisioning) pass found the budget spent and
+    # said BudgetExceeded. Nobody could see how the run ended: the truthful reason is the silence.
+    capped = rspec(budget={"maxBilledSeconds": 300})
+    d = step(running_job(), capped, instance=inst(), failure=SILENT, now=T0 + timedelta(seconds=10))
+    d = step(d.status, capped, instance=inst(), failure=SILENT, now=T0 + timedelta(seconds=10 + BOUND / 2))
+    late = T0 + timedelta(seconds=10 + BOUND + 1)
+    d = step(d.status, capped, instance=inst(), failure=SILENT, now=late)
+    assert d.status.run_outcome is Outcome.FAILED
+    assert d.status.reason == "InstanceUnresponsive"
+    assert len(d.status.attempts) == 1, "no attempt the budget cannot pay for"
 
 
 def test_an_answer_clears_the_silence_and_other_failures_do_not_count() -> None:
