@@ -22,7 +22,7 @@ from controller.effects.directory import InstanceDirectory
 from controller.effects.lanes import Lanes
 from controller.lifecycle import machine
 from controller.observability.metrics import Recorder
-from controller.reconciler import FINALIZER, JobRef, Reconciler, parse_status
+from controller.reconciler import FINALIZER, JobRef, Reconciler, _drop, parse_status
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 SPEC: dict[str, Any] = {
@@ -298,6 +298,15 @@ def test_one_unreadable_attempt_keeps_the_others() -> None:
     )
     assert [a.instance.id for a in status.attempts] == ["i-1", "i-2"]
     assert status.attempts[0].instance.deleted_at is not None
+
+
+def test_a_status_field_of_the_wrong_type_is_dropped_whole_and_a_missing_holder_is_refused() -> None:
+    status = parse_status({"phase": "Running", "attempts": "not a list", "queue": ["nor", "this"]})
+    assert status.phase == "Running" and status.attempts == [] and status.queue.admitted_at is None
+    # Nothing along the path: nothing to drop (the error is raised, not looped on).
+    assert _drop({"a": 1}, ("b", "c")) is False
+    holder = {"a": {"b": 1}}
+    assert _drop(holder, ("a", "missing")) is True and holder == {}
 
 
 def waiting_exec(since: datetime) -> dict[str, Any]:

@@ -139,3 +139,18 @@ def test_the_crd_keeps_every_flat_field_so_an_upgrade_loses_nothing() -> None:
     items = status["properties"]["attempts"]["items"]["properties"]
     assert set(status_legacy.ATTEMPT) <= items.keys()
     assert {"instance", "run", "upload"} <= items.keys()
+
+
+def test_what_is_not_a_status_dict_is_left_to_pydantic_to_refuse() -> None:
+    assert status_legacy.status_from_flat(None) is None
+    assert status_legacy.stored_flat(None) == frozenset()
+    assert status_legacy.stored_flat({"phase": "Running"}) == frozenset()
+    assert status_legacy.stored_flat(
+        {"instanceName": "x", "attempts": [{"attempt": 1, "instanceName": "x"}]}
+    ) == {
+        "instanceName",
+        "attempts",
+    }
+    # An attempts[] entry that is not a record becomes an empty one (and pydantic names it).
+    converted = status_legacy.status_from_flat({"instanceName": "x", "attempts": ["junk"]})
+    assert converted["attempts"][-1]["instance"]["name"] == "x"
