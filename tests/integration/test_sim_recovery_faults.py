@@ -356,7 +356,10 @@ def test_an_epoch_fault_can_wait_for_the_checkpoint_sync_of_that_epoch(
     sync = aws_on(
         brev_sim, s3_server, "inst", "s3", "sync", "/job/results", "s3://ckpt/p/checkpoints/", job="j"
     )
-    assert sync.returncode == 0, sync.stderr
+    # The instance vanishes as soon as the sync's container has ended: as with a real VM, that
+    # may cut the ssh connection before it delivered the exit status (255; seen under a
+    # whole-suite load). The sync itself is judged by what reached S3, below.
+    assert sync.returncode in (0, 255), sync.stderr
     wait_until(lambda: ls_json(brev_sim) == [], "the instance to vanish after the sync")
     keys = {o["Key"] for o in s3_server.client().list_objects_v2(Bucket="ckpt")["Contents"]}
     assert "p/checkpoints/train/model_epoch_002.pth" in keys
