@@ -26,7 +26,7 @@ from pydantic import AwareDatetime, ConfigDict, Field, PlainSerializer, model_va
 
 from controller.api import status_legacy
 from controller.api.timestamps import format_time
-from controller.api.vocabulary import ConditionStatus, Outcome, StatusModel, list_map
+from controller.api.vocabulary import ConditionStatus, FailureClass, Outcome, StatusModel, list_map
 from controller.lifecycle.phases import Phase
 
 # Kubernetes stores second-resolution UTC `Z` timestamps; serialising the same way keeps a status
@@ -516,6 +516,14 @@ class TaoBrevJobStatus(StatusModel):
         default=None, description="CamelCase reason of the outcome or current problem."
     )
     message: str | None = Field(default=None, description="Human-readable detail.")
+    failure_class: FailureClass | None = Field(
+        default=None,
+        description=(
+            "With outcome Failed, whose move it is: Infrastructure (Brev, the instance, the network; "
+            "recovery retries), Program (the training exited non-zero or ran out of time), "
+            "Configuration (spec, Secrets, entitlement: fix and apply again), Quota or Budget."
+        ),
+    )
     observed_generation: int | None = Field(
         default=None, description="metadata.generation the status was computed from."
     )

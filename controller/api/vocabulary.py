@@ -22,6 +22,17 @@ class Outcome(StrEnum):
     CANCELED = "Canceled"
 
 
+class FailureClass(StrEnum):
+    """Whose move it is after a failure (TAO's ERR_INFRA / ERR_PROGRAM, and the two the operator
+    adds): what a person should do next, not how the run ended."""
+
+    INFRASTRUCTURE = "Infrastructure"  # Brev, the instance, the network: retried by recovery
+    PROGRAM = "Program"  # the training exited non-zero (or ran out of its time): fix the code/data
+    CONFIGURATION = "Configuration"  # spec, Secrets, entitlement: fix it and apply again
+    QUOTA = "Quota"  # the namespace's instance quota (its annotation) kept it from running
+    BUDGET = "Budget"  # spec.budget was spent
+
+
 class ConditionStatus(StrEnum):
     TRUE = "True"
     FALSE = "False"

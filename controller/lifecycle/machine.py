@@ -48,6 +48,7 @@ from controller.api.status import CheckpointStatus, TaoBrevJobStatus
 from controller.api.vocabulary import Outcome
 from controller.lifecycle import conditions, recovery
 from controller.lifecycle.decision_pass import Pass
+from controller.lifecycle.failure_class import failure_class
 from controller.lifecycle.identities import same_reach
 from controller.lifecycle.phases import PHASES, TRANSITIONS, Phase
 from controller.lifecycle.run_phases import (
@@ -166,6 +167,7 @@ def decide(
 def _finish(p: Pass, generation: int, requeue: float | None) -> Decision:
     recovery.track(p)
     p.s.outcome = conditions.shown_outcome(p.s)
+    p.s.failure_class = failure_class(p.s.reason) if p.s.outcome == Outcome.FAILED else None
     p.s.observed_generation = generation
     p.s.conditions = conditions.derive(p.s, p.prev_conditions, generation, p.now)
     if p.s.finished_at:

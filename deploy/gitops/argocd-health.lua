@@ -47,6 +47,9 @@ local function describe(status, fallback)
   if status.reason ~= nil and status.reason ~= "" then
     table.insert(parts, "reason " .. status.reason)
   end
+  if status.failureClass ~= nil then
+    table.insert(parts, "failure class " .. status.failureClass)
+  end
   local code = exit_code(status)
   if code ~= nil then
     table.insert(parts, "exit code " .. tostring(code))

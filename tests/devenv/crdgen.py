@@ -250,6 +250,12 @@ def crd() -> dict[str, Any]:
                         _column("Action", ".spec.task.action", priority=1, desc="TAO action."),
                         _column("Reason", ".status.reason", priority=1, desc="Reason of the outcome."),
                         _column(
+                            "Failure",
+                            ".status.failureClass",
+                            priority=1,
+                            desc="Whose move it is after a failure (Infrastructure, Program, ...).",
+                        ),
+                        _column(
                             "Attempt",
                             ".status.attempts[-1:].attempt",
                             type_="integer",

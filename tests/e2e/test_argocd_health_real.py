@@ -199,6 +199,7 @@ def test_argocd_health_of_a_run_whose_training_exits_non_zero(stack: Stack) -> N
     final = versions[-1]["status"]
     assert final["outcome"] == "Failed", final
     assert paths.run(final)["exitCode"] == 3, final
+    assert final["failureClass"] == "Program", final  # the training's doing, not Brev's
     for v in versions:
         status, result = v["status"], health(v)
         if not status.get("outcome"):

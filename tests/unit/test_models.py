@@ -413,10 +413,10 @@ def test_api_field_names_match_the_contract() -> None:
     status = crdgen.openapi_schema()["properties"]["status"]["properties"]
     current = {k for k, v in status.items() if not v["description"].startswith("Deprecated")}
     assert current == {
-        "phase", "outcome", "runOutcome", "reason", "message", "observedGeneration", "jobId", "backendRef",
-        "phaseTimes", "finishedAt", "stalledReason", "stalledMessage", "retries", "billedSeconds",
-        "estimatedCostDollars", "costKnown", "conditions", "queue", "attempts", "teardown", "checkpoint",
-        "preflight", "plan",
+        "phase", "outcome", "runOutcome", "reason", "message", "failureClass", "observedGeneration", "jobId",
+        "backendRef", "phaseTimes", "finishedAt", "stalledReason", "stalledMessage", "retries",
+        "billedSeconds", "estimatedCostDollars", "costKnown", "conditions", "queue", "attempts", "teardown",
+        "checkpoint", "preflight", "plan",
     }  # fmt: skip
     # The flat fields of releases before sub-records stay in the schema (Deprecated) so the objects
     # they wrote survive until rewritten.
@@ -804,6 +804,7 @@ def test_crd_names_columns_and_subresources() -> None:
         "Queued": (".status.queue.reason", 1),
         "Action": (".spec.task.action", 1),
         "Reason": (".status.reason", 1),
+        "Failure": (".status.failureClass", 1),
         "Attempt": (".status.attempts[-1:].attempt", 1),
         "Billed": (".status.billedSeconds", 1),
         "Cost": (".status.estimatedCostDollars", 1),
