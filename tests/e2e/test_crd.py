@@ -174,13 +174,14 @@ def test_status_schema_is_enforced(kubectl: Kubectl, tbj_ns: str) -> None:
 
 def test_printer_columns(kubectl: Kubectl, tbj_ns: str) -> None:
     """`kubectl get tbj` shows PHASE/OUTCOME/INSTANCE/GPU/QUEUE/AGE; `-o wide` adds QUEUED (the
-    limit holding it back), ACTION, REASON and the recovery figures ATTEMPT, BILLED (seconds) and
-    COST (dollars). INSTANCE, GPU and ATTEMPT are the current (last) attempt's, not an earlier
-    one's. A finished job has no queue place: those cells are blank."""
+    limit holding it back), ACTION, REASON, FAILURE (whose move it is) and the recovery figures
+    ATTEMPT, BILLED (seconds) and COST (dollars). INSTANCE, GPU and ATTEMPT are the current
+    (last) attempt's, not an earlier one's. A finished job has no queue place: those cells are
+    blank."""
     _apply(kubectl, tbj_ns, valid_job("cols")).check_returncode()
     _patch_status(
         kubectl, tbj_ns, "cols",
-        {"phase": "Deleted", "outcome": "Failed", "reason": "RunningTimeout",
+        {"phase": "Deleted", "outcome": "Failed", "reason": "RunningTimeout", "failureClass": "Program",
          "attempts": [
              {"attempt": 1, "instance": {"name": "tbj-abc123-old", "gpu": "A100"}},
              {"attempt": 2, "instance": {"name": "tbj-abc123", "gpu": "L40S"}},
@@ -192,10 +193,10 @@ def test_printer_columns(kubectl: Kubectl, tbj_ns: str) -> None:
     assert narrow[1].split()[:5] == ["cols", "Deleted", "Failed", "tbj-abc123", "L40S"]
     wide = kubectl("get", "tbj", "-n", tbj_ns, "-o", "wide").stdout.splitlines()
     assert wide[0].split() == [
-        "NAME", "PHASE", "OUTCOME", "INSTANCE", "GPU", "QUEUE", "QUEUED", "ACTION", "REASON", "ATTEMPT",
-        "BILLED", "COST", "AGE",
+        "NAME", "PHASE", "OUTCOME", "INSTANCE", "GPU", "QUEUE", "QUEUED", "ACTION", "REASON", "FAILURE",
+        "ATTEMPT", "BILLED", "COST", "AGE",
     ]  # fmt: skip
-    assert wide[1].split()[:10] == [
+    assert wide[1].split()[:11] == [
         "cols",
         "Deleted",
         "Failed",
@@ -203,6 +204,7 @@ def test_printer_columns(kubectl: Kubectl, tbj_ns: str) -> None:
         "L40S",
         "train",
         "RunningTimeout",
+        "Program",
         "2",
         "1234",
         "0.51",

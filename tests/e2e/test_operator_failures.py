@@ -24,6 +24,7 @@ def test_ngc_entitlement_failure_ends_the_job_at_once_and_deletes_the_instance(s
     status = stack.wait_finished("noentitlement")
     assert status["outcome"] == "Failed"
     assert status["reason"] == "RegistryEntitlementFailed"
+    assert status["failureClass"] == "Configuration"  # fix the NGC entitlement, not retry
     assert "Running" not in status["phaseTimes"], "never billed on into a run"
     assert status["retries"] == 0, "a permanent error is not retried"
     assert stack.live_instances() == []
@@ -37,6 +38,7 @@ def test_instance_that_never_accepts_commands_times_out_in_waiting_exec(stack: S
     status = stack.wait_finished("neverready", timeout=120)
     assert status["outcome"] == "Failed"
     assert status["reason"] == "WaitingExecTimeout"
+    assert status["failureClass"] == "Infrastructure"
     assert "10s" in status["message"]
     assert "spec.timeouts" in status["message"]
     assert stack.live_instances() == []
@@ -109,6 +111,7 @@ def test_seed_only_placement_field_is_refused_with_a_clear_reason_and_nothing_is
     status = stack.wait_finished("placement")
     assert status["outcome"] == "Failed"
     assert status["reason"] == "InvalidSpec"
+    assert status["failureClass"] == "Configuration"
     assert "cloudCredId" in status["message"]
     assert stack.sim.created_count() == 0
     assert not any("--cloud-cred-id" in c.argv for c in stack.sim.calls())
@@ -143,6 +146,7 @@ def test_instance_that_disappears_mid_run_fails_with_a_distinct_reason(stack: St
     status = stack.wait_finished("vanish")
     assert status["outcome"] == "Failed", status
     assert status["reason"] == "InstanceLost", status
+    assert status["failureClass"] == "Infrastructure"
     assert "disappeared" in status["message"]
     assert stack.live_instances() == []
 
@@ -153,6 +157,7 @@ def test_upload_that_keeps_failing_ends_as_failed_and_still_deletes_the_instance
     status = stack.wait_finished("noupload")
     assert status["outcome"] == "Failed"
     assert status["reason"] == "UploadFailed"
+    assert status["failureClass"] == "Infrastructure"
     assert "uploadingSeconds" in status["message"]
     assert "uploadedAt" not in upload(status)
     assert stack.live_instances() == [], "billing stops even when results cannot be saved"

@@ -115,6 +115,7 @@ def test_non_zero_training_exit_uploads_logs_and_partial_results_deletes_and_fai
 
     assert status["outcome"] == "Failed"
     assert status["reason"] == "TrainingFailed"
+    assert status["failureClass"] == "Program"
     assert run(status)["exitCode"] == 3
     assert "3" in status["message"]
     keys = s3_keys(stack, "crash/")

@@ -212,6 +212,7 @@ def test_a_billed_time_budget_stops_the_job_failed_budget_exceeded(stack: Stack)
     status = stack.wait_finished("budget", timeout=300)
     assert status["outcome"] == "Failed", json.dumps(status, indent=1)
     assert status["reason"] == "BudgetExceeded"
+    assert status["failureClass"] == "Budget"
     assert "60" in status["message"]
     assert status["billedSeconds"] >= 60
     assert stack.sim.created_count() == 1

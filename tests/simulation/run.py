@@ -263,6 +263,11 @@ class Simulation:
             self.violation(
                 f"{job.name}: outcome Succeeded without results verified in S3 (upload.uploadedAt)"
             )
+        # Whose move it is, exactly when the job failed (issue 27): the user's next step.
+        if (after.get("outcome") == "Failed") != (after.get("failureClass") is not None):
+            self.violation(
+                f"{job.name}: outcome {after.get('outcome')} with failureClass {after.get('failureClass')}"
+            )
         if before.get("finishedAt") and after.get("finishedAt") != before.get("finishedAt"):
             self.violation(
                 f"{job.name}: finishedAt changed {before.get('finishedAt')} -> {after.get('finishedAt')}"
