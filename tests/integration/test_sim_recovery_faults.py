@@ -289,11 +289,13 @@ def aws_on(sim: BrevSim, s3: S3Server, inst: str, *args: str, job: str = "u") ->
 
 def test_checkpoint_sync_fails_transiently_n_times_then_works(brev_sim: BrevSim, s3_server: S3Server) -> None:
     inst = ready_instance(brev_sim)
-    s3_server.create_bucket("ckpt")
+    s3_server.create_bucket("ckpt-sync-retries")
     write_checkpoints(brev_sim.instance_files(inst) / "taobrev" / "u" / "results" / "train", 2)
     brev_sim.set_faults(checkpoint_sync_fails=2)
-    sync = ("s3", "sync", "/job/results", "s3://ckpt/p/checkpoints/")
-    other = aws_on(brev_sim, s3_server, inst, "s3", "sync", "/job/results", "s3://ckpt/p/results/")
+    sync = ("s3", "sync", "/job/results", "s3://ckpt-sync-retries/p/checkpoints/")
+    other = aws_on(
+        brev_sim, s3_server, inst, "s3", "sync", "/job/results", "s3://ckpt-sync-retries/p/results/"
+    )
     assert other.returncode == 0, other.stderr  # only checkpoint syncs are hit
     for _ in range(2):
         failed = aws_on(brev_sim, s3_server, inst, *sync)
@@ -303,18 +305,20 @@ def test_checkpoint_sync_fails_transiently_n_times_then_works(brev_sim: BrevSim,
     assert ok.returncode == 0, ok.stderr
     keys = sorted(
         o["Key"]
-        for o in s3_server.client().list_objects_v2(Bucket="ckpt", Prefix="p/checkpoints/")["Contents"]
+        for o in s3_server.client().list_objects_v2(Bucket="ckpt-sync-retries", Prefix="p/checkpoints/")[
+            "Contents"
+        ]
     )
     assert keys == ["p/checkpoints/train/model_epoch_001.pth", "p/checkpoints/train/model_epoch_002.pth"]
 
 
 def test_restore_finds_nothing_copies_nothing(brev_sim: BrevSim, s3_server: S3Server) -> None:
     inst = ready_instance(brev_sim)
-    s3_server.create_bucket("ckpt")
+    s3_server.create_bucket("ckpt-restore-nothing")
     s3_server.client().put_object(
-        Bucket="ckpt", Key="p/checkpoints/train/model_epoch_001.pth", Body=checkpoint_bytes(1)
+        Bucket="ckpt-restore-nothing", Key="p/checkpoints/train/model_epoch_001.pth", Body=checkpoint_bytes(1)
     )
-    restore = ("s3", "sync", "s3://ckpt/p/checkpoints/", "/job/results")
+    restore = ("s3", "sync", "s3://ckpt-restore-nothing/p/checkpoints/", "/job/results")
     results = brev_sim.instance_files(inst) / "taobrev" / "u" / "results"
     results.mkdir(parents=True)
     brev_sim.set_faults(restore_finds_nothing=[inst])
@@ -347,21 +351,28 @@ def test_an_epoch_fault_can_wait_for_the_checkpoint_sync_of_that_epoch(
 ) -> None:
     """With `epoch_fault_sync_wait_s`, the loss comes after the next checkpoint sync, so that
     sync holds epoch N's checkpoint (the e2e 'lost at epoch 3, resume at 4' needs exactly this)."""
-    s3_server.create_bucket("ckpt")
+    s3_server.create_bucket("ckpt-epoch-fault")
     inst_id, train_dir = start_training(
         brev_sim, epochs=6, vanish_at_epoch={"inst": 2}, epoch_fault_sync_wait_s=100000
     )
     wait_until((train_dir / "model_epoch_002.pth").exists, "epoch 2's checkpoint")
     assert [w["status"] for w in ls_json(brev_sim)] == ["RUNNING"]  # held, not lost yet
     sync = aws_on(
-        brev_sim, s3_server, "inst", "s3", "sync", "/job/results", "s3://ckpt/p/checkpoints/", job="j"
+        brev_sim,
+        s3_server,
+        "inst",
+        "s3",
+        "sync",
+        "/job/results",
+        "s3://ckpt-epoch-fault/p/checkpoints/",
+        job="j",
     )
     # The instance vanishes as soon as the sync's container has ended: as with a real VM, that
     # may cut the ssh connection before it delivered the exit status (255; seen under a
     # whole-suite load). The sync itself is judged by what reached S3, below.
     assert sync.returncode in (0, 255), sync.stderr
     wait_until(lambda: ls_json(brev_sim) == [], "the instance to vanish after the sync")
-    keys = {o["Key"] for o in s3_server.client().list_objects_v2(Bucket="ckpt")["Contents"]}
+    keys = {o["Key"] for o in s3_server.client().list_objects_v2(Bucket="ckpt-epoch-fault")["Contents"]}
     assert "p/checkpoints/train/model_epoch_002.pth" in keys
     assert not (train_dir / "model_epoch_003.pth").exists()
     assert_frozen(brev_sim, inst_id)
