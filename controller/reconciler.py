@@ -243,8 +243,8 @@ class Reconciler:
         written = self._written.get(ref.uid)
         if written is not None:
             return written.phase, written.instance
-        status = parse_status(ref.status)
-        return str(status.phase or Phase.PENDING), status.instance.name or "-"
+        # From the stored dict: a log line is no reason to parse the status (the pass does).
+        return str(ref.status.get("phase") or Phase.PENDING), status_legacy.instance_name(ref.status) or "-"
 
     def _status(self, ref: JobRef) -> TaoBrevJobStatus:
         """Status parsed where it enters: our last write if the watch lags behind it."""
@@ -708,7 +708,11 @@ def parse_status(raw: Mapping[str, Any]) -> TaoBrevJobStatus:
     the machine needs is re-derived or re-observed. Only that field goes (one bad time in one
     attempt must not take every attempt's names, ids and deletion proof with it), or, when it
     is required, the smallest record that holds it."""
-    # Paths are those of the sub-record shape, so a flat status is converted first.
+    try:
+        return TaoBrevJobStatus.from_k8s(dict(raw))
+    except ValidationError:
+        pass  # the rare case: find what cannot be read, on a copy
+    # Error paths are those of the sub-record shape, so a flat status is converted first.
     data = copy.deepcopy(status_legacy.status_from_flat(dict(raw)))
     for _ in range(_MAX_DROPS):
         try:

@@ -10,6 +10,7 @@ written back as it was read: the next status write stores the new shape and null
 from __future__ import annotations
 
 import copy
+from collections.abc import Mapping
 from typing import Any
 
 # flat key -> (sub-record of the current attempt, key in it)
@@ -73,6 +74,20 @@ def stored_flat(raw: Any) -> frozenset[str]:
     if isinstance(attempts, list) and any(isinstance(a, dict) and "instance" not in a for a in attempts):
         keys |= {"attempts"}
     return frozenset(keys)
+
+
+def instance_name(raw: Any) -> str | None:
+    """The current attempt's instance name in a stored status of either shape (log context,
+    without parsing the whole status)."""
+    if not isinstance(raw, Mapping):
+        return None
+    attempts = raw.get("attempts")
+    last = attempts[-1] if isinstance(attempts, list) and attempts else None
+    if isinstance(last, Mapping) and isinstance(last.get("instance"), Mapping):
+        name = last["instance"].get("name")
+        return str(name) if name else None
+    flat = raw.get("instanceName")
+    return str(flat) if flat else None
 
 
 def _camel(key: str) -> str:

@@ -96,16 +96,12 @@ def stopped_by_someone(p: Pass) -> tuple[str, str] | None:
 # -- attempts ------------------------------------------------------------------------------------
 
 
-def current(p: Pass) -> AttemptRecord | None:
-    return p.s.attempts[-1] if p.s.attempts else None
-
-
 def end_attempt(p: Pass, reason: str, message: str) -> None:
     """This attempt is over, the job is not: record why and go back to Provisioning, where the old
     instance is deleted and confirmed before the next one is created."""
     track(p)
-    rec = current(p)
-    assert rec is not None, "an owned instance always has an attempt record"
+    assert p.s.attempts, "an owned instance always has an attempt record"
+    rec = p.s.current
     n = rec.attempt
     # absence.py's wording for the end of a run; here no upload follows.
     message = message.removesuffix("; uploading what can be reached, then deleting it")
@@ -134,8 +130,7 @@ def release_previous(p: Pass, released: bool) -> None:
 
 
 def ended_not_switched(p: Pass) -> bool:
-    rec = current(p)
-    return rec is not None and rec.ended_at is not None and p.s.run_outcome is None
+    return p.s.current.ended_at is not None and p.s.run_outcome is None
 
 
 def _next_attempt(p: Pass) -> None:
@@ -338,14 +333,14 @@ def sync_due_in(p: Pass) -> float | None:
 
 
 def needs_restore(p: Pass) -> bool:
-    rec = current(p)
-    return enabled(p) and rec is not None and rec.attempt >= 2 and rec.restored_at is None
+    rec = p.s.current  # before the first attempt: attempt 1, never restored
+    return enabled(p) and rec.attempt >= 2 and rec.restored_at is None
 
 
 def fold_restore(p: Pass) -> None:
     got = p.obs.restored
-    rec = current(p)
-    if got is None or rec is None or rec.restored_at is not None:
+    rec = p.s.current
+    if got is None or not p.s.attempts or rec.restored_at is not None:
         return
     rec.restored(p.now, got.path, got.epoch)
     if got.path is not None:
@@ -364,8 +359,8 @@ def fold_restore(p: Pass) -> None:
 
 def resume_path(p: Pass) -> str | None:
     """The override for attempt >= 2 of a `train` action when a checkpoint was restored."""
-    rec = current(p)
-    if rec is None or rec.attempt < 2 or rec.resumed_from is None:
+    rec = p.s.current
+    if rec.attempt < 2 or rec.resumed_from is None:
         return None
     if p.spec is None or p.spec.task.action != "train":
         return None

@@ -154,3 +154,13 @@ def test_what_is_not_a_status_dict_is_left_to_pydantic_to_refuse() -> None:
     # An attempts[] entry that is not a record becomes an empty one (and pydantic names it).
     converted = status_legacy.status_from_flat({"instanceName": "x", "attempts": ["junk"]})
     assert converted["attempts"][-1]["instance"]["name"] == "x"
+
+
+def test_the_log_context_reads_the_instance_name_from_either_shape_without_parsing() -> None:
+    for _, stored in CASES:
+        parsed = TaoBrevJobStatus.from_k8s(stored)
+        assert status_legacy.instance_name(stored) == (parsed.instance.name or None)
+    rewritten = TaoBrevJobStatus.from_k8s({"instanceName": "x"}).to_k8s()
+    assert status_legacy.instance_name(rewritten) == "x"
+    assert status_legacy.instance_name(None) is None
+    assert status_legacy.instance_name({"attempts": ["junk"]}) is None
