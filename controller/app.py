@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import ssl
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -17,11 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import structlog
+from aiohttp import web
 from prometheus_client import CollectorRegistry
 
 from controller.api.errors import KubeAccessDenied, PermanentError, TaoBrevError
+from controller.api.models import TaoBrevJobSpec
 from controller.brev.cli import BrevCLI, BrevCLISettings
 from controller.brev.client import BrevCredentials
+from controller.brev.envfile import S3Credentials
 from controller.effects.actions import ActionRunner
 from controller.effects.directory import InstanceDirectory
 from controller.effects.pricing import PriceBook
@@ -33,11 +37,16 @@ from controller.fleet.sweeper import Sweeper
 from controller.kube.access import KubeAccess, api_client, resolve_connection
 from controller.kube.secret_arrivals import SecretArrivals
 from controller.lifecycle.machine import decide
+from controller.logapi.archive import Archive
+from controller.logapi.auth import Authorizer, RequestHeaderConfig, server_context, trust_front_proxy
+from controller.logapi.certs import serving_cert
+from controller.logapi.hub import LogHub
+from controller.logapi.server import LogApi, serve
 from controller.observability.health import Watchdog
 from controller.observability.logs import register_secret
 from controller.observability.metrics import Recorder, RedactingRegistry
 from controller.preflight.checker import Preflight, SecretLoader
-from controller.preflight.s3 import S3Checks
+from controller.preflight.s3 import S3Checks, S3Target
 from controller.reconciler import EventSink, Reconciler
 from controller.settings import Settings
 from controller.versions import load_versions
@@ -276,3 +285,91 @@ def _package_version() -> str:
         return version("taobrev-operator")
     except PackageNotFoundError:
         return "0.0.0+local"
+
+
+async def start_log_api(app: App) -> LogApiRunner | None:
+    """The log API's HTTPS server (TAOBREV_LOG_API_PORT), on every replica: see controller/logapi."""
+    settings = app.settings
+    if not settings.log_api_port:
+        return None
+    api = api_client(resolve_connection(settings))
+    authorizer = Authorizer(api, request_timeout=settings.kube_request_timeout)
+    headers = await _request_headers(authorizer) or RequestHeaderConfig()
+    service = settings.log_api_service
+    names = [f"{service}.{settings.operator_namespace}.svc", service, "localhost"]
+    home = settings.brev_home or Path.home()
+    cert = serving_cert(settings.log_api_cert_dir, home / ".taobrev-log-api", names)
+    context = server_context(str(cert.cert_file), str(cert.key_file), headers.client_ca)
+
+    async def s3_target(namespace: str, spec: TaoBrevJobSpec) -> S3Target:
+        ref = spec.credentials.s3
+        data = await app.kube.read_secret(namespace, ref.name)
+        if data is None or not data.get(ref.access_key_id_key) or not data.get(ref.secret_access_key_key):
+            raise PermanentError(
+                f"Secret {namespace}/{ref.name} (spec.credentials.s3) is missing or incomplete"
+            )
+        register_secret(data[ref.secret_access_key_key].decode(errors="replace"))
+        creds = S3Credentials(data[ref.access_key_id_key], data[ref.secret_access_key_key])
+        return S3Target(spec.data.s3_endpoint_url, spec.data.s3_region, creds, f"{namespace}/{ref.name}")
+
+    hub = LogHub(
+        app.brev.open_stream,
+        app.brev.refresh_alias,
+        backlog_lines=settings.log_api_backlog_lines,
+        max_followers=settings.log_api_max_streams,
+    )
+    log_api = LogApi(
+        authorizer=authorizer,
+        request_headers=headers,
+        read_job=app.kube.read_job,
+        s3_target=s3_target,
+        hub=hub,
+        archive=Archive(),
+        max_bytes=settings.log_api_max_bytes,
+    )
+    runner = await serve(log_api, settings.log_api_host, settings.log_api_port, context)
+    waiting = None
+    if not headers.client_ca:
+        waiting = asyncio.create_task(_learn_front_proxy(authorizer, log_api, context), name="log API auth")
+    return LogApiRunner(runner, hub, api, waiting)
+
+
+async def _request_headers(authorizer: Authorizer) -> RequestHeaderConfig | None:
+    try:
+        return await authorizer.request_header_config()
+    except Exception as exc:  # without it only bearer tokens are accepted: say so
+        log.warning(
+            "log API: cannot read kube-system/extension-apiserver-authentication (grant `get` on "
+            "it: ClusterRole taobrev-operator-auth-reader, deploy/base/log-api.yaml); requests "
+            "through kube-apiserver are refused until it can",
+            error=str(exc)[:300],
+        )
+        return None
+
+
+async def _learn_front_proxy(authorizer: Authorizer, log_api: LogApi, context: ssl.SSLContext) -> None:
+    """Read the front proxy's CA until it can (RBAC granted after start-up, an API outage), then
+    trust it: the TLS context is shared, so the next connection asks for the proxy's certificate."""
+    while True:
+        await asyncio.sleep(30.0)
+        headers = await _request_headers(authorizer)
+        if headers is not None and headers.client_ca:
+            trust_front_proxy(context, headers.client_ca)
+            log_api.request_headers = headers
+            log.info("log API: front proxy CA loaded")
+            return
+
+
+@dataclass
+class LogApiRunner:
+    runner: web.AppRunner
+    hub: LogHub
+    api: Any
+    waiting: asyncio.Task[None] | None = None
+
+    async def stop(self) -> None:
+        if self.waiting is not None:
+            self.waiting.cancel()
+        await self.hub.close()
+        await self.runner.cleanup()
+        self.api.close()

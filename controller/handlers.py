@@ -119,6 +119,11 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
     except TransientError as exc:
         log.warning("brev not ready at start-up; jobs will retry", error=str(exc))
     app.watchdog.started = True
+    try:
+        memo["log_api"] = await app_module.start_log_api(app)
+    except (OSError, ValueError) as exc:
+        # A port in use or an unreadable certificate: the operator itself still works; say why.
+        raise kopf.PermanentError(f"the log API cannot start (TAOBREV_LOG_API_*): {exc}") from exc
     if app.elector is not None:
         # Only a replica that passed the start-up checks campaigns. Kept in memo so cleanup can
         # stop the loop before releasing the Lease.
@@ -164,6 +169,9 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     if app is not None and app.elector is not None:
         # Hand the Lease over now: the standby takes over at its next retry, not after expiry.
         await app.elector.release()
+    log_api = memo.get("log_api")
+    if log_api is not None:
+        await log_api.stop()
     if app is not None:
         app.brev.close()
     health: ThreadingHTTPServer | None = memo.get("health")

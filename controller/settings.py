@@ -149,6 +149,35 @@ class Settings(BaseModel):
     # --- observability
     metrics_host: str = Field("0.0.0.0", description="metrics bind address")  # noqa: S104 - in-pod
     metrics_port: int = Field(8000, ge=0, le=65535, description="metrics port; 0 disables")
+    # --- the log API (taobrevjobs/log, an aggregated API: docs/usage.md "Following a run's log")
+    log_api_port: int = Field(
+        0, ge=0, le=65535, description="HTTPS port of the log API (deploy/ sets 8443); 0 disables"
+    )
+    log_api_host: str = Field("0.0.0.0", description="log API bind address")  # noqa: S104 - in-pod
+    log_api_cert_dir: Path | None = Field(
+        None,
+        description="directory with tls.crt and tls.key for the log API (e.g. a cert-manager "
+        "Certificate's Secret); unset: a self-signed certificate made at start-up",
+    )
+    log_api_service: str = Field(
+        "taobrev-log-api", description="the Service the APIService names (the self-signed certificate's name)"
+    )
+    log_api_max_bytes: int = Field(
+        10 * 1024 * 1024, ge=1024, le=1024**3, description="most bytes one log request is served"
+    )
+    log_api_backlog_lines: int = Field(
+        5000,
+        ge=10,
+        le=100000,
+        description="lines of a running job's log kept per followed job (what a new viewer and "
+        "a request without follow get); the whole log is archived in S3 after the run",
+    )
+    log_api_max_streams: int = Field(
+        200,
+        ge=1,
+        le=10000,
+        description="jobs whose logs one replica follows at once (one remote stream each)",
+    )
     log_json: bool | None = Field(None, description="JSON logs (default: when stderr is not a TTY)")
     log_level: str = Field(
         "INFO", pattern="^(DEBUG|INFO|WARNING|ERROR)$", description="DEBUG, INFO, WARNING or ERROR"

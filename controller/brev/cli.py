@@ -519,6 +519,34 @@ class BrevCLI:
             result = await self._runner.run(argv, verb=verb, timeout=remaining, stdin=stdin)
         return result
 
+    async def open_stream(self, instance: str, command: str) -> asyncio.subprocess.Process:
+        """A long-running remote command whose stdout the caller reads as it arrives (the log
+        API's one stream per followed job); the caller ends it with `end_stream`. Its own ssh
+        session over the instance's master, so it never holds a lane or a pass. A stream that
+        ended at once with ssh's 255 is retried by the caller after `refresh_alias`."""
+        check_name(instance)
+        if not self._ssh_config.is_file():
+            await self.ensure_login()
+            await self._refresh_after(0.0)
+        if not self._control_dir_ready:
+            control_dir(self._settings.home).mkdir(mode=0o700, parents=True, exist_ok=True)
+            self._control_dir_ready = True
+        self._ssh_aliases.add(instance)
+        return await asyncio.create_subprocess_exec(
+            *self._ssh_argv(instance, command),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env=await self._runner.environment(),
+            start_new_session=True,
+        )
+
+    async def refresh_alias(self, failed_at: float) -> None:
+        """ssh did not know an instance's alias (a replica that never reached it): `brev refresh`
+        once, shared with any other caller that failed since `failed_at`."""
+        await self.ensure_login()
+        await self._refresh_after(failed_at)
+
     async def ssh_exec(self, instance: str, command: str, *, timeout: float) -> ExecResult:  # noqa: ASYNC109
         check_name(instance)
         marker = new_marker()

@@ -319,6 +319,25 @@ class KubeAccess:
 
         await asyncio.to_thread(_write)
 
+    async def read_job(self, namespace: str, name: str) -> dict[str, Any] | None:
+        """One TaoBrevJob as a plain dict, or None if it does not exist."""
+        where = f"reading TaoBrevJob {namespace}/{name}"
+
+        def _read() -> dict[str, Any] | None:
+            try:
+                got = self._custom.get_namespaced_custom_object(
+                    GROUP, VERSION, namespace, PLURAL, name, _request_timeout=self._timeout
+                )
+            except ApiException as exc:
+                if exc.status == 404:
+                    return None
+                raise _translate(exc, where) from None
+            except (Urllib3Error, OSError) as exc:
+                raise _translate(exc, where) from None
+            return dict(got)
+
+        return await asyncio.to_thread(_read)
+
     async def list_jobs(
         self, namespaces: Sequence[str] = (), *, page_size: int = _LIST_PAGE
     ) -> list[dict[str, Any]]:

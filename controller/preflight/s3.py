@@ -70,7 +70,8 @@ class S3Checks:
     ) -> list[Problem]:
         return await asyncio.to_thread(self._check, target, results_uri, inputs, job_id)
 
-    def _client(self, target: S3Target) -> Any:
+    def client(self, target: S3Target) -> Any:
+        """A boto3 S3 client for `target` (kept: see CLIENTS_KEPT); call it in a worker thread."""
         creds = target.credentials
         key = (
             target.endpoint_url,
@@ -112,7 +113,7 @@ class S3Checks:
 
     def _check(self, target: S3Target, results_uri: str, inputs: list[str], job_id: str) -> list[Problem]:
         try:
-            client = self._client(target)
+            client = self.client(target)
         except Exception as exc:  # e.g. an endpoint botocore refuses: a finding, not a crash
             return [_unreachable(target, f"{type(exc).__name__}: {exc}"[:300])]
         problem = self._writable(client, target, results_uri, job_id)

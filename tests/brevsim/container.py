@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import io
 import json
 import os
 import shutil
@@ -21,7 +22,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from tests.brevsim import control, wakeup
 from tests.brevsim.store import Store, flocked, read_json, write_json
@@ -102,6 +103,11 @@ class Docker:
 
     def log_path(self, cid: str) -> Path:
         return self.containers_dir / cid / "log"
+
+    def log_times_path(self, cid: str) -> Path:
+        """One RFC3339Nano time per completed log line, in order: what docker's json-file driver
+        keeps beside each line, so `docker logs -t` / `--since` answer as docker's do."""
+        return self.containers_dir / cid / "log.times"
 
     # images
     def images(self) -> dict[str, Any]:
@@ -421,3 +427,27 @@ def inspect_object(docker: Docker, cid: str) -> dict[str, Any] | None:
 
 def dumps(obj: Any) -> str:
     return json.dumps(obj, separators=(",", ":"))
+
+
+class StampedLog(io.TextIOBase):
+    """The container log as a text stream that records each completed line's time (when its
+    newline was written) in the times file, as docker stamps a line when it reads it."""
+
+    def __init__(self, log: IO[str], times: Path) -> None:
+        self._log = log
+        self._times = times
+
+    def write(self, text: str) -> int:
+        n = self._log.write(text)
+        lines = text.count("\n")
+        if lines:
+            stamp = iso()
+            with self._times.open("a", encoding="ascii") as f:
+                f.write((stamp + "\n") * lines)
+        return n
+
+    def flush(self) -> None:
+        self._log.flush()
+
+    def writable(self) -> bool:
+        return True

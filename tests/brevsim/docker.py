@@ -7,6 +7,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import secrets
 import select
 import signal
@@ -663,6 +664,42 @@ def tail_lines(data: bytes, n: int) -> bytes:
     return text + b"\n" if complete else text
 
 
+def _since_cutoff(text: str, now: float) -> float:
+    """docker's --since: a Go duration (`90s`, `10m`, `1h30m`), a Unix time, or an RFC3339 time."""
+    text = text.strip()
+    if re.fullmatch(r"(\d+(\.\d+)?(ns|us|ms|s|m|h))+", text):
+        unit = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+        total = sum(float(n) * unit[u] for n, _, u in re.findall(r"(\d+(\.\d+)?)(ns|us|ms|s|m|h)", text))
+        return now - total
+    if re.fullmatch(r"\d+(\.\d+)?", text):
+        return float(text)
+    try:
+        return ct.parse_iso(text)
+    except ValueError:
+        raise DockerError(
+            f'invalid value for "since": failed to parse value as time or duration: "{text}"'
+        ) from None
+
+
+def _stamped_lines(docker: ct.Docker, cid: str, data: bytes) -> list[tuple[str, bytes]]:
+    """Each complete-or-partial line with the time docker would print for it (the times file;
+    a line written by a process that does not stamp gets the log's modification time)."""
+    times_path = docker.log_times_path(cid)
+    times = times_path.read_text().split() if times_path.exists() else []
+    log = docker.log_path(cid)
+    fallback = ct.iso(log.stat().st_mtime) if log.exists() else ct.iso()
+    lines = data.split(b"\n")
+    if data.endswith(b"\n"):
+        lines.pop()
+        ends = [b"\n"] * len(lines)
+    else:
+        ends = [b"\n"] * (len(lines) - 1) + [b""]
+    return [
+        (times[i] if i < len(times) else fallback, line + end)
+        for i, (line, end) in enumerate(zip(lines, ends, strict=True))
+    ]
+
+
 def cmd_logs(docker: ct.Docker, argv: list[str]) -> int:
     opts, args = parse(
         argv,
@@ -681,24 +718,52 @@ def cmd_logs(docker: ct.Docker, argv: list[str]) -> int:
         raise DockerError("\"docker logs\" requires exactly 1 argument.\nSee 'docker logs --help'.")
     cid = _need(docker, args[0])
     path = docker.log_path(cid)
+    cutoff = _since_cutoff(str(opts["since"]), time.time()) if opts.get("since") else None
+    stamps = bool(opts.get("ts"))
+
+    def shown(data: bytes, first_line: int) -> tuple[bytes, int]:
+        """`data` (the log from line `first_line` on) as docker prints it; and the lines used."""
+        if not stamps and cutoff is None:
+            return data, data.count(b"\n")
+        lines = _stamped_lines(docker, cid, data)
+        times_path = docker.log_times_path(cid)
+        if first_line and times_path.exists():
+            times = times_path.read_text().split()[first_line:]
+            lines = [(times[i] if i < len(times) else t, line) for i, (t, line) in enumerate(lines)]
+        out = [
+            ((t.encode() + b" ") if stamps else b"") + line
+            for t, line in lines
+            if cutoff is None or ct.parse_iso(t) >= cutoff
+        ]
+        return b"".join(out), data.count(b"\n")
+
     data = path.read_bytes() if path.exists() else b""
+    complete = data[: data.rfind(b"\n") + 1] if opts.get("follow") else data
+    text, used = shown(complete, 0)
     tail = str(opts.get("tail", "all"))
     if tail != "all":
-        data = tail_lines(data, int(tail))
-    sys.stdout.buffer.write(data)
+        text = tail_lines(text, int(tail))
+    sys.stdout.buffer.write(text)
     sys.stdout.flush()
     if opts.get("follow"):
-        pos = path.stat().st_size if path.exists() else 0
+        pos, line_no = len(complete), used
         while True:
             st = docker.state(cid)
-            if path.exists() and path.stat().st_size > pos:
+            size = path.stat().st_size if path.exists() else 0
+            running = st is not None and bool(st.get("Running"))
+            if size > pos:
                 with path.open("rb") as f:
                     f.seek(pos)
                     chunk = f.read()
-                pos += len(chunk)
-                sys.stdout.buffer.write(chunk)
-                sys.stdout.flush()
-            elif st is None or not st.get("Running"):
+                if running:  # whole lines only while it runs: a line is stamped when complete
+                    chunk = chunk[: chunk.rfind(b"\n") + 1]
+                if chunk:
+                    text, used = shown(chunk, line_no)
+                    pos, line_no = pos + len(chunk), line_no + used
+                    sys.stdout.buffer.write(text)
+                    sys.stdout.flush()
+                    continue
+            if not running:
                 break
             time.sleep(0.05)
     return 0

@@ -16,7 +16,7 @@ import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import TextIO, cast
 
 from tests.brevsim import container as ct
 from tests.brevsim import tao
@@ -103,9 +103,10 @@ class Engine:
         )
         started.set()
         code = 0
-        log: IO[str]
+        log: TextIO
         try:
-            with docker.log_path(run.cid).open("a", buffering=1, encoding="utf-8", errors="replace") as log:
+            with docker.log_path(run.cid).open("a", buffering=1, encoding="utf-8", errors="replace") as raw:
+                log = cast(TextIO, ct.StampedLog(raw, docker.log_times_path(run.cid)))
                 code = tao.run(
                     str(self.state),
                     run.instance_id,

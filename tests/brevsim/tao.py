@@ -310,6 +310,9 @@ def run(
             return 1
         first = done + 1
     con.log(f"Starting {network} {action} with spec {spec_path}")
+    for key in str(sim.get("echo_env") or "").split(","):  # a careless script printing its env
+        if key.strip():
+            con.log(f"environment {key.strip()}={env.get(key.strip(), '')}")
     if first > 1:
         con.log(f"Resuming training from checkpoint {resume} (epoch {first - 1})")
         _status(status, "STARTED", f"Starting {network} {action}", resumed_from_epoch=first - 1)

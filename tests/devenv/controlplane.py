@@ -1,7 +1,9 @@
 """A real local Kubernetes control plane: etcd + kube-apiserver on loopback (the envtest recipe).
 
-No controller-manager, scheduler or kubelet: CRUD, watch, RBAC, CRD validation, finalizers and
-TokenRequest work; garbage collection, namespace deletion and Pods do not.
+No scheduler or kubelet, and a controller-manager running only its clusterrole-aggregation
+controller (the built-in view/edit/admin roles fill from aggregate-to-* ClusterRoles): CRUD,
+watch, RBAC, CRD validation, finalizers, TokenRequest and aggregated APIs (front proxy) work;
+garbage collection, namespace deletion and Pods do not.
 
 Two users authenticate by static token: ``taobrev-dev-admin`` (system:masters) and
 ``taobrev-dev-operator`` with no RBAC bindings at all, so tests can bind exactly what deploy/ grants
@@ -34,12 +36,19 @@ from typing import Any
 import yaml
 
 from tests.devenv import kubebuild
-from tests.devenv.pki import create_pki
+from tests.devenv.pki import FRONT_PROXY_CLIENT, create_pki, issue_log_api_cert
 from tests.devenv.ports import free_port
 
 ADMIN_USER = "taobrev-dev-admin"
 OPERATOR_USER = "taobrev-dev-operator"
 STATE_FILE = "state.json"
+# The names the operator's log API answers to: the Service deploy/base makes, the loopback one the
+# dev environment points the APIService at (tests/devenv/operator.py), and localhost.
+LOG_API_NAMES = [
+    "taobrev-log-api.taobrev-system.svc",
+    "taobrev-log-api-local.taobrev-system.svc",
+    "localhost",
+]
 READY_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 15.0
 _PR_SET_PDEATHSIG = 1
@@ -131,6 +140,8 @@ class _State:
     apiserver_port: int
     apiserver_binary: str
     start_seconds: float
+    controller_manager_pid: int = 0
+    controller_manager_binary: str = ""
 
 
 class ControlPlane:
@@ -179,6 +190,7 @@ class ControlPlane:
         logs = workdir / "logs"
         logs.mkdir()
         pki = create_pki(workdir / "pki")
+        issue_log_api_cert(pki, workdir / "pki" / "log-api", LOG_API_NAMES)
 
         tokens = {ADMIN_USER: secrets.token_urlsafe(32), OPERATOR_USER: secrets.token_urlsafe(32)}
         token_file = workdir / "tokens.csv"
@@ -239,12 +251,43 @@ class ControlPlane:
                     # `kubernetes` Service endpoints.
                     "--endpoint-reconciler-type=none",
                     "--profiling=false",
+                    # The front proxy: how kube-apiserver authenticates itself to aggregated APIs
+                    # (it publishes the CA and names in kube-system/extension-apiserver-authentication).
+                    f"--requestheader-client-ca-file={pki.front_proxy_ca}",
+                    f"--requestheader-allowed-names={FRONT_PROXY_CLIENT}",
+                    "--requestheader-username-headers=X-Remote-User",
+                    "--requestheader-group-headers=X-Remote-Group",
+                    "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+                    f"--proxy-client-cert-file={pki.front_proxy_client_cert}",
+                    f"--proxy-client-key-file={pki.front_proxy_client_key}",
                 ],
                 logs / "kube-apiserver.log",
                 detach=detach,
             )
             _wait_readyz(
                 server, token=tokens[ADMIN_USER], ca_file=pki.ca_cert, procs=procs, logs=logs, began=began
+            )
+            kubeconfig = workdir / "kubeconfig"
+            _write_kubeconfig(
+                kubeconfig,
+                server,
+                pki.ca_cert,
+                users={"admin": tokens[ADMIN_USER], "operator": tokens[OPERATOR_USER]},
+                current="admin",
+            )
+            procs["kube-controller-manager"] = _spawn(
+                [
+                    str(bins.kube_controller_manager),
+                    f"--kubeconfig={kubeconfig}",
+                    "--controllers=clusterrole-aggregation",
+                    "--leader-elect=false",
+                    "--secure-port=0",
+                    f"--cert-dir={workdir / 'pki'}",
+                    f"--authentication-kubeconfig={kubeconfig}",
+                    f"--authorization-kubeconfig={kubeconfig}",
+                ],
+                logs / "kube-controller-manager.log",
+                detach=detach,
             )
         except BaseException:
             for proc in reversed(list(procs.values())):
@@ -253,14 +296,6 @@ class ControlPlane:
         elapsed = time.monotonic() - began
         _log(f"control plane ready at {server} in {elapsed:.1f}s (process start -> /readyz ok)")
 
-        kubeconfig = workdir / "kubeconfig"
-        _write_kubeconfig(
-            kubeconfig,
-            server,
-            pki.ca_cert,
-            users={"admin": tokens[ADMIN_USER], "operator": tokens[OPERATOR_USER]},
-            current="admin",
-        )
         state = _State(
             workdir=str(workdir),
             server=server,
@@ -275,6 +310,8 @@ class ControlPlane:
             apiserver_port=api_port,
             apiserver_binary=str(bins.kube_apiserver),
             start_seconds=round(elapsed, 3),
+            controller_manager_pid=procs["kube-controller-manager"].pid,
+            controller_manager_binary=str(bins.kube_controller_manager),
         )
         (workdir / STATE_FILE).write_text(json.dumps(asdict(state), indent=2) + "\n")
         return cls(state, procs)
@@ -298,6 +335,11 @@ class ControlPlane:
             "kube-apiserver": _pid_runs(self._state.apiserver_pid, self._state.apiserver_binary, marker),
         }
 
+    @property
+    def log_api_cert_dir(self) -> Path:
+        """tls.crt/tls.key for an operator's log API, signed by the CA in `ca_file`."""
+        return self.workdir / "pki" / "log-api"
+
     def healthy(self, timeout: float = 5.0) -> bool:
         """True if /readyz answers ok to the admin token."""
         return _readyz_ok(self.server, self.admin_token, self.ca_file, timeout)
@@ -305,6 +347,11 @@ class ControlPlane:
     def stop(self) -> None:
         """SIGTERM kube-apiserver then etcd, wait for both (SIGKILL after a grace period)."""
         order = [
+            (
+                "kube-controller-manager",
+                self._state.controller_manager_pid,
+                self._state.controller_manager_binary,
+            ),
             ("kube-apiserver", self._state.apiserver_pid, self._state.apiserver_binary),
             ("etcd", self._state.etcd_pid, self._state.etcd_binary),
         ]
@@ -443,6 +490,13 @@ class ControlPlane:
     def create_namespace(self, name: str) -> None:
         self.kubectl("create", "namespace", name)
 
+    def write_user_kubeconfig(self, path: Path, user: str, token: str, *, namespace: str) -> None:
+        """A kubeconfig (0600) for one user by bearer token, its context in `namespace`: what a
+        cluster admin hands a team member."""
+        _write_kubeconfig(
+            path, self.server, self.ca_file, users={user: token}, current=user, namespace=namespace
+        )
+
     def service_account_token(self, namespace: str, name: str, *, duration: str = "1h") -> str:
         """A TokenRequest token for ServiceAccount ``namespace/name`` (created if missing)."""
         sa = {
@@ -577,7 +631,15 @@ def _terminate_pid(pid: int) -> None:
         time.sleep(0.05)
 
 
-def _write_kubeconfig(path: Path, server: str, ca_file: Path, *, users: dict[str, str], current: str) -> None:
+def _write_kubeconfig(
+    path: Path,
+    server: str,
+    ca_file: Path,
+    *,
+    users: dict[str, str],
+    current: str,
+    namespace: str = "default",
+) -> None:
     ca_data = base64.b64encode(ca_file.read_bytes()).decode()
     config = {
         "apiVersion": "v1",
@@ -587,7 +649,7 @@ def _write_kubeconfig(path: Path, server: str, ca_file: Path, *, users: dict[str
         ],
         "users": [{"name": name, "user": {"token": token}} for name, token in users.items()],
         "contexts": [
-            {"name": name, "context": {"cluster": "taobrev-devenv", "user": name, "namespace": "default"}}
+            {"name": name, "context": {"cluster": "taobrev-devenv", "user": name, "namespace": namespace}}
             for name in users
         ],
         "current-context": current,

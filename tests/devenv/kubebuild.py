@@ -30,6 +30,12 @@ from controller.versions import load_versions
 class ControlPlaneBinaries:
     kube_apiserver: Path
     etcd: Path
+    # Run with only its clusterrole-aggregation controller: the built-in view/edit/admin roles
+    # are filled from the aggregate-to-* ClusterRoles by it, as in a real cluster.
+    kube_controller_manager: Path
+
+    def all(self) -> tuple[Path, ...]:
+        return (self.kube_apiserver, self.etcd, self.kube_controller_manager)
 
 
 def cache_root() -> Path:
@@ -108,26 +114,31 @@ def build(force: bool = False) -> ControlPlaneBinaries:
     k8s = versions.kubernetes.version
     etcd = versions.kubernetes.etcd_version
     out_dir = cache_root() / f"k8s-{k8s}-etcd-{etcd}"
-    bins = ControlPlaneBinaries(out_dir / "kube-apiserver", out_dir / "etcd")
-    if not force and bins.kube_apiserver.exists() and bins.etcd.exists():
+    bins = ControlPlaneBinaries(
+        out_dir / "kube-apiserver", out_dir / "etcd", out_dir / "kube-controller-manager"
+    )
+    if not force and all(b.exists() for b in bins.all()):
         return bins
     out_dir.mkdir(parents=True, exist_ok=True)
     # Test workers (pytest-xdist) start their control planes at once: one builds, the others wait
     # for it and find the binaries; two `go build -o` into one .tmp file would corrupt it.
     with (out_dir.parent / f"{out_dir.name}.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
-        if not force and bins.kube_apiserver.exists() and bins.etcd.exists():
+        if not force and all(b.exists() for b in bins.all()):
             return bins
-        return _build(k8s, etcd, out_dir, bins)
+        return _build(k8s, etcd, out_dir, bins, force=force)
 
 
-def _build(k8s: str, etcd: str, out_dir: Path, bins: ControlPlaneBinaries) -> ControlPlaneBinaries:
+def _build(
+    k8s: str, etcd: str, out_dir: Path, bins: ControlPlaneBinaries, *, force: bool
+) -> ControlPlaneBinaries:
     if shutil.which("go") is None:
         raise RuntimeError("the Go toolchain is required to build kube-apiserver; install Go >= 1.26")
 
     total = time.monotonic()
     _log(
-        f"first-time build of kube-apiserver {k8s} and etcd {etcd} from the Go module proxy; "
+        f"first-time build of kube-apiserver, kube-controller-manager {k8s} and etcd {etcd} from the "
+        "Go module proxy; "
         "this takes several minutes on 2 cores and is cached in " + str(out_dir)
     )
     mod_dir = out_dir / "build-module"
@@ -154,6 +165,7 @@ def _build(k8s: str, etcd: str, out_dir: Path, bins: ControlPlaneBinaries) -> Co
     (mod_dir / "tools.go").write_text(
         "//go:build tools\n\npackage tools\n\nimport (\n"
         '\t_ "k8s.io/kubernetes/cmd/kube-apiserver"\n'
+        '\t_ "k8s.io/kubernetes/cmd/kube-controller-manager"\n'
         '\t_ "go.etcd.io/etcd/server/v3"\n)\n'
     )
     _run(["go", "mod", "tidy"], mod_dir, f"resolving {len(staging)} staging modules (go mod tidy)")
@@ -162,38 +174,31 @@ def _build(k8s: str, etcd: str, out_dir: Path, bins: ControlPlaneBinaries) -> Co
     for pkg in ("k8s.io/component-base/version", "k8s.io/client-go/pkg/version"):
         stamp += [f"-X {pkg}.gitVersion={k8s}", f"-X {pkg}.gitMajor={major}", f"-X {pkg}.gitMinor={minor}"]
     ldflags = "-s -w " + " ".join(stamp)
-    tmp_api = out_dir / "kube-apiserver.tmp"
-    _run(
-        [
-            "go",
-            "build",
-            "-trimpath",
-            "-ldflags",
-            ldflags,
-            "-o",
-            str(tmp_api),
-            "k8s.io/kubernetes/cmd/kube-apiserver",
-        ],
-        mod_dir,
-        "compiling kube-apiserver",
-    )
-    tmp_etcd = out_dir / "etcd.tmp"
-    _run(
-        ["go", "build", "-trimpath", "-ldflags", "-s -w", "-o", str(tmp_etcd), "go.etcd.io/etcd/server/v3"],
-        mod_dir,
-        "compiling etcd",
-    )
-    # Rename last so an interrupted build never leaves a half-written binary that looks cached.
-    tmp_api.rename(bins.kube_apiserver)
-    tmp_etcd.rename(bins.etcd)
+    # Each binary only when missing (a cache from before kube-controller-manager keeps the rest);
+    # renamed last so an interrupted build never leaves a half-written binary that looks cached.
+    commands = {
+        bins.kube_apiserver: ("k8s.io/kubernetes/cmd/kube-apiserver", ldflags),
+        bins.kube_controller_manager: ("k8s.io/kubernetes/cmd/kube-controller-manager", ldflags),
+        bins.etcd: ("go.etcd.io/etcd/server/v3", "-s -w"),
+    }
+    for binary, (package, flags) in commands.items():
+        if binary.exists() and not force:
+            continue
+        tmp = binary.with_name(binary.name + ".tmp")
+        _run(
+            ["go", "build", "-trimpath", "-ldflags", flags, "-o", str(tmp), package],
+            mod_dir,
+            f"compiling {binary.name}",
+        )
+        tmp.rename(binary)
     _log(f"control plane binaries ready in {time.monotonic() - total:.0f}s: {out_dir}")
     return bins
 
 
 def main() -> int:
     bins = build(force="--force" in sys.argv)
-    print(bins.kube_apiserver)
-    print(bins.etcd)
+    for binary in bins.all():
+        print(binary)
     return 0
 
 

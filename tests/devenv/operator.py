@@ -7,6 +7,7 @@ projected token. Its only link to the Brev simulator is PATH (and HOME, the brev
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import signal
@@ -27,6 +28,7 @@ from tests.devenv.ports import free_port
 REPO = Path(__file__).resolve().parents[2]
 OPERATOR_NAMESPACE = "taobrev-system"
 SERVICE_ACCOUNT = "taobrev-operator"
+LOG_API_LOCAL_SERVICE = "taobrev-log-api-local"
 BREV_SECRET = "taobrev-brev-credentials"
 
 # Fast but realistic timing for a simulator running at a high speed factor.
@@ -85,6 +87,7 @@ class OperatorProcess:
     proc: subprocess.Popen[bytes] | None = None
     metrics_port: int = 0
     health_port: int = 0
+    log_api_port: int = 0
     starts: int = 0
 
     @property
@@ -118,6 +121,9 @@ class OperatorProcess:
                 "TAOBREV_METRICS_HOST": "127.0.0.1",
                 "TAOBREV_METRICS_PORT": str(self.metrics_port),
                 "TAOBREV_LIVENESS_ENDPOINT": f"http://127.0.0.1:{self.health_port}/healthz",
+                "TAOBREV_LOG_API_HOST": "127.0.0.1",
+                "TAOBREV_LOG_API_PORT": str(self.log_api_port),
+                "TAOBREV_LOG_API_CERT_DIR": str(self.cp.log_api_cert_dir),
                 "TAOBREV_LOG_JSON": "true",
                 "PYTHONUNBUFFERED": "1",
             }
@@ -130,6 +136,7 @@ class OperatorProcess:
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.metrics_port = self.metrics_port or free_port()
         self.health_port = self.health_port or free_port()
+        self.log_api_port = self.log_api_port or free_port()
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "controller"],
@@ -142,7 +149,54 @@ class OperatorProcess:
         )
         self.starts += 1
         self._wait_healthy(timeout)
+        if self.code_dir == REPO:
+            self.route_log_api()
         return self
+
+    def route_log_api(self) -> None:
+        """Point kube-apiserver's APIService for logs.taobrev.io at this process's log API.
+
+        In a cluster the APIService names the Service in front of the operator Pods; here there are
+        no Pods and no kube-proxy, so a Service of type ExternalName (`localhost`) stands in, which
+        kube-apiserver resolves itself, and the APIService verifies the operator's certificate
+        through caBundle. Client-side apply, like deploy/base's, so the next `kubectl apply -k
+        deploy/base` turns it back into the base's form cleanly."""
+        service = {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": LOG_API_LOCAL_SERVICE, "namespace": OPERATOR_NAMESPACE},
+            "spec": {
+                "type": "ExternalName",
+                "externalName": "localhost",
+                "ports": [{"name": "log-api", "port": self.log_api_port}],
+            },
+        }
+        api_service = {
+            "apiVersion": "apiregistration.k8s.io/v1",
+            "kind": "APIService",
+            "metadata": {
+                "name": "v1alpha1.logs.taobrev.io",
+                "labels": {"app.kubernetes.io/name": "taobrev-operator"},
+            },
+            "spec": {
+                "group": "logs.taobrev.io",
+                "version": "v1alpha1",
+                "service": {
+                    "name": LOG_API_LOCAL_SERVICE,
+                    "namespace": OPERATOR_NAMESPACE,
+                    "port": self.log_api_port,
+                },
+                "groupPriorityMinimum": 1000,
+                "versionPriority": 15,
+                "insecureSkipTLSVerify": False,
+                "caBundle": base64.b64encode(self.cp.ca_file.read_bytes()).decode(),
+            },
+        }
+        for obj in (service, api_service):
+            self.cp.kubectl("apply", "-f", "-", input=json.dumps(obj))
+        self.cp.kubectl(
+            "wait", "apiservice/v1alpha1.logs.taobrev.io", "--for=condition=Available", "--timeout=60s"
+        )
 
     def _wait_healthy(self, timeout: float) -> None:
         url = f"http://127.0.0.1:{self.health_port}/healthz"

@@ -525,7 +525,7 @@ def test_upload_saves_logs_copies_both_dirs_and_verifies_sizes_in_one_command() 
     assert [kind for kind, _ in client.events] == ["put", "exec"]
     assert client.puts[0][1] == f"{JOB_DIR}/secrets/s3.env"
     assert _trap_removes(command) == ["HOME/taobrev/job-1234abcd/secrets/s3.env"]
-    assert "docker logs job-1234abcd >" in command
+    assert "docker logs --timestamps job-1234abcd >" in command
     assert "logs/container.log" in command
     assert "s3 cp /job/results s3://bkt/p/r/results --recursive" in command
     assert "s3 cp /job/logs s3://bkt/p/r/logs --recursive" in command

@@ -1,7 +1,7 @@
 # shellcheck shell=bash
-# upload_results: save `docker logs` to logs/container.log, copy results/ and logs/ to
-# <uri>/results and <uri>/logs, then list the bucket to verify them. Runs inside
-# secret_scope.sh (the S3 keys file).
+# upload_results: save `docker logs --timestamps` to logs/container.log (the log API serves
+# it, with or without the times), copy results/ and logs/ to <uri>/results and <uri>/logs,
+# then list the bucket to verify them. Runs inside secret_scope.sh (the S3 keys file).
 # Placeholders:
 #   @ckpt@                      the checkpoint sync's container
 #   @abort_incomplete_uploads@  abort_incomplete_uploads.sh rendered
@@ -25,7 +25,7 @@ echo TAOBREV_STEP upload;
 docker rm -f @ckpt@ >/dev/null 2>&1;
 @abort_incomplete_uploads@;
 mkdir -p @results@ @logs@ &&
-  { docker logs @name@ > @tmp_log@ 2>&1 && mv -f @tmp_log@ @log@ || rm -f @tmp_log@; } &&
+  { docker logs --timestamps @name@ > @tmp_log@ 2>&1 && mv -f @tmp_log@ @log@ || rm -f @tmp_log@; } &&
   echo @name@ > @owner_mark@ &&
   @aws_mounted@ s3 cp /job/results @results_uri@ --recursive --only-show-errors 2>&1 &&
   @aws_mounted@ s3 cp /job/logs @logs_uri@ --recursive --only-show-errors 2>&1 || exit $?;
