@@ -319,26 +319,29 @@ def test_settings_configmap_offers_the_secret_allow_list_and_namespaces_switched
 # -- NetworkPolicy ---------------------------------------------------------------------------------
 
 
-def test_network_policy_admits_monitoring_to_metrics_and_anyone_to_the_probe_port_only(
+def test_network_policy_admits_monitoring_to_metrics_and_anyone_to_the_probe_and_log_api_ports_only(
     deployment: dict[str, Any], container: dict[str, Any]
 ) -> None:
     """Ingress to the operator Pod: the `monitoring` namespace to the metrics port, the health port
-    (kubelet probes; node addresses cannot be selected) from anywhere, nothing else. Egress is
-    not restricted (API server, Brev, instances, S3 have no stable CIDR)."""
+    (kubelet probes; node addresses cannot be selected) and the log API port (kube-apiserver's
+    address cannot be selected either; the API authenticates every caller) from anywhere, nothing
+    else. Egress is not restricted (API server, Brev, instances, S3 have no stable CIDR)."""
     policy = one(BASE / "networkpolicy.yaml", "NetworkPolicy")
     assert "networkpolicy.yaml" in yaml.safe_load((BASE / "kustomization.yaml").read_text())["resources"]
     pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
     assert policy["spec"]["podSelector"]["matchLabels"] == pod_labels
     assert policy["spec"]["policyTypes"] == ["Ingress"]
-    metrics, health = policy["spec"]["ingress"]
+    metrics, health, log_api = policy["spec"]["ingress"]
     assert metrics["from"] == [
         {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
     ]
     assert metrics["ports"] == [{"port": "metrics", "protocol": "TCP"}]
     assert "from" not in health
     assert health["ports"] == [{"port": "health", "protocol": "TCP"}]
+    assert "from" not in log_api
+    assert log_api["ports"] == [{"port": "log-api", "protocol": "TCP"}]
     names = {p["name"] for p in container["ports"]}
-    assert names == {"metrics", "health"}
+    assert names == {"metrics", "health", "log-api"}
     probe_ports = {
         container[p]["httpGet"]["port"] for p in ("startupProbe", "livenessProbe", "readinessProbe")
     }
