@@ -57,6 +57,25 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
+# kubectl's global flags, which users also put before the command (`kubectl taobrev -n ml get`).
+GLOBAL_FLAGS = {"-n": True, "--namespace": True, "--context": True, "--kubeconfig": True, "-A": False,
+                "--all-namespaces": False}  # fmt: skip
+
+
+def command_first(argv: Sequence[str]) -> list[str]:
+    """kubectl's flags given before the command, moved after it (each command parses them)."""
+    before: list[str] = []
+    rest = list(argv)
+    while rest and rest[0].startswith("-") and rest[0] not in ("-h", "--help"):
+        flag = rest.pop(0)
+        before.append(flag)
+        if GLOBAL_FLAGS.get(flag) and rest:  # takes a value: `-n ml` (not `--namespace=ml`)
+            before.append(rest.pop(0))
+        elif flag.split("=", 1)[0] not in GLOBAL_FLAGS:
+            return list(argv)  # not one of kubectl's: let argparse say so
+    return [*rest[:1], *before, *rest[1:]]
+
+
 def main(
     argv: Sequence[str] | None = None,
     *,
@@ -64,7 +83,7 @@ def main(
     clock: Callable[[], datetime] | None = None,
 ) -> int:
     """Run one command; `runner` and `clock` stand in for kubectl and the time in tests."""
-    args = parser().parse_args(argv)
+    args = parser().parse_args(command_first(sys.argv[1:] if argv is None else argv))
     kubectl = Kubectl.from_args(args, runner)
     now = (clock or (lambda: datetime.now(UTC)))()
     try:

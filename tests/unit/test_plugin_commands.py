@@ -110,6 +110,16 @@ def test_connection_flags_reach_kubectl_as_kubectl_spells_them() -> None:
     assert fake.calls == [["kubectl", "get", RESOURCE, "--all-namespaces", "-o", "json"]]
 
 
+def test_kubectls_flags_may_come_before_the_command_as_kubectl_users_type_them() -> None:
+    fake = FakeKubectl(tbj("a"))
+    assert run(fake, "-n", "ml", "--context=prod", "get", "a") == 0
+    assert fake.calls[-1][:3] == ["kubectl", "--context=prod", "--namespace=ml"]
+    assert run(fake, "-A", "cost") == 0
+    assert "--all-namespaces" in fake.calls[-1]
+    with pytest.raises(SystemExit):
+        run(fake, "--bogus", "get")
+
+
 def test_an_unknown_job_exits_1_with_kubectls_own_message(capsys: pytest.CaptureFixture[str]) -> None:
     assert run(FakeKubectl(), "describe", "nope") == 1
     assert capsys.readouterr().err.strip() == f'Error from server (NotFound): {RESOURCE} "nope" not found'
