@@ -1,4 +1,4 @@
-"""What `kubectl taobrev plan` prints (controller/plugin.render) for a plan with problems and for a
+"""What `kubectl taobrev plan` prints (controller/plugin/plan.render) for a plan with problems and for a
 reused instance; the command itself runs against the real control plane in tests/e2e/test_preflight.py."""
 
 from __future__ import annotations
@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from controller.plugin import main, render
+from controller.plugin import main
+from controller.plugin.plan import render
 
 
 def test_problems_are_listed_with_field_and_reason_and_a_reused_instance_bills_nothing_here() -> None:

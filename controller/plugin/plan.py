@@ -1,13 +1,13 @@
-"""`kubectl taobrev`: the kubectl plugin for TaoBrevJobs (installed as `kubectl-taobrev`).
+"""`kubectl taobrev plan -f job.yaml`: what a job would do before it does anything.
 
     kubectl taobrev plan -f job.yaml [-n NAMESPACE] [--context CTX] [--kubeconfig FILE]
                          [-o text|json|yaml] [--keep] [--timeout SECONDS]
 
-`plan` shows what a job would do before it does anything: it creates a copy of the job with
-`spec.dryRun: true` (named `<name>-plan-<random>`), waits for the operator's plan in its status,
-prints it, and deletes the copy. The operator makes the plan, not this command: the pre-flight
-needs the job's Secrets, the S3 endpoint and Brev's catalog, which the operator can reach and a
-user's laptop usually cannot — the user needs only the right to create TaoBrevJobs.
+It creates a copy of the job with `spec.dryRun: true` (named `<name>-plan-<random>`), waits for
+the operator's plan in its status, prints it, and deletes the copy. The operator makes the plan,
+not this command: the pre-flight needs the job's Secrets, the S3 endpoint and Brev's catalog,
+which the operator can reach and a user's laptop usually cannot — the user needs only the right
+to create TaoBrevJobs.
 
 Exit codes: 0 the job could start as planned; 2 the pre-flight found problems (listed); 1 the plan
 could not be made (kubectl failed, no operator answered in time, bad manifest).
@@ -17,77 +17,42 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from controller.plugin.kubectl import RESOURCE, Kubectl, PluginError, add_connection_flags
+
 KIND = "TaoBrevJob"
+HELP = "show what a TaoBrevJob would do (pre-flight, instance types and prices, cost ceiling)"
 EXAMPLES = """examples:
   kubectl taobrev plan -f job.yaml
   kubectl taobrev plan -f job.yaml -n ml-team -o yaml
   kubectl taobrev plan -f job.yaml --keep      # keep the dry-run copy (kubectl describe it)
+
+exit codes: 0 the job could start as planned, 2 the pre-flight found problems, 1 no plan
 """
 
 
-class PluginError(Exception):
-    """Said to the user as `error: <message>`, exit 1."""
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="kubectl taobrev",
-        description="TaoBrevJob tools for kubectl.",
-        epilog=EXAMPLES,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
+def register(sub: Any) -> None:
     plan = sub.add_parser(
-        "plan",
-        help="show what a TaoBrevJob would do (pre-flight, instance types and prices, cost ceiling)",
-        epilog=EXAMPLES,
+        "plan", help=HELP, description=f"kubectl taobrev plan: {HELP}.", epilog=EXAMPLES,
         formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    )  # fmt: skip
     plan.add_argument(
         "-f", "--filename", required=True, help="the TaoBrevJob manifest (YAML or JSON; - for stdin)"
     )
-    plan.add_argument("-n", "--namespace", help="namespace (default: the manifest's, else the context's)")
-    plan.add_argument("--context", help="kubeconfig context")
-    plan.add_argument("--kubeconfig", help="kubeconfig file")
+    add_connection_flags(plan)
     plan.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text")
     plan.add_argument("--keep", action="store_true", help="keep the dry-run copy instead of deleting it")
     plan.add_argument(
         "--timeout", type=float, default=120.0, help="seconds to wait for the plan (default 120)"
     )
-    args = parser.parse_args(argv)
-    try:
-        return _plan(args)
-    except PluginError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-
-
-def _kubectl(args: argparse.Namespace, *rest: str, stdin: str | None = None) -> str:
-    argv = ["kubectl"]
-    if args.kubeconfig:
-        argv.append(f"--kubeconfig={args.kubeconfig}")
-    if args.context:
-        argv.append(f"--context={args.context}")
-    if args.namespace:
-        argv.append(f"--namespace={args.namespace}")
-    try:
-        done = subprocess.run(  # noqa: S603 - kubectl from PATH, as kubectl runs its plugins
-            [*argv, *rest], input=stdin, capture_output=True, text=True, check=False, timeout=60
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise PluginError(f"kubectl failed: {exc}") from exc
-    if done.returncode != 0:
-        raise PluginError(done.stderr.strip() or f"kubectl {' '.join(rest)} exited {done.returncode}")
-    return done.stdout
+    plan.set_defaults(run=run)
 
 
 def _manifest(path: str) -> dict[str, Any]:
@@ -99,11 +64,11 @@ def _manifest(path: str) -> dict[str, Any]:
     return jobs[0]
 
 
-def _plan(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, kubectl: Kubectl, now: datetime) -> int:
     job = _manifest(args.filename)
     meta = dict(job.get("metadata") or {})
     name = str(meta.get("name") or "job")[:40].rstrip("-")
-    args.namespace = args.namespace or meta.get("namespace")
+    kubectl.namespace = args.namespace = args.namespace or meta.get("namespace")
     copy = {
         "apiVersion": job.get("apiVersion", "taobrev.io/v1alpha1"),
         "kind": KIND,
@@ -113,14 +78,14 @@ def _plan(args: argparse.Namespace) -> int:
         },
         "spec": {**(job.get("spec") or {}), "dryRun": True},
     }
-    created = json.loads(_kubectl(args, "create", "-f", "-", "-o", "json", stdin=json.dumps(copy)))
+    created = json.loads(kubectl("create", "-f", "-", "-o", "json", stdin=json.dumps(copy)))
     made = created["metadata"]["name"]
-    args.namespace = created["metadata"].get("namespace") or args.namespace
+    kubectl.namespace = args.namespace = created["metadata"].get("namespace") or args.namespace
     try:
-        status = _wait_for_plan(args, made)
+        status = _wait_for_plan(kubectl, made, args.timeout)
     finally:
         if not args.keep:
-            _kubectl(args, "delete", "taobrevjob", made, "--wait=false", "--ignore-not-found")
+            kubectl("delete", RESOURCE, made, "--wait=false", "--ignore-not-found")
     plan = status.get("plan") or {}
     problems = (status.get("preflight") or {}).get("problems") or []
     if args.output == "json":
@@ -136,16 +101,16 @@ def _plan(args: argparse.Namespace) -> int:
     return 0 if plan.get("ready") else 2
 
 
-def _wait_for_plan(args: argparse.Namespace, name: str) -> dict[str, Any]:
-    deadline = time.monotonic() + args.timeout
+def _wait_for_plan(kubectl: Kubectl, name: str, timeout: float) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
     while True:
-        obj = json.loads(_kubectl(args, "get", "taobrevjob", name, "-o", "json"))
+        obj = kubectl.job(name)
         status = obj.get("status") or {}
         if status.get("plan"):
             return dict(status)
         if time.monotonic() > deadline:
             raise PluginError(
-                f"no plan for {name} within {args.timeout:.0f}s: is the operator running and does it "
+                f"no plan for {name} within {timeout:.0f}s: is the operator running and does it "
                 f"watch this namespace? (status: {status.get('message') or 'none yet'})"
             )
         time.sleep(1.0)
@@ -182,7 +147,3 @@ def render(job: str, plan: dict[str, Any], problems: list[dict[str, Any]], *, ke
     if kept:
         lines.append(f"  kept as:      taobrevjob/{kept} (spec.dryRun: true; delete it when done)")
     return "\n".join(lines)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
