@@ -33,6 +33,9 @@ from controller.fleet.sweeper import Sweeper
 from controller.kube.access import KubeAccess, api_client, resolve_connection
 from controller.kube.secret_arrivals import SecretArrivals
 from controller.lifecycle.machine import decide
+from controller.notify.delivery import Notifier
+from controller.notify.metrics import NotifyMetrics
+from controller.notify.sinks import SinkDirectory
 from controller.observability.health import Watchdog
 from controller.observability.logs import register_secret
 from controller.observability.metrics import Recorder, RedactingRegistry
@@ -61,6 +64,8 @@ class App:
     leadership: Leadership = field(default_factory=SoleLeader)
     # The orphan sweeper (controller/fleet/sweeper.py); its loop is started by the kopf startup handler.
     sweeper: Sweeper | None = None
+    # Notifications of job transitions (controller/notify); its task is started by the kopf startup handler.
+    notifier: Notifier | None = None
 
 
 def build(settings: Settings, events: EventSink) -> App:
@@ -134,6 +139,18 @@ def build(settings: Settings, events: EventSink) -> App:
     )
 
     retained = RetainedStore(kube, settings.operator_namespace)
+    notifier = (
+        Notifier(
+            sinks=SinkDirectory(kube.list_notifiers, kube.read_secret, settings.secret_max_age),
+            writer=kube,
+            metrics=NotifyMetrics(registry),
+            leadership=SoleLeader(),  # the elector, once built (below)
+            tuning=settings.notify_tuning(),
+            user_agent=f"taobrev-operator/{_package_version()}",
+        )
+        if settings.notify
+        else None
+    )
 
     def new_reconciler() -> Reconciler:
         # A fresh fleet per leadership term: the new leader starts from a listing (the API's
@@ -161,6 +178,7 @@ def build(settings: Settings, events: EventSink) -> App:
             fleet=fleet,
             wake_queued=True,
             preflight=new_preflight if settings.preflight else None,
+            notifier=notifier,
         )
 
     watchdog = Watchdog(grace=settings.liveness_grace, pass_ceiling=settings.pass_ceiling())
@@ -169,6 +187,9 @@ def build(settings: Settings, events: EventSink) -> App:
         add_leader_election(app, new_reconciler)
     else:
         recorder.leader(True)
+    if notifier is not None:
+        notifier.follow(app.leadership)  # only the leader sends
+        app.notifier = notifier
     app.sweeper = Sweeper(
         brev=brev,
         directory=directory,
