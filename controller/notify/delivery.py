@@ -284,7 +284,13 @@ class Notifier:
             state.in_flight += 1
             task = asyncio.create_task(self._deliver(delivery, state), name="notify delivery")
             self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            task.add_done_callback(self._delivered)
+
+    def _delivered(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            # A bug: say so (the delivery is derived again at the job's next pass or start).
+            log.error("notification delivery crashed", exc_info=task.exception())
 
     async def _deliver(self, d: _Delivery, state: _SinkState) -> None:
         try:
@@ -303,7 +309,11 @@ class Notifier:
             self._done(d, state)
             self._confirm(d)
             log.info(
-                "notification delivered", notifier=d.sink.label, job=d.name, event=d.event.key, id=event_id
+                "notification delivered",
+                notifier=d.sink.label,
+                job=d.name,
+                transition=d.event.key,
+                id=event_id,
             )
             return
         self._metrics.failed.labels(reason).inc()
@@ -314,7 +324,11 @@ class Notifier:
             self._metrics.dropped.labels("expired").inc()
             self._done(d, state)
             log.warning(
-                "notification given up", notifier=d.sink.label, job=d.name, event=d.event.key, error=error
+                "notification given up",
+                notifier=d.sink.label,
+                job=d.name,
+                transition=d.event.key,
+                error=error,
             )
             return
         delay = retry_delay(d.failures, base=self._t.backoff_base, cap=self._t.backoff_max, rand=self._rand())
@@ -323,7 +337,7 @@ class Notifier:
             "notification failed; retrying",
             notifier=d.sink.label,
             job=d.name,
-            event=d.event.key,
+            transition=d.event.key,
             error=error,
             attempt=d.failures,
             retry_in=round(delay, 2),
