@@ -210,3 +210,21 @@ def test_notifier_spec_defaults_and_status_never_grows_past_its_error_text() -> 
     assert st.consecutive_failures == 2
     st.delivered(T0, "id type")
     assert st.consecutive_failures == 0
+
+
+def test_every_notification_metric_is_documented_with_bounded_labels() -> None:
+    from pathlib import Path
+
+    from prometheus_client import CollectorRegistry
+
+    from controller.notify.metrics import NotifyMetrics
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "observability.md").read_text()
+    registry = CollectorRegistry()
+    NotifyMetrics(registry)
+    names = {m.name for m in registry.collect()}
+    assert len(names) == 8
+    for name in names:
+        assert f"`{name}`" in doc or f"`{name}_total`" in doc, name
+    labels = {k for m in registry.collect() for s in m.samples for k in s.labels if k != "le"}
+    assert labels <= {"transition", "format", "reason", "result"}, "never a job, notifier or URL label"
