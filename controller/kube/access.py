@@ -382,7 +382,8 @@ class KubeAccess:
     # -- notifiers (controller/notify): list per namespace, and their status
 
     async def list_notifiers(self, namespace: str) -> list[dict[str, Any]]:
-        """Every TaoBrevNotifier of `namespace` (one page: a namespace has a handful)."""
+        """Every TaoBrevNotifier of `namespace` (one page: a namespace has a handful); none when
+        the TaoBrevNotifier CRD is not installed (404)."""
         where = f"listing TaoBrevNotifiers in {namespace}"
 
         def _list() -> list[dict[str, Any]]:
@@ -391,6 +392,8 @@ class KubeAccess:
                     GROUP, VERSION, namespace, NOTIFIER_PLURAL, _request_timeout=self._timeout
                 )
             except ApiException as exc:
+                if exc.status == 404:
+                    return []
                 raise _translate(exc, where) from None
             except (Urllib3Error, OSError) as exc:
                 raise _translate(exc, where) from None

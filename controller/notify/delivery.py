@@ -28,7 +28,7 @@ import heapq
 import itertools
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
@@ -192,10 +192,10 @@ class Notifier:
         self._session = aiohttp.ClientSession(connector=connector, headers={"User-Agent": self._user_agent})
         try:
             async with asyncio.TaskGroup() as group:
-                group.create_task(self._resolve_loop(), name="notify resolver")
-                group.create_task(self._dispatch_loop(), name="notify dispatcher")
-                group.create_task(self._flush_loop(), name="notify records")
-                group.create_task(self._status_loop(), name="notify notifier status")
+                group.create_task(_forever(self._resolve_loop), name="notify resolver")
+                group.create_task(_forever(self._dispatch_loop), name="notify dispatcher")
+                group.create_task(_forever(self._flush_loop), name="notify records")
+                group.create_task(_forever(self._status_loop), name="notify notifier status")
         finally:
             for task in list(self._tasks):
                 task.cancel()
@@ -436,3 +436,13 @@ class Notifier:
                     continue
                 if gone and not state.pending and not state.in_flight:
                     self._state.pop(label, None)  # the notifier was deleted: forget it
+
+
+async def _forever(loop: Callable[[], Awaitable[None]]) -> None:
+    """Run `loop` again after a bug (logged), so one bad notifier or job cannot end all delivery."""
+    while True:
+        try:
+            await loop()
+        except Exception:
+            log.exception("notifier loop failed; restarting it")
+            await asyncio.sleep(1.0)
