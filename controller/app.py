@@ -42,6 +42,9 @@ from controller.logapi.auth import Authorizer, RequestHeaderConfig, server_conte
 from controller.logapi.certs import serving_cert
 from controller.logapi.hub import LogHub
 from controller.logapi.server import LogApi, serve
+from controller.notify.delivery import Notifier
+from controller.notify.metrics import NotifyMetrics
+from controller.notify.sinks import SinkDirectory
 from controller.observability.health import Watchdog
 from controller.observability.logs import register_secret
 from controller.observability.metrics import Recorder, RedactingRegistry
@@ -70,6 +73,8 @@ class App:
     leadership: Leadership = field(default_factory=SoleLeader)
     # The orphan sweeper (controller/fleet/sweeper.py); its loop is started by the kopf startup handler.
     sweeper: Sweeper | None = None
+    # Notifications of job transitions (controller/notify); its task is started by the kopf startup handler.
+    notifier: Notifier | None = None
 
 
 def build(settings: Settings, events: EventSink) -> App:
@@ -143,6 +148,18 @@ def build(settings: Settings, events: EventSink) -> App:
     )
 
     retained = RetainedStore(kube, settings.operator_namespace)
+    notifier = (
+        Notifier(
+            sinks=SinkDirectory(kube.list_notifiers, kube.read_secret, settings.secret_max_age),
+            writer=kube,
+            metrics=NotifyMetrics(registry),
+            leadership=SoleLeader(),  # the elector, once built (below)
+            tuning=settings.notify_tuning(),
+            user_agent=f"taobrev-operator/{_package_version()}",
+        )
+        if settings.notify
+        else None
+    )
 
     def new_reconciler() -> Reconciler:
         # A fresh fleet per leadership term: the new leader starts from a listing (the API's
@@ -170,6 +187,7 @@ def build(settings: Settings, events: EventSink) -> App:
             fleet=fleet,
             wake_queued=True,
             preflight=new_preflight if settings.preflight else None,
+            notifier=notifier,
         )
 
     watchdog = Watchdog(grace=settings.liveness_grace, pass_ceiling=settings.pass_ceiling())
@@ -178,6 +196,9 @@ def build(settings: Settings, events: EventSink) -> App:
         add_leader_election(app, new_reconciler)
     else:
         recorder.leader(True)
+    if notifier is not None:
+        notifier.follow(app.leadership)  # only the leader sends
+        app.notifier = notifier
     app.sweeper = Sweeper(
         brev=brev,
         directory=directory,

@@ -57,6 +57,7 @@ from controller.lifecycle.steps import (
     Verdict,
 )
 from controller.lifecycle.tunables import Tunables
+from controller.notify.delivery import Notifier
 from controller.observability.logs import register_secret
 from controller.observability.metrics import Recorder
 from controller.preflight.checker import Preflight, SecretLoader
@@ -65,6 +66,8 @@ log = structlog.get_logger("taobrev.reconciler")
 
 # Passes chained without waiting when an action completed (bounded so one job cannot spin).
 MAX_STEPS_PER_PASS = 12
+# The status field the notifier writes (controller/notify/delivery.py), never the reconciler.
+_NOTIFIED = "notifications"
 # kopf's finalizer for this operator (handlers.py configures kopf with the same name).
 FINALIZER = "taobrev.io/teardown"
 
@@ -128,6 +131,7 @@ class Reconciler:
         fleet: Fleet | None = None,
         wake_queued: bool = False,
         preflight: PreflightFactory | None = None,
+        notifier: Notifier | None = None,
     ) -> None:
         self._kube = kube
         self._secrets = SecretCache(kube.read_secret, secret_max_age)
@@ -157,6 +161,8 @@ class Reconciler:
         self._retained = retained
         # Hourly prices by instance type (`brev search`, cached): billed cost in status.
         self._prices = prices
+        # Notifications of the transitions each written status shows (controller/notify); None: off.
+        self._notifier = notifier
         self._locks: dict[str, asyncio.Lock] = {}
         # The status last written per uid, as sent (the watch may lag behind it): pickled.
         self._written: dict[str, _Written] = {}
@@ -170,6 +176,8 @@ class Reconciler:
         self._written.pop(ref.uid, None)
         self._api_failures.pop(ref.uid, None)
         self._quota_warned.pop(ref.uid, None)
+        if self._notifier is not None:
+            self._notifier.forget(ref.uid)
         if self._fleet is not None:
             self._fleet.forget(ref.uid)
         if self._preflight is not None:
@@ -523,6 +531,10 @@ class Reconciler:
             self._events(ref, note.type, note.reason, note.message)
         if not hold and not await self._patch(ref, base or old, new, spec):
             return False
+        if not hold and self._notifier is not None:
+            # Only a written (durable) status: a restart derives the same events from it.
+            stored = ref.status.get(_NOTIFIED)
+            self._notifier.observe(ref.namespace, ref.name, ref.uid, stored=stored, status=new, spec=spec)
         if self._fleet is not None:
             self._fleet.observe(ref.uid, new)
         self._account(ref, old, new)
@@ -541,6 +553,9 @@ class Reconciler:
             if record is not None:
                 await self._retained.record(record)
         old_k8s, new_k8s = old.to_k8s(), new.to_k8s()
+        # status.notifications is the notifier's to write (its own patch): never from here.
+        old_k8s.pop(_NOTIFIED, None)
+        new_k8s.pop(_NOTIFIED, None)
         # Status an earlier release stored flat: this write moves it into sub-records.
         flat = status_legacy.stored_flat(ref.status) if ref.uid not in self._written else frozenset()
         if _comparable(new_k8s) != _comparable(old_k8s) or flat:

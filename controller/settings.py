@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from controller.effects.lanes import DEFAULT_SLOTS, LANES, Lane, LaneObserver, Lanes
 from controller.lifecycle.tunables import Timing, Tunables
+from controller.notify.tuning import NotifyTuning
 
 PREFIX = "TAOBREV_"
 # Old names still read, with the field they now set (same meaning).
@@ -263,6 +264,35 @@ class Settings(BaseModel):
         le=7 * 86400,
         description="seconds an instance must stay unreferenced (from first seen) before it is an orphan",
     )
+
+    # --- notifications (controller/notify, docs/usage.md "Notifications")
+    notify: bool = Field(True, description="send notifications to TaoBrevNotifiers; false: none are sent")
+    notify_concurrency: int = Field(8, ge=1, le=256, description="notification requests in flight")
+    notify_per_sink: int = Field(
+        2, ge=1, le=64, description="requests in flight to one notifier (a dead one holds no more slots)"
+    )
+    notify_max_pending: int = Field(
+        10000, ge=10, le=1000000, description="deliveries kept waiting at most (past it, dropped)"
+    )
+    notify_backoff_base: float = Field(2.0, gt=0, le=3600, description="first retry delay of a delivery")
+    notify_backoff_max: float = Field(300.0, gt=0, le=86400, description="cap of the delivery retry delay")
+    notify_give_up_after: float = Field(
+        86400.0, ge=60, le=30 * 86400, description="seconds after its transition an event is given up"
+    )
+    notify_status_interval: float = Field(
+        10.0, gt=0, le=3600, description="seconds between writes of a TaoBrevNotifier's status"
+    )
+
+    def notify_tuning(self) -> NotifyTuning:
+        return NotifyTuning(
+            concurrency=self.notify_concurrency,
+            per_sink=self.notify_per_sink,
+            max_pending=self.notify_max_pending,
+            backoff_base=self.notify_backoff_base,
+            backoff_max=self.notify_backoff_max,
+            give_up_after=self.notify_give_up_after,
+            status_interval=self.notify_status_interval,
+        )
 
     def pass_ceiling(self) -> float:
         """The longest a single reconcile pass may legitimately run (a registry pull plus an exec)."""

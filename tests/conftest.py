@@ -23,6 +23,7 @@ pytest_plugins = [
     "tests.fixtures.s3",
     "tests.fixtures.brevsim",
     "tests.fixtures.operator",
+    "tests.fixtures.webhook",
 ]
 
 UNIT_DIR = Path(__file__).resolve().parent / "unit"

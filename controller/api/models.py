@@ -31,7 +31,7 @@ from pydantic.alias_generators import to_camel
 from pydantic.config import JsonDict
 
 from controller.api.container_paths import DATA_ROOT, SPEC_MOUNT_PATH
-from controller.api.vocabulary import list_map
+from controller.api.vocabulary import Transition, list_map
 from controller.lifecycle.phases import PHASES, Phase
 
 # --- patterns shared by the model and the CRD (Go RE2 and Rust regex both accept them) ---------
@@ -660,6 +660,32 @@ class BudgetSpec(_SpecModel):
     )
 
 
+MAX_NOTIFIERS_PER_JOB = 8
+
+
+class NotifySpec(_SpecModel):
+    """Who is told about this job's transitions (docs/usage.md "Notifications"). Sinks are
+    TaoBrevNotifier objects in the job's namespace; their Secret holds the URL and signing key."""
+
+    notifiers: list[Annotated[str, StringConstraints(pattern=OBJECT_NAME_PATTERN, max_length=253)]] = Field(
+        default_factory=list,
+        max_length=MAX_NOTIFIERS_PER_JOB,
+        description=(
+            "TaoBrevNotifiers (in the job's namespace) to notify besides the namespace's own "
+            "(those with spec.jobs: All); a notifier with spec.jobs: Named is used only when named here."
+        ),
+    )
+    namespace_notifiers: bool = Field(
+        default=True,
+        description="Also notify the namespace's notifiers with spec.jobs: All (false: only those named).",
+    )
+    events: list[Transition] = Field(
+        default_factory=list,
+        max_length=len(Transition),
+        description="Only these transitions for this job (empty: every one the notifier asks for).",
+    )
+
+
 # --- spec ------------------------------------------------------------------------------------
 
 
@@ -721,6 +747,14 @@ class TaoBrevJobSpec(_SpecModel):
             "it would ask Brev for with their prices, the images, the cost ceiling, what goes where "
             "in S3) and creates nothing. Set it to false to run the job as planned. "
             "`kubectl taobrev plan -f job.yaml` does this for you."
+        ),
+    )
+
+    notify: NotifySpec | None = Field(
+        default=None,
+        description=(
+            "Notifications of this job's transitions (CloudEvents or Slack, signed with HMAC-SHA256) "
+            "to TaoBrevNotifiers of its namespace; unset: the namespace's notifiers with spec.jobs: All."
         ),
     )
 

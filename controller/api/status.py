@@ -437,6 +437,46 @@ class TeardownRecord(StatusModel):
         self.message = note
 
 
+MAX_NOTIFIED_SINKS = 16
+MAX_DELIVERED_KEYS = 64
+
+
+class SinkDeliveries(StatusModel):
+    """What one notifier confirmed (a 2xx answer) for this job."""
+
+    notifier: str = Field(max_length=253, description="The TaoBrevNotifier (in the job's namespace).")
+    delivered: list[str] = Field(
+        default_factory=list,
+        max_length=MAX_DELIVERED_KEYS,
+        description="Transitions delivered, e.g. admitted, running/1, succeeded/1 (the event ids).",
+    )
+
+
+class NotificationsRecord(StatusModel):
+    """Notifications delivered, per notifier: a restarted operator re-sends what is not here
+    (same event id, so receivers drop a duplicate). Written only by the notifier's own patch,
+    once per batch of confirmed deliveries, never per retry."""
+
+    sinks: list[SinkDeliveries] = Field(
+        default_factory=list,
+        max_length=MAX_NOTIFIED_SINKS,
+        json_schema_extra=list_map("notifier"),
+        description="Per notifier, the transitions it confirmed.",
+    )
+
+    def delivered_to(self, notifier: str) -> frozenset[str]:
+        return frozenset(next((s.delivered for s in self.sinks if s.notifier == notifier), ()))
+
+    def confirm(self, notifier: str, keys: set[str] | frozenset[str]) -> None:
+        """`keys` were delivered to `notifier` (a union: a confirmed delivery is never forgotten;
+        the oldest keys and notifiers go first past the bounds)."""
+        rest = [s for s in self.sinks if s.notifier != notifier]
+        current = next((s.delivered for s in self.sinks if s.notifier == notifier), [])
+        done = [*current, *sorted(k for k in keys if k not in current)]
+        entry = SinkDeliveries(notifier=notifier, delivered=done[-MAX_DELIVERED_KEYS:])
+        self.sinks = [*rest, entry][-MAX_NOTIFIED_SINKS:]
+
+
 # Before the first pass records an instance there is no attempt: reads of `status.instance`,
 # `.run`, `.upload` then see these empty records, and a write to them fails loudly instead of
 # being lost (frozen).
@@ -572,6 +612,10 @@ class TaoBrevJobStatus(StatusModel):
         default=None, description="The checks made before anything is created (Pending)."
     )
     plan: PlanStatus | None = Field(default=None, description="What the job would do (spec.dryRun).")
+    notifications: NotificationsRecord | None = Field(
+        default=None,
+        description="Notifications delivered per notifier (written by the notifier, not the reconciler).",
+    )
 
     # -- the current attempt (read-only views; writes go through the records) --
 

@@ -47,3 +47,24 @@ def list_map(*keys: str) -> dict[str, Any]:
 class StatusModel(BaseModel):
     # Tolerant on read: other writers (kubectl, kopf) may leave fields we do not model.
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+
+class Transition(StrEnum):
+    """A job transition that notifications report (spec.notify.events, TaoBrevNotifier
+    spec.events; the CloudEvents type is io.taobrev.job.<lower-case name>)."""
+
+    ADMITTED = "Admitted"  # admitted under the quotas: it holds a slot, an instance comes next
+    RUNNING = "Running"  # an attempt's training container started
+    SUCCEEDED = "Succeeded"  # results verified in S3
+    FAILED = "Failed"
+    CANCELED = "Canceled"
+    RECOVERING = "Recovering"  # an attempt ended; the next one resumes on a new instance
+    BUDGET_EXCEEDED = "BudgetExceeded"  # spec.budget was spent (a Failed follows)
+    STALLED = "Stalled"  # needs a human (status.stalledReason says why)
+
+
+class NotifyFormat(StrEnum):
+    """What a TaoBrevNotifier posts."""
+
+    CLOUD_EVENTS = "CloudEvents"  # CloudEvents 1.0, structured JSON (application/cloudevents+json)
+    SLACK = "Slack"  # a Slack incoming-webhook message ({"text", "blocks"})

@@ -43,6 +43,7 @@ from controller.observability.logs import redact_text
 GROUP = "taobrev.io"
 VERSION = "v1alpha1"
 PLURAL = "taobrevjobs"
+NOTIFIER_PLURAL = "taobrevnotifiers"
 # The allow-list label (TAOBREV_REQUIRE_SECRET_LABEL): a Secret must carry it to be used by a job.
 USABLE_LABEL = "taobrev.io/usable"
 USABLE_VALUE = "true"
@@ -396,6 +397,59 @@ class KubeAccess:
             return dict((meta.annotations if meta is not None else None) or {})
 
         return await asyncio.to_thread(_read)
+
+    # -- notifiers (controller/notify): list per namespace, and their status
+
+    async def list_notifiers(self, namespace: str) -> list[dict[str, Any]]:
+        """Every TaoBrevNotifier of `namespace` (one page: a namespace has a handful); none when
+        the TaoBrevNotifier CRD is not installed (404)."""
+        where = f"listing TaoBrevNotifiers in {namespace}"
+
+        def _list() -> list[dict[str, Any]]:
+            try:
+                result = self._custom.list_namespaced_custom_object(
+                    GROUP, VERSION, namespace, NOTIFIER_PLURAL, _request_timeout=self._timeout
+                )
+            except ApiException as exc:
+                if exc.status == 404:
+                    return []
+                raise _translate(exc, where) from None
+            except (Urllib3Error, OSError) as exc:
+                raise _translate(exc, where) from None
+            items = result.get("items") if isinstance(result, Mapping) else None
+            if not isinstance(items, list):
+                raise KubeUnavailable(f"{where}: the API server's answer has no items list")
+            return [dict(i) for i in items]
+
+        return await asyncio.to_thread(_list)
+
+    async def patch_notifier_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> bool:
+        """Merge-patch a TaoBrevNotifier's status (redacted). False if it is gone."""
+        where = f"status of TaoBrevNotifier {namespace}/{name}"
+
+        def _patch() -> bool:
+            try:
+                answer = self._custom.patch_namespaced_custom_object_status(
+                    GROUP,
+                    VERSION,
+                    namespace,
+                    NOTIFIER_PLURAL,
+                    name,
+                    {"status": redact_status(status)},
+                    _request_timeout=self._timeout,
+                    _preload_content=False,
+                )
+                answer.drain_conn()
+                answer.release_conn()
+            except ApiException as exc:
+                if exc.status == 404:
+                    return False
+                raise _translate(exc, f"patching the {where}") from None
+            except (Urllib3Error, OSError) as exc:
+                raise _translate(exc, f"patching the {where}") from None
+            return True
+
+        return await asyncio.to_thread(_patch)
 
 
 def redact_status(value: Any) -> Any:

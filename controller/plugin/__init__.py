@@ -1,7 +1,7 @@
 """`kubectl taobrev`: the kubectl plugin for TaoBrevJobs (installed as `kubectl-taobrev`, the
 package's entry point; kubectl runs any `kubectl-<name>` on PATH and hands it every argument).
 
-    kubectl taobrev get|describe|cost|cancel|suspend|resume|plan ... [-n NS] [--context C] [--kubeconfig F]
+    kubectl taobrev get|describe|logs|cost|cancel|suspend|resume|plan ... [-n NS] [--context C] [--kubeconfig F]
 
 Each command is a module here with `register(subparsers)`, which adds its parser(s) and sets
 `run(args, kubectl, now) -> exit code`; `COMMANDS` lists them, so a new command is one module and
@@ -19,10 +19,10 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import NoReturn
 
-from controller.plugin import cancel, cost, describe, get, plan, suspend
+from controller.plugin import cancel, cost, describe, get, logs, plan, suspend
 from controller.plugin.kubectl import Kubectl, PluginError, Runner
 
-COMMANDS = (get, describe, cost, cancel, suspend, plan)
+COMMANDS = (get, describe, logs, cost, cancel, suspend, plan)
 EXAMPLES = """examples:
   kubectl taobrev get -A                       # every job: phase, progress, ETA, attempt, cost
   kubectl taobrev describe train-7             # attempts, Events, failure class, results, cost

@@ -1,8 +1,9 @@
-"""Generate crds/taobrevjob.yaml from the pydantic models in `controller.api.models`.
+"""Generate crds/taobrevjob.yaml from the pydantic models in `controller.api.models` (and
+crds/taobrevnotifier.yaml from `controller.api.notifier`).
 
-    python -m tests.devenv.crdgen --write    regenerate the committed CRD
-    python -m tests.devenv.crdgen --check    exit 1 with a diff if the committed CRD has drifted
-    python -m tests.devenv.crdgen            print the CRD to stdout
+    python -m tests.devenv.crdgen --write    regenerate the committed CRDs
+    python -m tests.devenv.crdgen --check    exit 1 with a diff if a committed CRD has drifted
+    python -m tests.devenv.crdgen            print the TaoBrevJob CRD to stdout
 
 Pydantic's JSON schema is not a valid Kubernetes schema as is: the API server wants a
 *structural* OpenAPI v3 schema (every node typed, no $ref, no anyOf/oneOf/allOf, no
@@ -25,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from controller.api import status_legacy
+from controller.api import notifier, status_legacy
 from controller.api.models import TaoBrevJobSpec
 from controller.api.status import TaoBrevJobStatus
 from controller.lifecycle.phases import Phase
@@ -40,6 +41,7 @@ SHORT_NAMES = ["tbj"]
 CATEGORIES = ["tao"]
 
 CRD_PATH = Path(__file__).resolve().parents[2] / "crds" / "taobrevjob.yaml"
+NOTIFIER_CRD_PATH = CRD_PATH.with_name("taobrevnotifier.yaml")
 
 # Keywords Kubernetes rejects in a structural schema, or that pydantic adds and we do not want.
 _DROP = {"title", "$defs", "definitions"}
@@ -287,9 +289,83 @@ def crd() -> dict[str, Any]:
     }
 
 
+def notifier_crd() -> dict[str, Any]:
+    """The TaoBrevNotifier CRD (controller/api/notifier.py)."""
+    spec = structural(notifier.TaoBrevNotifierSpec.model_json_schema(by_alias=True, mode="validation"))
+    status = _strip_defaults(
+        structural(notifier.TaoBrevNotifierStatus.model_json_schema(by_alias=True, mode="validation"))
+    )
+    schema = {
+        "type": "object",
+        "description": (
+            "TaoBrevNotifier: where the transitions of the namespace's TaoBrevJobs are posted "
+            "(CloudEvents or Slack, signed with HMAC-SHA256); the URL and key are in a Secret."
+        ),
+        "required": ["spec"],
+        "properties": {
+            "apiVersion": {"type": "string", "description": "APIVersion (taobrev.io/v1alpha1)."},
+            "kind": {"type": "string", "description": "Kind of this object (TaoBrevNotifier)."},
+            "metadata": {"type": "object"},
+            "spec": spec,
+            "status": status,
+        },
+    }
+    kind, plural = notifier.KIND, notifier.PLURAL
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{GROUP}"},
+        "spec": {
+            "group": GROUP,
+            "scope": "Namespaced",
+            "names": {
+                "kind": kind,
+                "listKind": f"{kind}List",
+                "plural": plural,
+                "singular": kind.lower(),
+                "shortNames": ["tbn"],
+                "categories": CATEGORIES,
+            },
+            "versions": [
+                {
+                    "name": VERSION,
+                    "served": True,
+                    "storage": True,
+                    "subresources": {"status": {}},
+                    "additionalPrinterColumns": [
+                        _column("Format", ".spec.format", desc="CloudEvents or Slack."),
+                        _column("Jobs", ".spec.jobs", desc="All jobs of the namespace, or Named ones."),
+                        _column("Delivered", ".status.lastDeliveredAt", type_="date", desc="Last delivery."),
+                        _column(
+                            "Failures",
+                            ".status.consecutiveFailures",
+                            type_="integer",
+                            desc="Failed requests since the last delivery.",
+                        ),
+                        _column("Error", ".status.lastError", priority=1, desc="Why the last try failed."),
+                        _column("Pending", ".status.pending", type_="integer", priority=1, desc="Waiting."),
+                        _column(
+                            "Age", ".metadata.creationTimestamp", type_="date", desc="Time since creation."
+                        ),
+                    ],
+                    "schema": {"openAPIV3Schema": schema},
+                }
+            ],
+        },
+    }
+
+
+def _dump(obj: dict[str, Any], source: str = "controller/api/models.py") -> str:
+    body = yaml.safe_dump(obj, sort_keys=True, default_flow_style=False, width=100, allow_unicode=True)
+    return HEADER.replace("controller/api/models.py", source) + body
+
+
 def render() -> str:
-    body = yaml.safe_dump(crd(), sort_keys=True, default_flow_style=False, width=100, allow_unicode=True)
-    return HEADER + body
+    return _dump(crd())
+
+
+def render_notifier() -> str:
+    return _dump(notifier_crd(), "controller/api/notifier.py")
 
 
 def forbidden_keywords(node: Any, path: str = "") -> list[str]:
@@ -317,30 +393,37 @@ def main(argv: list[str] | None = None) -> int:
     mode.add_argument("--check", action="store_true", help="exit 1 with a diff if the file has drifted")
     parser.add_argument("--path", type=Path, default=CRD_PATH, help="CRD file (default: %(default)s)")
     args = parser.parse_args(argv)
-    text = render()
+    files = [(args.path, render())]
+    if args.path == CRD_PATH:
+        files.append((NOTIFIER_CRD_PATH, render_notifier()))
     if args.write:
-        args.path.write_text(text)
-        print(f"wrote {args.path}")
+        for path, text in files:
+            path.write_text(text)
+            print(f"wrote {path}")
         return 0
     if args.check:
-        current = args.path.read_text() if args.path.exists() else ""
-        if current == text:
-            return 0
-        sys.stdout.writelines(
-            difflib.unified_diff(
-                current.splitlines(keepends=True),
-                text.splitlines(keepends=True),
-                fromfile=f"{args.path} (committed)",
-                tofile=f"{args.path} (generated)",
-            )
-        )
-        print(
-            f"\n{args.path} is out of date: run `make crds` (python -m tests.devenv.crdgen --write)",
-            file=sys.stderr,
-        )
-        return 1
-    sys.stdout.write(text)
+        return max(_check(path, text) for path, text in files)
+    sys.stdout.write(files[0][1])
     return 0
+
+
+def _check(path: Path, text: str) -> int:
+    current = path.read_text() if path.exists() else ""
+    if current == text:
+        return 0
+    sys.stdout.writelines(
+        difflib.unified_diff(
+            current.splitlines(keepends=True),
+            text.splitlines(keepends=True),
+            fromfile=f"{path} (committed)",
+            tofile=f"{path} (generated)",
+        )
+    )
+    print(
+        f"\n{path} is out of date: run `make crds` (python -m tests.devenv.crdgen --write)",
+        file=sys.stderr,
+    )
+    return 1
 
 
 if __name__ == "__main__":

@@ -23,3 +23,14 @@ def kubectl_taobrev(cp: ControlPlane, *args: str, timeout: float = 180) -> subpr
         check=False,
         timeout=timeout,
     )
+
+
+def plugin_env() -> dict[str, str]:
+    """The environment in which kubectl finds `kubectl-taobrev` (the venv's bin first on PATH)."""
+    bin_dir = Path(sys.executable).parent
+    return {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+
+def user_argv(kubeconfig: Path, *args: str) -> list[str]:
+    """`kubectl taobrev ARGS` as the user whose kubeconfig this is (its own context)."""
+    return [kubectl_path(), "taobrev", *args, f"--kubeconfig={kubeconfig}"]

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.devenv.controlplane import kubectl_path
+from tests.devenv.plugin import plugin_env, user_argv
 from tests.fixtures.operator import HF_TOKEN, SECRET_VALUES, Stack
 from tests.fixtures.polling import until
 
@@ -66,14 +67,11 @@ def raw(config: Path, path: str, check: bool = True) -> subprocess.CompletedProc
 
 
 class Follower:
-    """`kubectl get --raw ...?follow=true` as a user runs it, read line by line as it arrives."""
+    """A follow as a user runs it (`kubectl taobrev logs -f` or `kubectl get --raw ...?follow=true`),
+    its output read line by line as it arrives."""
 
-    def __init__(self, config: Path, path: str) -> None:
-        self.proc = subprocess.Popen(
-            [kubectl_path(), f"--kubeconfig={config}", "get", "--raw", path],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-        )
+    def __init__(self, argv: list[str]) -> None:
+        self.proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=plugin_env())
         self.lines: list[bytes] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -113,9 +111,11 @@ def test_a_viewer_follows_a_running_log_shares_one_stream_and_reads_the_archive(
     stack.apply(manifest)
     stack.wait_for(name, lambda o: ((o or {}).get("status") or {}).get("phase") == "Running", "Running")
 
-    # Two viewers follow at once; both see epochs arrive while the job still runs.
-    for _ in range(2):
-        followers.append(Follower(viewer, log_path(stack.namespace, name, "follow=true&timestamps=true")))
+    # Two viewers follow at once, one with the plugin, one with kubectl get --raw; both see epochs
+    # arrive while the job still runs.
+    followers.append(Follower(user_argv(viewer, "logs", name, "-f", "--timestamps")))
+    raw_path = log_path(stack.namespace, name, "follow=true&timestamps=true")
+    followers.append(Follower([kubectl_path(), f"--kubeconfig={viewer}", "get", "--raw", raw_path]))
     until(
         lambda: all(b"Epoch 2/6" in f.text() for f in followers) or None,
         "both viewers to see epoch 2 live",
@@ -131,6 +131,9 @@ def test_a_viewer_follows_a_running_log_shares_one_stream_and_reads_the_archive(
         for secret in SECRET_VALUES:
             assert secret.encode() not in text, "a secret value was served"
         assert b"environment HF_TOKEN=" in text  # the line is there, its value masked
+    # The plugin ends with the container's exit code, once the operator has recorded it.
+    assert followers[0].proc.stderr is not None
+    assert b"container exited with code 0" in followers[0].proc.stderr.read()
     # One remote `docker logs -f` for the job, however many viewers.
     streams = [c for c in stack.sim.calls() if c.program == "docker" and "logs" in c.argv and "-f" in c.argv]
     assert len(streams) == 1, [c.argv for c in streams]
@@ -147,6 +150,10 @@ def test_a_viewer_follows_a_running_log_shares_one_stream_and_reads_the_archive(
     assert b"finished successfully" in tail[-1]
     limited = raw(viewer, log_path(stack.namespace, name, "limitBytes=100")).stdout
     assert len(limited) == 100
+    done = subprocess.run(
+        user_argv(viewer, "logs", name, "--tail", "1"), capture_output=True, env=plugin_env()
+    )
+    assert done.returncode == 0 and b"finished successfully" in done.stdout, done
 
 
 def test_the_view_role_elsewhere_grants_nothing_and_bad_queries_name_the_parameter(
@@ -157,6 +164,9 @@ def test_the_view_role_elsewhere_grants_nothing_and_bad_queries_name_the_paramet
     refused = raw(viewer, log_path(other, "anything"), check=False)
     assert refused.returncode != 0
     assert b"Forbidden" in refused.stderr and b"taobrevjobs/log" in refused.stderr, refused.stderr
+    argv = user_argv(viewer, "logs", "anything", "-n", other)
+    plugin = subprocess.run(argv, capture_output=True, env=plugin_env(), check=False)
+    assert plugin.returncode == 1 and b"Forbidden" in plugin.stderr, plugin
     # In its own namespace: a job that does not exist is NotFound (after authorization).
     missing = raw(viewer, log_path(stack.namespace, "nope"), check=False)
     assert b"NotFound" in missing.stderr, missing.stderr

@@ -204,6 +204,8 @@ def test_operator_cluster_role_is_exactly_what_kopf_and_the_reconciler_use() -> 
         ("taobrev.io", "taobrevjobs", "patch"),
         ("taobrev.io", "taobrevjobs/status", "get"),
         ("taobrev.io", "taobrevjobs/status", "patch"),
+        ("taobrev.io", "taobrevnotifiers", "list"),  # notifications: a job's notifiers
+        ("taobrev.io", "taobrevnotifiers/status", "patch"),  # ... and their delivery status
         ("", "events", "create"),
         ("apiextensions.k8s.io", "customresourcedefinitions", "list"),
         ("apiextensions.k8s.io", "customresourcedefinitions", "watch"),

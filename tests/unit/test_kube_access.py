@@ -310,3 +310,34 @@ def test_minimal_status_keeps_ids_and_drops_bulk() -> None:
         "attempts": [{"attempt": 1, "instance": {"name": "tbj-x", "gpu": "L40S"}, "run": {}, "upload": {}}],
     }
     assert attempt["run"] == {"logTail": ["x"]}, "the status given is not changed"
+
+
+# ------------------------------------------------------------------ notifiers
+class FakeNotifierList:
+    def __init__(self, answer: Any) -> None:
+        self.answer = answer
+
+    def list_namespaced_custom_object(self, *args: Any, **kwargs: Any) -> Any:
+        assert args[3] == "taobrevnotifiers" and kwargs.get("_request_timeout") == (7, 7)
+        if isinstance(self.answer, BaseException):
+            raise self.answer
+        return self.answer
+
+
+def test_notifiers_are_listed_and_none_when_their_crd_is_not_installed() -> None:
+    items = {"items": [{"metadata": {"name": "ops"}, "spec": {}}]}
+    assert run(access(custom=FakeNotifierList(items)).list_notifiers("ml")) == items["items"]
+    gone = FakeNotifierList(ApiException(status=404, reason="Not Found"))
+    assert run(access(custom=gone).list_notifiers("ml")) == []
+    with pytest.raises(KubeAccessDenied, match="listing TaoBrevNotifiers in ml"):
+        run(
+            access(custom=FakeNotifierList(ApiException(status=403, reason="Forbidden"))).list_notifiers("ml")
+        )
+
+
+def test_notifier_status_is_redacted_and_a_deleted_notifier_is_false() -> None:
+    register_secret(SECRET_VALUE)
+    custom = FakeCustom([None, ApiException(status=404, reason="Not Found")])
+    assert run(access(custom=custom).patch_notifier_status("ml", "ops", {"lastError": f"x {SECRET_VALUE}"}))
+    assert custom.bodies[0] == {"status": {"lastError": f"x {MASK}"}}
+    assert run(access(custom=custom).patch_notifier_status("ml", "ops", {"pending": 1})) is False

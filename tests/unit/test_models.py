@@ -391,8 +391,9 @@ def test_api_field_names_match_the_contract() -> None:
     props = crdgen.openapi_schema()["properties"]["spec"]["properties"]
     assert set(props) == {
         "task", "instance", "data", "credentials", "timeouts", "recovery", "budget", "priority", "suspend",
-        "dryRun",
+        "dryRun", "notify",
     }  # fmt: skip
+    assert set(props["notify"]["properties"]) == {"notifiers", "namespaceNotifiers", "events"}
     assert set(props["task"]["properties"]) == {
         "image", "networkArch", "action", "specPath", "specContent", "args", "env", "gpus", "shmSize",
     }  # fmt: skip
@@ -416,7 +417,7 @@ def test_api_field_names_match_the_contract() -> None:
         "phase", "outcome", "runOutcome", "reason", "message", "failureClass", "observedGeneration", "jobId",
         "backendRef", "phaseTimes", "finishedAt", "stalledReason", "stalledMessage", "retries",
         "billedSeconds", "estimatedCostDollars", "costKnown", "conditions", "queue", "attempts", "teardown",
-        "checkpoint", "preflight", "plan",
+        "checkpoint", "preflight", "plan", "notifications",
     }  # fmt: skip
     # The flat fields of releases before sub-records stay in the schema (Deprecated) so the objects
     # they wrote survive until rewritten.

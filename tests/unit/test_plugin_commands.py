@@ -91,7 +91,7 @@ def test_every_command_is_registered_once_and_has_examples_and_exit_codes_in_its
     top = parser()
     sub = next(a for a in top._actions if isinstance(a, argparse._SubParsersAction))
     choices: dict[str, argparse.ArgumentParser] = sub.choices
-    assert sorted(choices) == ["cancel", "cost", "describe", "get", "plan", "resume", "suspend"]
+    assert sorted(choices) == ["cancel", "cost", "describe", "get", "logs", "plan", "resume", "suspend"]
     assert len(COMMANDS) == len(set(COMMANDS))
     for name, command in choices.items():
         epilog = command.epilog or ""

@@ -116,7 +116,7 @@ class Clock:
 
 
 def reconciler(
-    brev: Brev, kube: Kube, events: Events | None = None, clock: Clock | None = None
+    brev: Brev, kube: Kube, events: Events | None = None, clock: Clock | None = None, notifier: Any = None
 ) -> Reconciler:
     directory = InstanceDirectory(brev)  # type: ignore[arg-type]
     return Reconciler(
@@ -129,6 +129,7 @@ def reconciler(
         decide=machine.decide,
         listing_max_age=0.0,
         clock=clock or Clock(),
+        notifier=notifier,
     )
 
 
@@ -406,3 +407,29 @@ def test_the_billing_gauge_is_exact_between_the_stored_steps() -> None:
     asyncio.run(rec.reconcile(ref(kube.patches[-1])))
     assert len(kube.patches) == 1  # nothing changed but the clock: no write
     assert gauge() == 160.0
+
+
+class Observed:
+    """The notifier's side of a pass: what `observe` was handed."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[Any, str | None]] = []
+
+    def observe(self, namespace: str, name: str, uid: str, *, stored: Any, status: Any, spec: Any) -> None:
+        self.calls.append((stored, str(status.phase)))
+
+    def forget(self, uid: str) -> None:
+        pass
+
+
+def test_passes_hand_each_written_status_to_the_notifier_and_never_write_its_record() -> None:
+    """status.notifications is the notifier's alone: the reconciler's merge patches neither send
+    nor null it (a stale copy would undo a confirmation), and the notifier gets the stored one."""
+    kube = Kube()
+    seen = Observed()
+    rec = reconciler(Brev(), kube, notifier=seen)
+    stored = {"sinks": [{"notifier": "ops", "delivered": ["admitted"]}]}
+    asyncio.run(rec.reconcile(ref({**provisioning(reason="BrevUnavailable"), "notifications": stored})))
+    assert kube.patches, "the pass wrote its status"
+    assert all("notifications" not in p for p in kube.patches)
+    assert seen.calls and all(call == (stored, "Provisioning") for call in seen.calls[:1])

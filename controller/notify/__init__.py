@@ -1,0 +1,1 @@
+"""Notifications of job transitions: CloudEvents or Slack messages, signed, delivered at least once."""
