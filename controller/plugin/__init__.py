@@ -1,7 +1,8 @@
 """`kubectl taobrev`: the kubectl plugin for TaoBrevJobs (installed as `kubectl-taobrev`, the
 package's entry point; kubectl runs any `kubectl-<name>` on PATH and hands it every argument).
 
-    kubectl taobrev get|describe|logs|cost|cancel|suspend|resume|plan ... [-n NS] [--context C] [--kubeconfig F]
+    kubectl taobrev get|describe|logs|cost|cancel|suspend|resume|plan ... [-n NS] [--context C]
+                    [--kubeconfig F]
 
 Each command is a module here with `register(subparsers)`, which adds its parser(s) and sets
 `run(args, kubectl, now) -> exit code`; `COMMANDS` lists them, so a new command is one module and

@@ -48,7 +48,9 @@ def register(sub: Any) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("name", metavar="JOB", help="the TaoBrevJob")
-    parser.add_argument("-f", "--follow", action="store_true", help="stream new lines until the container exits")
+    parser.add_argument(
+        "-f", "--follow", action="store_true", help="stream new lines until the container exits"
+    )
     parser.add_argument("--attempt", type=int, help="attempt number (default: the latest)")
     parser.add_argument("--tail", type=int, default=-1, help="lines from the end (default: all kept)")
     parser.add_argument("--since", help="only lines newer than this duration (e.g. 30s, 10m, 2h)")
