@@ -35,6 +35,7 @@ from controller.observability.logs import redact_text
 log = structlog.get_logger("taobrev.logapi")
 
 SSH_CONNECTION_FAILED = 255
+_TURNS = 20
 SLOW_VIEWER = b"[taobrev] this viewer fell too far behind the log and was cut off: follow again\n"
 
 
@@ -153,8 +154,9 @@ class LogHub:
             start = select_backlog(list(follower.backlog), query, time.time())
             for line in start:
                 yield shape_line(line, timestamps=query.timestamps)
-            if follower.ended or not query.follow:
+            if not query.follow:
                 return
+            # Joined before the stream ended, so the end mark (None) is or will be in the queue.
             while (live := await viewer.queue.get()) is not None:
                 yield shape_line(live, timestamps=query.timestamps)
             if viewer.dropped:
@@ -273,13 +275,22 @@ class LogHub:
                 follower.last_ns = max(follower.last_ns, ns)
             line = redact_line(raw)
             follower.backlog.append(line)
-            if not follower.primed.is_set():
-                continue
-            for viewer in list(follower.viewers):
-                if not _offer(viewer, line):
-                    viewer.dropped = True
-                    follower.viewers.discard(viewer)
-                    _force(viewer.queue)
+            if follower.primed.is_set():
+                await _fan_out(follower, line)
+
+
+async def _fan_out(follower: Follower, line: bytes) -> None:
+    # A burst arrives faster than any viewer is scheduled: give full queues a few turns of the
+    # loop before calling their viewers slow (one that does not read stays full).
+    for _ in range(_TURNS):
+        if not any(v.queue.full() for v in follower.viewers):
+            break
+        await asyncio.sleep(0)
+    for viewer in list(follower.viewers):
+        if not _offer(viewer, line):
+            viewer.dropped = True
+            follower.viewers.discard(viewer)
+            _force(viewer.queue)
 
 
 class TooManyStreams(Exception):
