@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.devenv.controlplane import kubectl_path
+from tests.devenv.operator import OPERATOR_NAMESPACE, OperatorProcess
 from tests.devenv.plugin import plugin_env, user_argv
 from tests.fixtures.operator import HF_TOKEN, SECRET_VALUES, Stack
 from tests.fixtures.polling import until
@@ -174,3 +175,34 @@ def test_the_view_role_elsewhere_grants_nothing_and_bad_queries_name_the_paramet
     # Discovery lists the subresource (kubectl api-resources skips names with a slash).
     discovered = json.loads(raw(viewer, "/apis/logs.taobrev.io/v1alpha1").stdout)
     assert [r["name"] for r in discovered["resources"]] == ["taobrevjobs/log"]
+
+
+def test_a_standby_replica_serves_a_running_log_over_its_own_session(
+    stack: Stack, viewer: Path, tmp_path: Path
+) -> None:
+    """Every replica serves the log API (the Service selects them all): the one answering need
+    not lead. The second operator is a standby (the Lease is the first one's); kube-apiserver is
+    pointed at it, and it streams the running job's log with its own brev and ssh (here they share
+    the simulator's home; in a cluster each Pod has its own)."""
+    standby = OperatorProcess(
+        stack.cp,
+        stack.sim,
+        tmp_path / "standby",
+        extra_env={"TAOBREV_NAMESPACES": stack.namespace, "POD_ID": "standby"},
+    )
+    name = "on-standby"
+    stack.apply(stack.job_manifest(name, simulation={"epochs": 4, "epoch_seconds": 200}))
+    stack.wait_for(name, lambda o: ((o or {}).get("status") or {}).get("phase") == "Running", "Running")
+    try:
+        standby.start()  # routes the APIService to it
+        lease = json.loads(
+            stack.kubectl("get", "lease", "taobrev-operator", "-n", OPERATOR_NAMESPACE, "-o", "json").stdout
+        )
+        assert not lease["spec"]["holderIdentity"].startswith("standby"), "the first operator leads"
+        follow = Follower(user_argv(viewer, "logs", name, "-f"))
+        assert follow.wait(180) == 0, follow.proc.stderr.read() if follow.proc.stderr else ""
+        assert b"Epoch 4/4" in follow.text()
+        assert "log_request" in standby.log_text() and "log_request" not in stack.operator.log_text()
+    finally:
+        standby.stop()
+        stack.operator.route_log_api()
