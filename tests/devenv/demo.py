@@ -17,8 +17,11 @@ import argparse
 import contextlib
 import json
 import os
+import queue
 import signal
+import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -43,7 +46,7 @@ from tests.devenv.operator import (
     OperatorProcess,
     install_operator_identity,
 )
-from tests.devenv.plugin import kubectl_taobrev
+from tests.devenv.plugin import kubectl_taobrev, plugin_env
 from tests.devenv.s3 import REGION, S3Server
 
 REPO = Path(__file__).resolve().parents[2]
@@ -473,7 +476,7 @@ class Demo:
         deadline = began + self.opts.timeout
         shown_phases: list[str] = []
         last_message = ""
-        log_lines = LogFollower(self.sim)
+        log_lines: PluginLogFollower | None = None
         status: dict[str, Any] = {}
         while True:
             obj = self.get_job()
@@ -481,9 +484,6 @@ class Demo:
             now = time.monotonic() - began
             phase = status.get("phase")
             if phase and phase not in shown_phases:
-                # A phase shorter than one poll is still shown: status.phaseTimes records it.
-                if shown_phases and shown_phases[-1] == "Running" and status.get("jobId"):
-                    self._print_log(log_lines, status)  # the last lines before the container exited
                 # A phase shorter than one poll is still shown: status.phaseTimes records it.
                 for missed in _phases_between(shown_phases, phase, status):
                     entered = status.get("phaseTimes", {}).get(missed, "?")
@@ -495,8 +495,7 @@ class Demo:
             elif phase and (status.get("message") or "") != last_message:
                 last_message = status.get("message") or ""
                 out.line(f"  +{now:5.1f}s  {'':<13} {_with_instance(last_message, status)}")
-            if phase == "Running" and status.get("jobId"):
-                self._print_log(log_lines, status)
+            log_lines = self._show_log(log_lines, phase, finished=bool(status.get("finishedAt")))
             if status.get("finishedAt"):
                 break
             proc = self.operator.proc
@@ -522,11 +521,18 @@ class Demo:
                 out.line(f"  {'':>7}  {'':<13} | {text}")
         return status
 
-    def _print_log(self, follower: LogFollower, status: dict[str, Any]) -> None:
-        name = sp.instance(status).get("name")
-        if name:
-            for text in follower.new_lines(name, status["jobId"]):
+    def _show_log(
+        self, follower: PluginLogFollower | None, phase: str | None, *, finished: bool
+    ) -> PluginLogFollower | None:
+        """From Running on, the log as `kubectl taobrev logs -f` shows it, beside the phases."""
+        if phase == "Running" and follower is None:
+            assert self.cp is not None
+            follower = PluginLogFollower(self.cp, self.job)
+            self.out.line(f"  {'':>7}  {'':<13} $ kubectl taobrev logs {self.job} -n {NAMESPACE} -f")
+        if follower is not None:
+            for text in follower.finish() if finished else follower.new_lines():
                 self.out.line(f"  {'':>7}  {'':<13} | {text}")
+        return follower
 
     # ---- the report
 
@@ -644,32 +650,47 @@ def _phases_between(shown: list[str], phase: str, status: dict[str, Any]) -> lis
     return [p for p in PHASES[start:end] if p in times]
 
 
-class LogFollower:
-    """The TAO container's log while it runs, read from the simulated instance (what `docker logs`
-    would show): the operator records status.attempts[-1].run.logTail only once the container has
-    exited."""
+class PluginLogFollower:
+    """`kubectl taobrev logs JOB -f` as a user runs it (the operator's log API through
+    kube-apiserver), its lines collected as they arrive and printed by the watch loop."""
 
-    def __init__(self, sim: BrevSim) -> None:
-        self.sim = sim
-        self.offset = 0
+    def __init__(self, cp: ControlPlane, job: str) -> None:
+        self.proc = subprocess.Popen(
+            [kubectl_path(), "taobrev", "logs", job, "-f", "-n", NAMESPACE, f"--kubeconfig={cp.kubeconfig}"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=plugin_env(),
+            text=True,
+        )
+        self._lines: queue.Queue[str] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
 
-    def new_lines(self, instance: str, job_id: str) -> Iterator[str]:
-        try:
-            containers = self.sim.containers(instance)
-        except (KeyError, OSError):
-            return
-        for c in containers:
-            if c.get("Name") == "/" + job_id:
-                path = Path(str(c["LogPath"]))
-                with contextlib.suppress(OSError), path.open("rb") as f:
-                    f.seek(self.offset)
-                    chunk = f.read()
-                    end = chunk.rfind(b"\n") + 1  # only whole lines
-                    self.offset += end
-                    for raw in chunk[:end].decode(errors="replace").splitlines():
-                        if raw.strip():
-                            yield raw.rstrip()
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.strip():
+                self._lines.put(line.rstrip())
+
+    def new_lines(self) -> Iterator[str]:
+        while True:
+            try:
+                yield self._lines.get_nowait()
+            except queue.Empty:
                 return
+
+    def finish(self, timeout: float = 60.0) -> Iterator[str]:
+        """The rest, once the follow ended with the container (and its exit code, on stderr)."""
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        self._reader.join(5)
+        yield from self.new_lines()
+        err = self.proc.stderr.read().strip() if self.proc.stderr else ""
+        if err:
+            yield f"(kubectl taobrev logs: {err.splitlines()[-1]}, exit {self.proc.returncode})"
 
 
 def _metrics_sample(url: str) -> list[str]:
