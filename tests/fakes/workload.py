@@ -319,10 +319,15 @@ class FakeWorkload(Workload):
         inst.disk_epochs[self.job_id] = max(epoch, inst.disk_epochs.get(self.job_id, 0))
         return RestoreReport(objects=epoch, latest=f"results/train/model_epoch_{epoch:03d}.pth", epoch=epoch)
 
-    async def clear(self, *, deadline: datetime | None = None) -> None:
+    async def clear(
+        self, *, deadline: datetime | None = None, keep: bool = False, keep_container: bool = False
+    ) -> None:
         inst = self._gate("cleanup", deadline=deadline)  # one remote call, like the real one
-        inst.containers.pop(self.job_id, None)
-        for path in [p for p in inst.files if p.startswith(f"{self.remote_dir}/")]:
+        if not (keep and keep_container):
+            inst.containers.pop(self.job_id, None)
+        # Kept for debugging: only the secrets directory goes (keep_for_debug.sh).
+        gone = f"{self.remote_dir}/secrets/" if keep else f"{self.remote_dir}/"
+        for path in [p for p in inst.files if p.startswith(gone)]:
             del inst.files[path]
 
 

@@ -391,8 +391,9 @@ def test_api_field_names_match_the_contract() -> None:
     props = crdgen.openapi_schema()["properties"]["spec"]["properties"]
     assert set(props) == {
         "task", "instance", "data", "credentials", "timeouts", "recovery", "budget", "priority", "suspend",
-        "dryRun",
+        "dryRun", "debug",
     }  # fmt: skip
+    assert set(props["debug"]["properties"]) == {"keepInstanceOnFailure"}
     assert set(props["task"]["properties"]) == {
         "image", "networkArch", "action", "specPath", "specContent", "args", "env", "gpus", "shmSize",
     }  # fmt: skip
@@ -438,7 +439,7 @@ def test_api_field_names_match_the_contract() -> None:
     assert set(attempt["instance"]["properties"]) == {
         "name", "id", "created", "identity", "type", "gpu", "pricePerHour", "createRequestedAt",
         "createReturnedAt", "billedFrom", "startRequestedAt", "deleteRequestedAt", "deleteAcceptedAt",
-        "deletedAt", "absence",
+        "deletedAt", "absence", "keptUntil", "keepEndedAt",
     }  # fmt: skip
     absence = attempt["instance"]["properties"]["absence"]
     assert set(absence["properties"]) == {"listings", "since", "checkedAt"}
