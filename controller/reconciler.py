@@ -40,7 +40,7 @@ from controller.fleet.retained import RetainedStore
 from controller.fleet.retained_record import record_for
 from controller.kube.access import KubeAccess
 from controller.kube.secret_cache import SecretCache
-from controller.lifecycle import recovery
+from controller.lifecycle import budget
 from controller.lifecycle.backoff import exponential
 from controller.lifecycle.conditions import is_admitted
 from controller.lifecycle.phases import Phase
@@ -650,7 +650,7 @@ class Reconciler:
         )
         if status.billed_seconds is not None:
             # Exact, not the stored figure (which moves in recovery.BILL_STEP_SECONDS steps).
-            billed, cost = recovery.exact_totals(status, self._clock())
+            billed, cost = budget.exact_totals(status, self._clock())
             self._recorder.job_billing(ref.namespace, ref.name, billed, cost)
 
     def _account(self, ref: JobRef, old: TaoBrevJobStatus, new: TaoBrevJobStatus) -> None:

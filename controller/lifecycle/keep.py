@@ -27,11 +27,14 @@ from controller.api import reasons
 from controller.api.timestamps import format_time
 from controller.api.vocabulary import FailureClass, Outcome
 from controller.brev.client import DELETING
-from controller.lifecycle import recovery
+from controller.lifecycle import budget
 from controller.lifecycle.decision_pass import Pass
 from controller.lifecycle.failure_class import failure_class
 from controller.lifecycle.status_text import clip
 from controller.lifecycle.steps import CleanupWorkload, EventNote
+
+# While kept, a pass at least this often (recovery.BILL_STEP_SECONDS: billed time in status moves).
+_PASS_EVERY = 600.0
 
 
 def keep_seconds(p: Pass) -> int | None:
@@ -57,9 +60,9 @@ def _ends_early(p: Pass) -> str | None:
     inst = p.obs.instance
     if inst is not None and inst.status == DELETING:
         return f"instance {p.instance} is being deleted (not by this job)"
-    budget = recovery.over_budget(p)
-    if budget is not None:
-        return f"{budget} while the instance was kept"
+    spent = budget.over_budget(p.spec, p.s, p.now)
+    if spent is not None:
+        return f"{spent} while the instance was kept"
     return None
 
 
@@ -123,6 +126,6 @@ def holds(p: Pass) -> bool:
     # Back at the deadline; in between at least every billing step, so billed time in status
     # moves and the budget is judged (a reached budget ends the keep at once).
     left = (until - p.now).total_seconds()
-    budget = recovery.budget_left(p)
-    p.requeue = max(1.0, min(left, recovery.BILL_STEP_SECONDS, budget if budget is not None else left))
+    rest = budget.budget_left(p.spec, p.s, p.now)
+    p.requeue = max(1.0, min(left, _PASS_EVERY, rest if rest is not None else left))
     return True

@@ -164,7 +164,13 @@ class FakeWorkload(Workload):
             first = resumed[-1] + 1 if resumed else 1
             run_s = max(0, f.epochs - first + 1) * f.epoch_s if f.epoch_s > 0 else f.run_s
             inst.containers[self.job_id] = FakeContainer(
-                self.job_id, now, run_s, f.exit_code, epoch_s=f.epoch_s, first_epoch=first
+                self.job_id,
+                now,
+                run_s,
+                f.exit_code,
+                epoch_s=f.epoch_s,
+                first_epoch=first,
+                carries_secrets=bool(secret_env),
             )
             self.world.container_starts.append(
                 ContainerStart(inst.id, self.job_id, now, self.world.next_seq(), first_epoch=first)

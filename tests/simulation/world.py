@@ -372,6 +372,9 @@ class SimWorkload(FakeWorkload):
             # operator asks whether the instance is lost or the training failed).
             exit_code=rng.choice((1, 137)) if rng.random() < sim.knobs.exit_nonzero else 0,
         )
+        program_failure = sim.program_failure(self.job_id)
+        if program_failure is not None:  # a job that keeps its instance on failure: fail it often
+            world.set_faults(exit_code=program_failure)
         started: bool = await _paid(FakeWorkload.start_container)(self, *args, **kwargs)
         if started:
             sim.container_started(self.job_id, self.instance)
@@ -445,6 +448,10 @@ class SimKube(FakeKube):
 
     def request_delete(self, namespace: str, name: str) -> None:
         super().request_delete(namespace, name)
+        self.changed(namespace, name)
+
+    def annotate(self, namespace: str, name: str, key: str, value: str) -> None:
+        super().annotate(namespace, name, key, value)
         self.changed(namespace, name)
 
     def release(self, namespace: str, name: str) -> None:

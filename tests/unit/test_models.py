@@ -806,6 +806,7 @@ def test_crd_names_columns_and_subresources() -> None:
         "Action": (".spec.task.action", 1),
         "Reason": (".status.reason", 1),
         "Failure": (".status.failureClass", 1),
+        "Kept-Until": (".status.attempts[-1:].instance.keptUntil", 1),
         "Attempt": (".status.attempts[-1:].attempt", 1),
         "Billed": (".status.billedSeconds", 1),
         "Cost": (".status.estimatedCostDollars", 1),

@@ -11,8 +11,7 @@
 # secret env stay, for `brev shell` and `docker start -ai` / `docker logs`. Containers write as
 # root, hence the non-interactive sudo fallback on a real VM.
 docker rm -f @rm_containers@ >/dev/null 2>&1; c=0;
-for n in @rm_containers@; do
-  docker inspect "$n" >/dev/null 2>&1 && c=1;
-done;
+# One line per container still there (`docker inspect` of several names fails if any is missing).
+docker inspect --format left @rm_containers@ 2>/dev/null | grep -q left && c=1;
 rm -rf @secrets_dir@ 2>/dev/null || sudo -n rm -rf @secrets_dir@; f=0; test -e @secrets_dir@ && f=1;
 echo TAOBREV_CLEARED $c $f
