@@ -120,8 +120,9 @@ class Simulation:
         # Drawn either way: the rest of the seed's draws stay put.
         drawn = Knobs.draw(self.rng, random.Random(f"later-knobs-{seed}"))  # noqa: S311 - seeded, not crypto
         self.knobs = knobs if knobs is not None else drawn
-        # Issue 27's keepInstanceOnFailure and cancel annotation: drawn from a stream of their own,
-        # so the main stream (faults, jobs, the scheduler) of a seed without them is unchanged.
+        # Issue 27's keepInstanceOnFailure and cancel annotation (Knobs.user_cancel,
+        # keep_on_failure): each job's draws come from a stream of their own, so the main stream
+        # (faults, jobs, the scheduler) of a seed without them is unchanged.
         self.extra = random.Random(f"keep-cancel-{seed}")  # noqa: S311 - seeded, not crypto
         self.healed = False
         self.lines: list[str] = []
@@ -702,7 +703,7 @@ class Simulation:
                 plan.append((at + rng.uniform(1, 3000), "delete", (ns, f"job{i}")))
             if rng.random() < self.knobs.cancel_soon:
                 plan.append((at + rng.uniform(1, 300), "delete", (ns, f"job{i}")))
-            if self.extra.random() < 0.25:
+            if self.knobs.user_cancel and self.extra.random() < self.knobs.user_cancel:
                 # `kubectl taobrev cancel`: queued, mid-run, while kept or after it finished.
                 plan.append((at + self.extra.choice((1.0, 30.0, 600.0, 2400.0)), "cancel", (ns, f"job{i}")))
         plan.sort(key=lambda p: p[0])
@@ -808,7 +809,7 @@ class Simulation:
         if job.missing_bucket:
             spec["data"] = {"resultsUri": f"s3://{MISSING_BUCKET}/{name}"}
             spec["timeouts"]["pendingSeconds"] = rng.choice((60, 600))
-        if not retain and self.extra.random() < 0.4:
+        if not retain and self.knobs.keep_on_failure and self.extra.random() < self.knobs.keep_on_failure:
             job.keep = self.extra.choice(("60", "10m", "2h"))
             spec["debug"] = {"keepInstanceOnFailure": job.keep}
             job.secret_env = self.extra.random() < 0.5
