@@ -30,6 +30,7 @@ import structlog
 
 from controller import app as app_module
 from controller.api.errors import PermanentError, TransientError
+from controller.api.naming import CANCEL_ANNOTATION
 from controller.brev.childwatch import raise_open_files_limit, use_pidfd_watcher
 from controller.fleet.leadership import NotLeading, lead_or_stop
 from controller.kube.access import GROUP, PLURAL, VERSION, resolve_connection
@@ -199,6 +200,16 @@ async def shed_unused_metadata(body: kopf.Body, **_: Any) -> None:
     shed_unused(body)
 
 
+# Only objects carrying the cancel annotation reach this handler (kopf filters before calling):
+# the reconciler cuts short the job's pass or wait in flight, so a cancel acts at once. Passes are
+# driven by the daemon alone; this only wakes it (the diff base is empty: on.field would never fire).
+@kopf.on.event(*RESOURCE, annotations={CANCEL_ANNOTATION: kopf.PRESENT}, id="cancel-annotation")
+async def cancel_requested(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    app = memo.get("app")
+    if app is not None:
+        app.reconciler.notice(JobRef.from_body(body))
+
+
 FINALIZER_WAIT = 5.0  # s: how long a new object's first pass waits for kopf's finalizer patch
 FINALIZER_POLL = 0.05  # s
 
@@ -248,7 +259,7 @@ async def drive(stopped: kopf.DaemonStopped, body: kopf.Body, memo: kopf.Memo, *
                 return  # finished: nothing more to watch until the object is deleted
             app.watchdog.pass_finished(key, delay)
             if delay > 0:
-                await stopped.wait(delay)
+                await app.reconciler.rest(JobRef.from_body(body, deleting=False), delay, stopped.wait)
     except Exception:
         # A bug: kopf logs it and restarts the daemon after `backoff`; the watchdog expects that.
         crashed = True

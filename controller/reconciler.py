@@ -16,7 +16,7 @@ import copy
 import functools
 import pickle
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
@@ -27,6 +27,7 @@ from pydantic import ValidationError
 from controller.api import reasons, status_legacy
 from controller.api.errors import MissingSecretError, PermanentError, SpecError, TaoBrevError, TransientError
 from controller.api.models import TaoBrevJobSpec, phase_timeout
+from controller.api.naming import CANCEL_ANNOTATION
 from controller.api.spec_parse import parse_spec
 from controller.api.status import TaoBrevJobStatus, merge_patch
 from controller.brev.envfile import JobSecrets
@@ -39,7 +40,7 @@ from controller.fleet.retained import RetainedStore
 from controller.fleet.retained_record import record_for
 from controller.kube.access import KubeAccess
 from controller.kube.secret_cache import SecretCache
-from controller.lifecycle import recovery
+from controller.lifecycle import budget
 from controller.lifecycle.backoff import exponential
 from controller.lifecycle.conditions import is_admitted
 from controller.lifecycle.phases import Phase
@@ -84,10 +85,13 @@ class JobRef:
     body: Any = None  # the object, for Events
     # Our finalizer is on the object; until it is, the machine creates nothing.
     has_finalizer: bool = True
+    # The annotation taobrev.io/cancel's value (`kubectl taobrev cancel`), when set.
+    cancel_requested: str | None = None
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any], *, deleting: bool | None = None) -> JobRef:
         meta = body.get("metadata") or {}
+        cancel = (meta.get("annotations") or {}).get(CANCEL_ANNOTATION)
         return cls(
             namespace=meta["namespace"],
             name=meta["name"],
@@ -98,6 +102,7 @@ class JobRef:
             deleting=bool(meta.get("deletionTimestamp")) if deleting is None else deleting,
             body=body,
             has_finalizer=FINALIZER in (meta.get("finalizers") or ()),
+            cancel_requested=str(cancel) if cancel is not None else None,
         )
 
 
@@ -170,8 +175,11 @@ class Reconciler:
         self._sending: dict[str, asyncio.Future[bool]] = {}
         # uid -> (consecutive failed passes, reason of the last one)
         self._api_failures: dict[str, tuple[int, str | None]] = {}
+        # uid -> set when a watch event brings a cancel the job's pass (or wait) does not know of
+        self._cancels: dict[str, asyncio.Event] = {}
 
     def forget(self, ref: JobRef) -> None:
+        self._cancels.pop(ref.uid, None)
         self._locks.pop(ref.uid, None)
         self._written.pop(ref.uid, None)
         self._api_failures.pop(ref.uid, None)
@@ -184,8 +192,54 @@ class Reconciler:
             self._preflight.forget(ref.uid)
         self._recorder.job_forgotten(ref.namespace, ref.name)
 
+    def notice(self, ref: JobRef) -> None:
+        """A watch event of the job (kopf's on-event handler). A cancel annotation the job's pass
+        in flight (or its wait until the next one) started without cuts that pass or wait short,
+        so a cancel is acted on within moments, not after a 120 s exit wait."""
+        if ref.cancel_requested is None or ref.deleting:
+            return
+        cancel = self._cancels.get(ref.uid)
+        if cancel is not None:
+            cancel.set()
+
+    async def rest(self, ref: JobRef, delay: float, wait: Callable[[float], Awaitable[object]]) -> None:
+        """The daemon's wait between passes, `wait(delay)` (kopf's stopped.wait: the delay, or
+        until the daemon is stopped), cut short by a cancel the last pass did not know of."""
+        if ref.cancel_requested is not None:
+            await wait(delay)
+            return
+        cancel = self._cancels[ref.uid] = asyncio.Event()
+        waits = {asyncio.ensure_future(wait(delay)), asyncio.ensure_future(cancel.wait())}
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
+
     async def reconcile(self, ref: JobRef) -> float | None:
         """One pass. Returns seconds until the next pass, or None once the job is finished."""
+        if ref.cancel_requested is not None or ref.deleting:
+            return await self._reconcile(ref)
+        # A pass that does not know of a cancel is cut short when one arrives (its status patch
+        # on the way still lands, as when the Lease is lost): the next pass, at once, acts on it.
+        cancel = self._cancels[ref.uid] = asyncio.Event()  # one per pass: bound to this loop
+        work = asyncio.ensure_future(self._reconcile(ref))
+        woken = asyncio.ensure_future(cancel.wait())
+        try:
+            await asyncio.wait({work, woken}, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            work.cancel()
+            raise
+        finally:
+            woken.cancel()
+        if work.done() or not cancel.is_set():
+            return await work
+        work.cancel()
+        await asyncio.wait({work})  # let it unwind (locks released, subprocess groups killed)
+        log.info("cancel requested (annotation); passing again", name=ref.name, namespace=ref.namespace)
+        return 0.0
+
+    async def _reconcile(self, ref: JobRef) -> float | None:
         if ref.deleting and self._fleet is not None:
             self._fleet.interrupt(ref.uid)  # the daemon's queued wait ends: deletion goes first
         if ref.deleting and self._preflight is not None:
@@ -457,7 +511,11 @@ class Reconciler:
         base: Observation | None = None,
     ) -> Observation:
         obs = (base or Observation(now=self._clock())).with_(
-            now=self._clock(), deleting=ref.deleting, blocker=blocker, has_finalizer=ref.has_finalizer
+            now=self._clock(),
+            deleting=ref.deleting,
+            cancel_requested=ref.cancel_requested,
+            blocker=blocker,
+            has_finalizer=ref.has_finalizer,
         )
         name = status.instance.name
         if not name or (status.phase in (None, Phase.PENDING) and not status.instance.create_requested_at):
@@ -607,7 +665,7 @@ class Reconciler:
         )
         if status.billed_seconds is not None:
             # Exact, not the stored figure (which moves in recovery.BILL_STEP_SECONDS steps).
-            billed, cost = recovery.exact_totals(status, self._clock())
+            billed, cost = budget.exact_totals(status, self._clock())
             self._recorder.job_billing(ref.namespace, ref.name, billed, cost)
 
     def _account(self, ref: JobRef, old: TaoBrevJobStatus, new: TaoBrevJobStatus) -> None:

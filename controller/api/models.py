@@ -686,6 +686,58 @@ class NotifySpec(_SpecModel):
     )
 
 
+# --- spec.debug -------------------------------------------------------------------------------
+
+# spec.debug.keepInstanceOnFailure: the retainFor convention (seconds, or units such as 30m, 2h).
+KEEP_ON_FAILURE_MAX = 86400
+
+
+class DebugSpec(_SpecModel):
+    """Help for a person investigating a failed run. Everything here is off by default."""
+
+    keep_instance_on_failure: str | None = Field(
+        default=None,
+        pattern=RETAIN_FOR_PATTERN,
+        max_length=32,
+        description=(
+            "After a Program failure (the training exited non-zero or ran past "
+            "spec.timeouts.runningSeconds), keep the instance this long so a person can "
+            "`brev shell` in (seconds, or units s/m/h/d such as 30m or 2h; max 24h), then delete "
+            "it. Results and logs are uploaded first; the job's secrets are removed from the "
+            "instance, the stopped container stays unless it carries spec.credentials.extraEnv. "
+            "The time is billed and counts against spec.budget; `kubectl delete` or `kubectl "
+            "taobrev cancel` deletes it at once. Only for an instance the job deletes "
+            "(spec.instance.ephemeral with onCompletion Delete)."
+        ),
+    )
+
+    @field_validator("keep_instance_on_failure")
+    @classmethod
+    def _keep_bounded(cls, value: str | None) -> str | None:
+        if value is not None:
+            seconds = retain_for_seconds(value)
+            if not 1 <= seconds <= KEEP_ON_FAILURE_MAX:
+                raise ValueError(
+                    f"spec.debug.keepInstanceOnFailure: {value!r} is {seconds} s; give 1 s .. 24h "
+                    "(e.g. 30m or 2h), or omit it to delete the instance at once after a failure"
+                )
+        return value
+
+    def keep_seconds(self) -> int | None:
+        value = self.keep_instance_on_failure
+        return retain_for_seconds(value) if value is not None else None
+
+
+_KEEP_NEEDS_DELETE_RULE = CelRule(
+    "!has(self.debug) || !has(self.debug.keepInstanceOnFailure) || (has(self.instance.ephemeral) && "
+    "(!has(self.instance.onCompletion) || self.instance.onCompletion == 'Delete'))",
+    "spec.debug.keepInstanceOnFailure: only for an instance the job deletes (spec.instance.ephemeral "
+    "with onCompletion Delete); a reused or retained instance stays after the job anyway: remove "
+    "keepInstanceOnFailure",
+    ".debug.keepInstanceOnFailure",
+)
+
+
 # --- spec ------------------------------------------------------------------------------------
 
 
@@ -702,7 +754,9 @@ class TaoBrevJobSpec(_SpecModel):
     inputs are staged from S3, the container runs, results are uploaded, the instance is
     released."""
 
-    model_config = ConfigDict(json_schema_extra=_validations(_EXTRA_ENV_COLLISION_RULE))
+    model_config = ConfigDict(
+        json_schema_extra=_validations(_EXTRA_ENV_COLLISION_RULE, _KEEP_NEEDS_DELETE_RULE)
+    )
 
     task: TaskSpec = Field(description="What to run.")
     instance: InstanceSpec = Field(description="Where to run it.")
@@ -757,11 +811,17 @@ class TaoBrevJobSpec(_SpecModel):
             "to TaoBrevNotifiers of its namespace; unset: the namespace's notifiers with spec.jobs: All."
         ),
     )
+    debug: DebugSpec | None = Field(
+        default=None, description="Help for investigating a failed run (off by default)."
+    )
 
     @model_validator(mode="after")
     def _no_env_collision(self) -> Self:
         if {e.name for e in self.credentials.extra_env} & {e.name for e in self.task.env}:
             raise ValueError(_EXTRA_ENV_COLLISION_RULE.message)
+        keeps = self.debug is not None and self.debug.keep_instance_on_failure is not None
+        if keeps and self.instance.effective_on_completion() != OnCompletion.DELETE:
+            raise ValueError(_KEEP_NEEDS_DELETE_RULE.message)
         return self
 
 

@@ -27,6 +27,10 @@ import hashlib
 import re
 from collections.abc import Iterable
 
+# Set by `kubectl taobrev cancel NAME` (value: an RFC 3339 time): the run ends Canceled, results
+# are uploaded, the instance is deleted, and the TaoBrevJob stays (reason CanceledByUser).
+CANCEL_ANNOTATION = "taobrev.io/cancel"
+
 MAX_NAME = 63
 PREFIX = "tbj-"
 MARK_LEN = 8

@@ -15,6 +15,8 @@ SUCCEEDED = "Succeeded"
 RUN_COMPLETED = "RunCompleted"
 TRAINING_FAILED = "TrainingFailed"
 CANCELED = "Canceled"
+# Canceled through the annotation taobrev.io/cancel (`kubectl taobrev cancel`): the object stays.
+CANCELED_BY_USER = "CanceledByUser"
 INSTANCE_FAILED = "InstanceFailed"
 INSTANCE_LOST = "InstanceLost"
 REUSE_INSTANCE_NOT_FOUND = "ReuseInstanceNotFound"
@@ -44,6 +46,11 @@ CLEANUP_FAILED = "CleanupFailed"
 # A cancel gave up the results: the upload from the instance failed (it may never answer).
 UPLOAD_SKIPPED = "UploadSkipped"
 FINISHED = "Finished"
+# spec.debug.keepInstanceOnFailure: the instance stays (secrets removed) for a person to look at;
+# the Event and the InstanceReleased condition say how to connect and until when.
+KEPT_FOR_DEBUGGING = "KeptForDebugging"
+# The time to keep it is over (or deletion, a cancel or the budget ended it early): deleting it.
+KEEP_ENDED = "KeepEnded"
 
 # --- Stalled (needs a human) while the job is not finished ----------------------------------------
 # The instance was asked for under another Brev identity than the one logged in now.

@@ -239,6 +239,18 @@ class InstanceRecord(StatusModel):
     absence: AbsenceRecord = Field(
         default_factory=AbsenceRecord, description="Listings that did not show the instance."
     )
+    kept_until: Timestamp | None = Field(
+        default=None,
+        description=(
+            "spec.debug.keepInstanceOnFailure: the instance is kept for debugging (`brev shell "
+            "<name>`; the job's secrets removed) until this time, then deleted."
+        ),
+    )
+    keep_ended_at: Timestamp | None = Field(
+        default=None,
+        description="When keeping the instance for debugging ended (its deadline, or earlier: "
+        "deletion, cancel, budget); the delete follows.",
+    )
 
     def assign(self, name: str, *, created: bool) -> None:
         """Names follow the spec while nothing exists on Brev (Pending)."""
@@ -280,6 +292,14 @@ class InstanceRecord(StatusModel):
     def delete_accepted(self, now: datetime) -> None:
         """Brev accepted a `brev delete` (the first acceptance counts)."""
         self.delete_accepted_at = self.delete_accepted_at or now
+
+    def keep(self, until: datetime) -> None:
+        """Kept for debugging (its secrets removed) until `until` (the first keep counts)."""
+        self.kept_until = self.kept_until or until
+
+    def end_keep(self, now: datetime) -> None:
+        """No longer kept: the delete may follow."""
+        self.keep_ended_at = self.keep_ended_at or now
 
     def deleted(self, at: datetime) -> None:
         """Confirmed gone (not-found under the creating identity, or enough listings)."""

@@ -934,18 +934,32 @@ class Workload:
             )
         return parse_restore_report(result.stdout)
 
-    async def clear(self, *, deadline: datetime | None = None) -> None:
+    async def clear(
+        self, *, deadline: datetime | None = None, keep: bool = False, keep_container: bool = False
+    ) -> None:
         """Remove the job's containers (the checkpoint sync's too: its config carries the S3 keys)
         and ~/taobrev/<job> (with any secret file an interrupted step left) in ONE remote call:
         it is the teardown's last call before `brev delete`, and every call there is billed time.
         Containers write results as root, hence the non-interactive sudo fallback on a real VM.
-        Each part is checked and reported on its own."""
-        command = render(
-            "clear",
-            name=shlex.quote(self.job_id),
-            ckpt=shlex.quote(self.job_id + CKPT_SUFFIX),
-            job_dir=self._path(),
-        )
+        Each part is checked and reported on its own.
+
+        `keep` (an instance kept for debugging): remove only what holds a secret — the checkpoint
+        sync's container, the secrets directory, and the job's container unless `keep_container`
+        (its config carries no secret env) — and leave the rest for a person to look at."""
+        if keep:
+            remove = [self.job_id + CKPT_SUFFIX] + ([] if keep_container else [self.job_id])
+            command = render(
+                "keep_for_debug",
+                rm_containers=[shlex.quote(n) for n in remove],
+                secrets_dir=self._path("secrets"),
+            )
+        else:
+            command = render(
+                "clear",
+                name=shlex.quote(self.job_id),
+                ckpt=shlex.quote(self.job_id + CKPT_SUFFIX),
+                job_dir=self._path(),
+            )
         result = await self._run(command, self.settings.command_timeout, deadline, "cleanup")
         found = re.search(rf"^{_CLEARED} ([01]) ([01])$", result.stdout, re.MULTILINE)
         if not result.ok or found is None or found.group(1) == "1":

@@ -219,14 +219,14 @@ class ActionRunner:
                     deadline=deadline,
                 )
                 return obs.with_(upload=UploadSummary(objects=objects, bytes=size))
-            case CleanupWorkload(instance=inst, must_succeed=must):
+            case CleanupWorkload(instance=inst, must_succeed=must, keep=keep, keep_container=keep_container):
                 wl = self._workload(inst, job)
                 try:
-                    await wl.clear(deadline=deadline)
+                    await wl.clear(deadline=deadline, keep=keep, keep_container=keep_container)
                 except TransientError:
                     if must:
                         raise
-                return obs.with_(cleaned=True)
+                return obs.with_(cleaned=True, kept_for_debug=keep)
             case SyncCheckpoints() | RestoreCheckpoints():
                 return await self._checkpoints(action, job, obs, deadline)
             case DeleteInstance(name=name):

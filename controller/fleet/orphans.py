@@ -89,6 +89,10 @@ class Reference:
     active: bool
     # Names and ids of an instance the job reuses (spec.instance.reuse): lent, never created.
     reused: frozenset[str] = frozenset()
+    # The current attempt's instance is kept for debugging until then (instance.keptUntil, an
+    # RFC 3339 time as status stores it; spec.debug.keepInstanceOnFailure): in use until then,
+    # and past it unreferenced like any other (the job's own teardown deletes it first).
+    kept: tuple[frozenset[str], str] | None = None
 
 
 @dataclass(frozen=True)
@@ -167,6 +171,13 @@ def references_of(
     if isinstance(reuse, Mapping) and isinstance(reuse.get("name"), str):
         names.add(reuse["name"])
         reused.add(reuse["name"])
+    kept: tuple[frozenset[str], str] | None = None
+    current = attempts[-1] if isinstance(attempts, list) and attempts else None
+    rec = current.get("instance") if isinstance(current, Mapping) else None
+    if isinstance(rec, Mapping) and isinstance(rec.get("keptUntil"), str):
+        ended = rec.get("keepEndedAt")
+        until = ended if isinstance(ended, str) else rec["keptUntil"]
+        kept = (frozenset(v for v in (rec.get("name"), rec.get("id")) if isinstance(v, str) and v), until)
     namespace, name, uid = meta.get("namespace"), meta.get("name"), meta.get("uid")
     if namespace and name and uid:
         names.add(
@@ -180,6 +191,7 @@ def references_of(
         ids=frozenset(ids),
         active=not status.get("finishedAt"),
         reused=frozenset(reused),
+        kept=kept,
     )
 
 
@@ -204,7 +216,7 @@ def decide(
     if retained is None:
         return Plan(skipped="the retained-instance record could not be read", memory=memory)
 
-    index = _Index(list(references), retained)
+    index = _Index(list(references), retained, now)
     findings: list[Finding] = []
     delete: list[Finding] = []
     kept: list[str] = []
@@ -271,9 +283,13 @@ def _provenance(name: str, marks: tuple[str, str], namespaces: Sequence[str]) ->
 class _Index:
     """References and retained records, indexed for one sweep."""
 
-    def __init__(self, refs: Sequence[Reference], retained: Mapping[str, RetainedRecord]) -> None:
-        self.active_names = {n for r in refs if r.active for n in r.names}
-        self.active_ids = {i for r in refs if r.active for i in r.ids}
+    def __init__(
+        self, refs: Sequence[Reference], retained: Mapping[str, RetainedRecord], now: datetime
+    ) -> None:
+        # A kept instance past its deadline (or whose keep ended) no longer counts as in use.
+        over = {k for r in refs if r.kept is not None and _passed(r.kept[1], now) for k in r.kept[0]}
+        self.active_names = {n for r in refs if r.active for n in r.names} - over
+        self.active_ids = {i for r in refs if r.active for i in r.ids} - over
         self.reused = {k for r in refs for k in r.reused}
         # The finished job that created an instance of this name or id (when several, any one).
         self.finished: dict[str, str] = {k: r.job for r in refs if not r.active for k in r.names | r.ids}
@@ -310,3 +326,12 @@ class _Index:
         first_seen[inst.id] = seen
         state = State.PENDING_GRACE if (now - seen).total_seconds() < grace else State.DELETING
         return Finding(inst, state, why, seen, job)
+
+
+def _passed(when: str, now: datetime) -> bool:
+    """Whether a time as status stores it has passed (unreadable: not passed, keep it in use)."""
+    try:
+        then = datetime.fromisoformat(when.replace("Z", "+00:00"))
+    except ValueError:
+        return False
+    return then.tzinfo is not None and then <= now

@@ -6,7 +6,8 @@
   cannot go on without help (status.stalledReason: InvalidSpec, InstanceNotAccessible, ...).
 - Succeeded: True only once the run succeeded AND its results are verified in S3, and then never
   flips back; False once the run failed; Unknown before.
-- InstanceReleased: True once teardown is done (ephemeral instance deleted, or retained one left).
+- InstanceReleased: True once teardown is done (ephemeral instance deleted, or retained one left);
+  reason KeptForDebugging while spec.debug.keepInstanceOnFailure keeps a failed run's instance.
 - Admitted: True once the job was admitted under the instance quotas (controller/fleet/admission.py);
   it then holds its slot until it finished. Queued: True while a limit holds it back (reason
   ClusterInstanceLimit / NamespaceInstanceLimit / NamespaceGPULimit, message with the limit, the
@@ -93,7 +94,7 @@ def derive(
         _cond(
             INSTANCE_RELEASED,
             finished,
-            reasons.RELEASED if finished else reasons.INSTANCE_IN_USE,
+            reasons.RELEASED if finished else _in_use(status),
             "teardown complete"
             if finished
             else (status.teardown.message or f"teardown not finished ({phase})"),
@@ -106,6 +107,14 @@ def derive(
         c.last_transition_time = prev.last_transition_time if same and prev else now
         c.observed_generation = generation
     return new
+
+
+def _in_use(status: TaoBrevJobStatus) -> str:
+    """InstanceReleased's reason before teardown finished: KeptForDebugging while the instance is
+    kept (spec.debug.keepInstanceOnFailure; the message says how to connect and until when)."""
+    inst = status.instance
+    kept = inst.kept_until is not None and inst.keep_ended_at is None
+    return reasons.KEPT_FOR_DEBUGGING if kept else reasons.INSTANCE_IN_USE
 
 
 def _admission(status: TaoBrevJobStatus) -> list[Condition]:

@@ -96,6 +96,9 @@ class Pass:
 
     def phase_age(self) -> float:
         entered = self.s.phase_times.get(str(self.phase))
+        kept = self.s.instance.keep_ended_at
+        if self.phase == Phase.DELETED and entered and kept and kept > entered:
+            entered = kept  # teardown's deletingSeconds counts from the end of a debugging keep
         return (self.now - entered).total_seconds() if entered else 0.0
 
     def timed_out(self) -> bool:

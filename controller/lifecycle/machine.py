@@ -44,6 +44,7 @@ from collections.abc import Callable, Mapping
 from controller.api import reasons
 from controller.api.errors import InstanceNotFound
 from controller.api.models import TaoBrevJobSpec, phase_timeout
+from controller.api.naming import CANCEL_ANNOTATION
 from controller.api.status import CheckpointStatus, TaoBrevJobStatus
 from controller.api.vocabulary import Outcome
 from controller.lifecycle import conditions, recovery
@@ -127,7 +128,7 @@ def decide(
 
     if spec is None:
         p.stall(reasons.INVALID_SPEC, clip(spec_error or "spec does not parse"))
-        if not obs.deleting:
+        if not obs.deleting and obs.cancel_requested is None:
             return _finish(p, generation, requeue=p.requeue)
         if not p.s.phase:
             p.s.phase = Phase.PENDING
@@ -156,6 +157,14 @@ def decide(
         p.end_run(Outcome.FAILED, obs.blocker.reason, obs.blocker.message)
     if obs.deleting and not p.s.run_outcome:
         p.end_run(Outcome.CANCELED, reasons.CANCELED, f"the TaoBrevJob was deleted during {p.phase}")
+    if obs.cancel_requested is not None and not p.s.run_outcome:
+        # As a deletion, but the object stays: its status keeps the outcome and the results.
+        p.end_run(
+            Outcome.CANCELED,
+            reasons.CANCELED_BY_USER,
+            f"canceled during {p.phase} by the annotation {CANCEL_ANNOTATION}={obs.cancel_requested!r} "
+            "(kubectl taobrev cancel)",
+        )
 
     if not _handle_failure(p):
         recovery.track(p)

@@ -30,12 +30,12 @@ from datetime import datetime
 
 from controller.api import naming, reasons
 from controller.api.status import (
-    AttemptRecord,
     CheckpointStatus,
-    TaoBrevJobStatus,
 )
 from controller.api.vocabulary import Outcome
 from controller.brev.client import STOPPED, STOPPING
+from controller.lifecycle import budget
+from controller.lifecycle.budget import billed_seconds, exact_totals
 from controller.lifecycle.decision_pass import Pass
 from controller.lifecycle.phases import PHASES, Phase
 from controller.lifecycle.status_text import clip
@@ -175,39 +175,9 @@ def _follow(p: Pass) -> None:
         rec.deleted(p.s.finished_at)  # teardown finishes only once the delete is confirmed
 
 
-def billed_seconds(rec: AttemptRecord, now: datetime, finished_at: datetime | None) -> float:
-    inst = rec.instance
-    if inst.billed_from is None:
-        return 0.0
-    recorded_end = inst.deleted_at or finished_at
-    # Recorded times at the resolution status stores them (whole seconds): a closed attempt's
-    # figure is then the same before and after a round trip through the API server (a restart or
-    # an upgrade rewrote finished jobs' billedSeconds by a second; found by tests/e2e/test_upgrade).
-    start = _stored(inst.billed_from)
-    end = _stored(recorded_end) if recorded_end is not None else now
-    return max(0.0, (end - start).total_seconds())
-
-
-def _stored(t: datetime) -> datetime:
-    return t.replace(microsecond=0)
-
-
 def totals(p: Pass) -> tuple[float, float | None]:
     """(billed seconds, cost in dollars or None when a price is unknown) over all attempts, exact."""
     return exact_totals(p.s, p.now)
-
-
-def exact_totals(status: TaoBrevJobStatus, now: datetime) -> tuple[float, float | None]:
-    """`totals` from a status alone (the billing gauges, between the stored steps)."""
-    secs, cost, known = 0.0, 0.0, True
-    for rec in status.attempts or ():
-        b = billed_seconds(rec, now, status.finished_at)
-        secs += b
-        if rec.instance.price_per_hour is not None:
-            cost += b * rec.instance.price_per_hour / 3600
-        elif b > 0:
-            known = False
-    return secs, (cost if known else None)
 
 
 def _bill(p: Pass) -> None:
@@ -230,38 +200,13 @@ def _bill(p: Pass) -> None:
 def over_budget(p: Pass, at: datetime | None = None) -> str | None:
     """The budget message once billed time or cost (all attempts, exact) reached a limit, now or
     at `at` (a container's exit: what billed after it is not the run's doing)."""
-    if p.spec is None or not p.s.attempts:
-        return None
-    budget = p.spec.budget
-    secs, cost = exact_totals(p.s, at or p.now)
-    if budget.max_billed_seconds is not None and secs >= budget.max_billed_seconds:
-        return (
-            f"billed time {int(secs)}s over {len(p.s.attempts)} attempt(s) reached "
-            f"spec.budget.maxBilledSeconds={budget.max_billed_seconds}"
-            + (f" (estimated cost ${cost:.2f})" if cost is not None else "")
-        )
-    if budget.max_cost_dollars is not None and cost is not None and cost >= budget.max_cost_dollars:
-        return (
-            f"estimated cost ${cost:.2f} ({int(secs)}s billed over {len(p.s.attempts)} attempt(s)) "
-            f"reached spec.budget.maxCostDollars={budget.max_cost_dollars}"
-        )
-    return None
+    return budget.over_budget(p.spec, p.s, at or p.now)
 
 
 def budget_left(p: Pass) -> float | None:
     """Seconds until the budget is reached at the current attempt's rate (None: no budget, or a
     cost budget with an unknown price). Bounds the exit wait, so no wait overruns the budget."""
-    if p.spec is None or not p.s.attempts:
-        return None
-    budget = p.spec.budget
-    secs, cost = totals(p)
-    lefts: list[float] = []
-    if budget.max_billed_seconds is not None:
-        lefts.append(budget.max_billed_seconds - secs)
-    price = p.s.instance.price_per_hour
-    if budget.max_cost_dollars is not None and cost is not None and price:
-        lefts.append((budget.max_cost_dollars - cost) * 3600 / price)
-    return max(0.0, min(lefts)) if lefts else None
+    return budget.budget_left(p.spec, p.s, p.now)
 
 
 def check_budget(p: Pass) -> None:

@@ -101,6 +101,9 @@ class Observation:
 
     now: datetime
     deleting: bool = False
+    # The value of the annotation taobrev.io/cancel (`kubectl taobrev cancel`), when set: the run
+    # ends Canceled as on deletion, but the object stays.
+    cancel_requested: str | None = None
     # Our finalizer is on the object: until it is, nothing may be created (a delete could
     # otherwise remove the object while an instance of ours is on its way).
     has_finalizer: bool = True
@@ -134,6 +137,9 @@ class Observation:
     container_stopped: bool = False
     upload: UploadSummary | None = None
     cleaned: bool = False
+    # The cleanup that succeeded kept the instance's files and stopped container for debugging
+    # (CleanupWorkload.keep): the job's secrets are gone from it.
+    kept_for_debug: bool = False
     delete_requested: bool = False
     # `brev delete` answered "not found": under the creating identity, proof the instance is gone.
     delete_not_found: bool = False
@@ -227,10 +233,16 @@ class UploadResults:
 
 @dataclass(frozen=True)
 class CleanupWorkload:
-    """Remove the container and the job directory (with its secret files) from the instance."""
+    """Remove the container and the job directory (with its secret files) from the instance.
+
+    `keep` (spec.debug.keepInstanceOnFailure): remove only what holds a secret — the job's secret
+    files and registry login, the checkpoint sync's container — and keep the job directory and the
+    stopped training container, unless `keep_container` is False (its config carries secret env)."""
 
     instance: str
     must_succeed: bool
+    keep: bool = False
+    keep_container: bool = False
 
 
 @dataclass(frozen=True)

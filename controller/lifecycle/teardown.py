@@ -21,6 +21,9 @@ Every state after the run ended reaches `brev delete` of an owned instance withi
   one upload attempt (so operator downtime cannot skip the upload); a permanent upload failure
   goes to teardown at once.
 - Deleted, cleanup on an instance we delete: one attempt; any failure is noted and skipped.
+- Deleted, kept for debugging (spec.debug.keepInstanceOnFailure, <= 24 h; controller/lifecycle/
+  keep.py): the delete is sent at `instance.keptUntil`, or at once on deletion, a cancel or a
+  reached budget; only a cleanup that removed the secrets starts a keep.
 - Deleted, cleanup on a reused instance: retried with backoff (<= backoff_max) without end; after
   `cleanup_attempts` failures the job is Stalled (SecretsMayRemain) — never a silent finish.
 - Deleted, delete: sent in the first teardown pass; re-sent with backoff while it fails, and
@@ -40,16 +43,13 @@ from controller.api.status import ResultsSummary
 from controller.api.timestamps import format_time
 from controller.api.vocabulary import Outcome
 from controller.brev.client import DELETING, RUNNING, Instance
+from controller.lifecycle import keep
 from controller.lifecycle.absence import process_instance_fate
 from controller.lifecycle.decision_pass import Pass
 from controller.lifecycle.phases import Phase, entered_any
 from controller.lifecycle.release import instance_released
 from controller.lifecycle.status_text import clip
-from controller.lifecycle.steps import (
-    CleanupWorkload,
-    EventNote,
-    UploadResults,
-)
+from controller.lifecycle.steps import EventNote, UploadResults
 
 
 def upload_trouble(p: Pass, error: str) -> str:
@@ -84,13 +84,14 @@ def upload_failed(p: Pass, message: str) -> None:
 
 
 def upload_skipped(p: Pass) -> None:
-    """The job is being deleted and an upload attempt failed (the instance refuses ssh, or the
-    copy broke): the results are given up and the instance deleted now, said in status and an
-    Event; no cleanup on an instance being deleted. A run that had not been cancelled before (its
-    upload was under way) ends as an upload failure; a cancelled one stays Canceled."""
+    """The job is being deleted or was canceled (taobrev.io/cancel) and an upload attempt failed
+    (the instance refuses ssh, or the copy broke): the results are given up and the instance
+    deleted now, said in status and an Event; no cleanup on an instance being deleted. A run that
+    had not been cancelled before (its upload was under way) ends as an upload failure; a
+    cancelled one stays Canceled."""
+    why = "the job is being deleted" if p.obs.deleting else "the job was canceled"
     note = (
-        f"the job is being deleted and the upload from instance {p.instance} failed; results not "
-        "uploaded, deleting the instance"
+        f"{why} and the upload from instance {p.instance} failed; results not uploaded, deleting the instance"
     )
     p.events.append(EventNote("Warning", reasons.UPLOAD_SKIPPED, note))
     if p.deletes_instance():
@@ -142,7 +143,8 @@ def uploading(p: Pass) -> None:
         return
     if p.actions:
         return  # confirming the instance's absence first
-    if p.obs.deleting and attempts and p.s.retries:
+    canceled = p.obs.deleting or p.s.reason == reasons.CANCELED_BY_USER
+    if canceled and attempts and p.s.retries:
         # Cancelled and the last upload did not go through: do not bill up to uploadingSeconds
         # for results nobody waits for (issue 25, scenario 10).
         upload_skipped(p)
@@ -178,6 +180,8 @@ def teardown(p: Pass) -> None:
     name = p.s.instance.name
     if name and not _cleanup_done(p):
         return
+    if name and keep.holds(p):
+        return  # kept for debugging (spec.debug.keepInstanceOnFailure) until its deadline
     if name and p.deletes_instance() and not instance_released(p):
         return
     if p.s.run_outcome == Outcome.SUCCEEDED and p.s.upload.uploaded_at is None:
@@ -209,13 +213,13 @@ def _cleanup_done(p: Pass) -> bool:
     if p.obs.cleaned or not _workload_may_exist(p):
         p.s.run.cleaned(p.now)
         p.unstall(reasons.SECRETS_MAY_REMAIN)
+        keep.begin(p)  # a cleanup that kept the instance for debugging: from now on
         return True
     if not p.obs.instance_known:
         return False
     inst = p.obs.instance
     if inst is not None and inst.status == RUNNING:
-        # On a retained instance the secrets must really go; on one we delete, best effort.
-        p.actions.append(CleanupWorkload(p.instance, must_succeed=not p.deletes_instance()))
+        p.actions.append(keep.cleanup(p))
         p.requeue = 0.0
         return False
     if not p.deletes_instance() and _may_still_hold_secrets(p, inst):

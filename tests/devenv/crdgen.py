@@ -258,6 +258,13 @@ def crd() -> dict[str, Any]:
                             desc="Whose move it is after a failure (Infrastructure, Program, ...).",
                         ),
                         _column(
+                            "Kept-Until",
+                            ".status.attempts[-1:].instance.keptUntil",
+                            priority=1,
+                            desc="spec.debug.keepInstanceOnFailure: the failed run's instance is kept "
+                            "(`brev shell <instance>`) until then.",
+                        ),
+                        _column(
                             "Attempt",
                             ".status.attempts[-1:].attempt",
                             type_="integer",

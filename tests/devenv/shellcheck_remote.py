@@ -129,6 +129,8 @@ def _calls() -> dict[str, Call]:
             "s3://bucket/x/y/", None, REGION, credentials=CREDS
         ),
         "clear": lambda w: w.clear(),
+        "keep_for_debug": lambda w: w.clear(keep=True, keep_container=True),
+        "keep_for_debug[no-container]": lambda w: w.clear(keep=True),
     }
 
 

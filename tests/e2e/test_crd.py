@@ -174,7 +174,7 @@ def test_status_schema_is_enforced(kubectl: Kubectl, tbj_ns: str) -> None:
 
 def test_printer_columns(kubectl: Kubectl, tbj_ns: str) -> None:
     """`kubectl get tbj` shows PHASE/OUTCOME/INSTANCE/GPU/QUEUE/AGE; `-o wide` adds QUEUED (the
-    limit holding it back), ACTION, REASON, FAILURE (whose move it is) and the recovery figures
+    limit holding it back), ACTION, REASON, FAILURE (whose move it is), KEPT-UNTIL and the recovery figures
     ATTEMPT, BILLED (seconds) and COST (dollars). INSTANCE, GPU and ATTEMPT are the current
     (last) attempt's, not an earlier one's. A finished job has no queue place: those cells are
     blank."""
@@ -194,7 +194,7 @@ def test_printer_columns(kubectl: Kubectl, tbj_ns: str) -> None:
     wide = kubectl("get", "tbj", "-n", tbj_ns, "-o", "wide").stdout.splitlines()
     assert wide[0].split() == [
         "NAME", "PHASE", "OUTCOME", "INSTANCE", "GPU", "QUEUE", "QUEUED", "ACTION", "REASON", "FAILURE",
-        "ATTEMPT", "BILLED", "COST", "AGE",
+        "KEPT-UNTIL", "ATTEMPT", "BILLED", "COST", "AGE",
     ]  # fmt: skip
     assert wide[1].split()[:11] == [
         "cols",

@@ -124,6 +124,8 @@ class FakeContainer:
     # Epoch modelling (Faults.epoch_s > 0): trains epochs first_epoch..last_epoch.
     epoch_s: float = 0.0
     first_epoch: int = 1
+    # Started with secret env (`docker run --env-file`): its config holds the values.
+    carries_secrets: bool = False
 
     def epoch_at(self, now: float) -> int:
         """The last epoch whose checkpoint is on disk at `now` (first_epoch - 1 before any)."""

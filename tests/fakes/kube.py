@@ -57,6 +57,7 @@ class FakeObject:
     deletion_requested: bool = False
     created: str = "2026-11-29T11:00:00Z"
     finalized: bool = True  # kopf's finalizer patch has landed (it may not have, on a first pass)
+    annotations: dict[str, str] = field(default_factory=dict)
 
     def body(self) -> dict[str, Any]:
         meta: dict[str, Any] = {
@@ -69,6 +70,8 @@ class FakeObject:
         }
         if self.deletion_requested:
             meta["deletionTimestamp"] = "2026-11-29T12:00:00Z"
+        if self.annotations:
+            meta["annotations"] = dict(self.annotations)
         # Shared, not copied: the reconciler copies what it keeps (JobRef.from_body), and a copy
         # per pass would dominate the model test's run time. Status is replaced, never mutated.
         return {"metadata": meta, "spec": self.spec, "status": self.status}
@@ -125,6 +128,10 @@ class FakeKube(KubeAccess):
         obj = self.objects[(namespace, name)]
         obj.spec = copy.deepcopy(dict(spec))
         obj.generation += 1
+
+    def annotate(self, namespace: str, name: str, key: str, value: str) -> None:
+        """`kubectl annotate` (e.g. `kubectl taobrev cancel`: taobrev.io/cancel=<time>)."""
+        self.objects[(namespace, name)].annotations[key] = value
 
     def request_delete(self, namespace: str, name: str) -> None:
         """`kubectl delete`: the finalizer keeps the object until teardown releases it."""

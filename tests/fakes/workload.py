@@ -164,7 +164,13 @@ class FakeWorkload(Workload):
             first = resumed[-1] + 1 if resumed else 1
             run_s = max(0, f.epochs - first + 1) * f.epoch_s if f.epoch_s > 0 else f.run_s
             inst.containers[self.job_id] = FakeContainer(
-                self.job_id, now, run_s, f.exit_code, epoch_s=f.epoch_s, first_epoch=first
+                self.job_id,
+                now,
+                run_s,
+                f.exit_code,
+                epoch_s=f.epoch_s,
+                first_epoch=first,
+                carries_secrets=bool(secret_env),
             )
             self.world.container_starts.append(
                 ContainerStart(inst.id, self.job_id, now, self.world.next_seq(), first_epoch=first)
@@ -319,10 +325,15 @@ class FakeWorkload(Workload):
         inst.disk_epochs[self.job_id] = max(epoch, inst.disk_epochs.get(self.job_id, 0))
         return RestoreReport(objects=epoch, latest=f"results/train/model_epoch_{epoch:03d}.pth", epoch=epoch)
 
-    async def clear(self, *, deadline: datetime | None = None) -> None:
+    async def clear(
+        self, *, deadline: datetime | None = None, keep: bool = False, keep_container: bool = False
+    ) -> None:
         inst = self._gate("cleanup", deadline=deadline)  # one remote call, like the real one
-        inst.containers.pop(self.job_id, None)
-        for path in [p for p in inst.files if p.startswith(f"{self.remote_dir}/")]:
+        if not (keep and keep_container):
+            inst.containers.pop(self.job_id, None)
+        # Kept for debugging: only the secrets directory goes (keep_for_debug.sh).
+        gone = f"{self.remote_dir}/secrets/" if keep else f"{self.remote_dir}/"
+        for path in [p for p in inst.files if p.startswith(gone)]:
             del inst.files[path]
 
 

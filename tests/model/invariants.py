@@ -7,6 +7,7 @@ from itertools import pairwise
 
 from controller.lifecycle import machine
 from controller.lifecycle.phases import Phase
+from tests import status_paths as sp
 from tests.fakes.brev import CreateRecord
 from tests.fakes.harness import Harness
 from tests.status_paths import attempt_no
@@ -89,6 +90,36 @@ class FinishedNeverCreates:
             return
         late = h.brev.creates[self.creates_at_finish :]
         assert not [c for c in late if c.accepted], f"created after the job finished: {late}"
+
+
+class CanceledNeverCreates:
+    """Once a cancel is recorded (runOutcome Canceled), the job creates nothing more: no attempt
+    after it, whatever recovery would have done."""
+
+    def __init__(self) -> None:
+        self.creates_at_cancel: int | None = None
+
+    def check(self, h: Harness) -> None:
+        if self.creates_at_cancel is None:
+            if h.status.get("runOutcome") == "Canceled":
+                self.creates_at_cancel = len(h.brev.creates)
+            return
+        late = h.brev.creates[self.creates_at_cancel :]
+        assert not [c for c in late if c.accepted], f"created after the run was canceled: {late}"
+
+
+def kept_instance_holds_no_secret(h: Harness) -> None:
+    """While a failed run's instance is kept for debugging, none of the job's secret files and no
+    container whose config holds secret env is on it."""
+    rec = sp.instance(h.status)
+    if not rec.get("keptUntil") or rec.get("keepEndedAt"):
+        return
+    inst = h.brev.instances.get(rec.get("id") or "")
+    if inst is None:
+        return
+    secrets = [p for p in inst.files if "/secrets/" in p]
+    carrying = [c.job_id for c in inst.containers.values() if c.carries_secrets]
+    assert not secrets and not carrying, f"kept instance {inst.name} holds {secrets} {carrying}"
 
 
 def foreign_instances_untouched(h: Harness, instance_name: str) -> None:

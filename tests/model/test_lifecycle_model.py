@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
 from controller.api import naming
+from controller.api.naming import CANCEL_ANNOTATION
 from controller.lifecycle import machine
 from tests.fakes.harness import NAME, NAMESPACE, UID, Harness, job_spec
 from tests.fakes.quiet import quiet_logs
@@ -38,7 +39,9 @@ EPHEMERAL = {"ephemeral": {"gpuName": "L40S"}}
 # After the faults stop, every state must reach `brev delete` and finish within this much
 # simulated time: every phase's deadline once, plus a create settle, a backoff cap per phase and
 # one stop grace with its command timeout (WorkloadSettings) -- generously doubled.
-DRAIN_BOUND = 2 * (sum(TIMEOUTS.values()) + TUNABLES.create_settle + 6 * TUNABLES.backoff_max + 150)
+# spec.debug.keepInstanceOnFailure of the jobs drawn to keep a failed run's instance.
+KEEP_S = 90
+DRAIN_BOUND = 2 * (sum(TIMEOUTS.values()) + TUNABLES.create_settle + 6 * TUNABLES.backoff_max + 150 + KEEP_S)
 BROKEN = 10**6
 # Every disturbance is followed by a few passes, so faults land in the middle of the work.
 PASSES = st.integers(0, 2)
@@ -47,8 +50,13 @@ AFTER = st.sampled_from([0.0, 30.0, 90.0, 200.0, 500.0])  # "broken until healed
 INSTANCE_NAME = naming.instance_name(NAMESPACE, NAME, UID, cluster_id=TUNABLES.cluster_id)
 
 
-def spec(instance: dict[str, Any] = EPHEMERAL, recovery: dict[str, Any] | None = None) -> dict[str, Any]:
-    return job_spec(instance=instance, timeouts=TIMEOUTS, recovery=recovery or {"maxAttempts": 1})
+def spec(
+    instance: dict[str, Any] = EPHEMERAL, recovery: dict[str, Any] | None = None, *, keep: bool = False
+) -> dict[str, Any]:
+    out = job_spec(instance=instance, timeouts=TIMEOUTS, recovery=recovery or {"maxAttempts": 1})
+    if keep and "ephemeral" in instance:  # only for an instance the job deletes
+        out["debug"] = {"keepInstanceOnFailure": str(KEEP_S)}
+    return out
 
 
 class Lifecycle(RuleBasedStateMachine):
@@ -60,7 +68,9 @@ class Lifecycle(RuleBasedStateMachine):
         self.writes = invariants.WriteChecker()
         self.delays = invariants.DelayChecker()
         self.finished_creates = invariants.FinishedNeverCreates()
+        self.canceled_creates = invariants.CanceledNeverCreates()
         self.recovery: dict[str, Any] = {"maxAttempts": 1}
+        self.keep = False
 
     # -- driving ---------------------------------------------------------------------------------
 
@@ -88,6 +98,7 @@ class Lifecycle(RuleBasedStateMachine):
         reuse=st.booleans(),
         max_attempts=st.sampled_from([1, 2, 3]),
         retry_codes=st.sampled_from([[], [1]]),
+        keep=st.booleans(),
     )
     def world(
         self,
@@ -97,6 +108,7 @@ class Lifecycle(RuleBasedStateMachine):
         reuse: bool,
         max_attempts: int,
         retry_codes: list[int],
+        keep: bool,
     ) -> None:
         self.h.brev.set_faults(
             run_s=run_s, exit_code=exit_code, deploy_s=deploy_s, sshd_lag_s=5.0, pull_s=5.0
@@ -107,8 +119,11 @@ class Lifecycle(RuleBasedStateMachine):
             "checkpointIntervalSeconds": 60,
             "retryOnExitCodes": retry_codes,
         }
+        self.keep = keep
         self.h.kube.edit_spec(
-            NAMESPACE, NAME, spec({"reuse": {"name": SHARED}} if reuse else EPHEMERAL, self.recovery)
+            NAMESPACE,
+            NAME,
+            spec({"reuse": {"name": SHARED}} if reuse else EPHEMERAL, self.recovery, keep=keep),
         )
 
     @rule(count=st.integers(1, 3))
@@ -197,6 +212,16 @@ class Lifecycle(RuleBasedStateMachine):
     def delete_object(self, after: float, then: int) -> None:
         self._at(after, lambda: self.h.brev.interrupt("delete"), then)
 
+    @rule(after=AFTER, then=PASSES)
+    def cancel_annotation(self, after: float, then: int) -> None:
+        """`kubectl taobrev cancel`: the run ends Canceled, the object stays."""
+
+        def cancel() -> None:
+            if self.h.obj is not None:
+                self.h.kube.annotate(NAMESPACE, NAME, CANCEL_ANNOTATION, "2026-01-01T00:00:00Z")
+
+        self._at(after, cancel, then)
+
     def _at(self, after: float, action: Callable[[], None], then: int) -> None:
         self.h.brev.schedule(after, action)
         self._passes(then)
@@ -213,7 +238,7 @@ class Lifecycle(RuleBasedStateMachine):
         instance=st.sampled_from([EPHEMERAL, {"ephemeral": {"gpuName": "A100"}}, {"reuse": {"name": SHARED}}])
     )
     def edit_spec_while_pending(self, instance: dict[str, Any]) -> None:
-        self.h.kube.edit_spec(NAMESPACE, NAME, spec(instance, self.recovery))
+        self.h.kube.edit_spec(NAMESPACE, NAME, spec(instance, self.recovery, keep=self.keep))
 
     # -- invariants ------------------------------------------------------------------------------
 
@@ -225,6 +250,8 @@ class Lifecycle(RuleBasedStateMachine):
         invariants.foreign_instances_untouched(self.h, INSTANCE_NAME)
         invariants.upload_before_delete(self.h)
         self.finished_creates.check(self.h)
+        self.canceled_creates.check(self.h)
+        invariants.kept_instance_holds_no_secret(self.h)
         self.writes.check(self.h)
 
     @invariant()

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
 
+from controller.api.naming import CANCEL_ANNOTATION
 from controller.api.reasons import RESULTS_BUCKET_NOT_FOUND
 from controller.effects.directory import InstanceDirectory
 from controller.effects.lanes import LANES, Lane, Lanes
@@ -218,6 +219,9 @@ class Process:
         if body is None:
             return
         self.bodies[key] = body  # what this replica's watch has delivered (kopf's live body)
+        if CANCEL_ANNOTATION in (body["metadata"].get("annotations") or {}):
+            # controller/handlers.cancel_requested: kopf calls it for annotated objects only.
+            self.reconciler.notice(JobRef.from_body(body))
         deleting = bool(body["metadata"].get("deletionTimestamp"))
         if key not in self.daemons and not deleting and not body.get("status", {}).get("finishedAt"):
             self.stopped[key] = asyncio.Event()
@@ -259,8 +263,13 @@ class Process:
             if delay is None:
                 return
             if delay > 0:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(stopped.wait(), delay)
+
+                async def wait(seconds: float) -> None:  # kopf's stopped.wait(seconds)
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(stopped.wait(), seconds)
+
+                # As controller/handlers.drive: a cancel the last pass did not know of ends it.
+                await self.reconciler.rest(JobRef.from_body(self.bodies[key], deleting=False), delay, wait)
 
     async def _delete_handler(self, key: tuple[str, str], body: dict[str, Any]) -> None:
         s = self.deployment.settings

@@ -28,6 +28,8 @@ import structlog
 from prometheus_client import generate_latest
 
 from controller.api import status_legacy
+from controller.api.naming import CANCEL_ANNOTATION
+from controller.api.timestamps import format_time
 from controller.lifecycle.tunables import Tunables
 from controller.observability import logs
 from controller.reconciler import JobRef
@@ -64,6 +66,9 @@ S3_SECRET = "sim-s3-secret-value"  # every job's S3 Secret (the NGC key is each 
 # Billing is counted from the earlier of Brev's boot and the attempt's first create marker (what
 # the operator counts from), so the only slack is status's whole seconds.
 BUDGET_MARGIN_S = 2.0
+# A kept instance (spec.debug.keepInstanceOnFailure) has its delete accepted within this of its
+# deadline: the pass due at the deadline, a crash (restart 1-60 s), a Lease failover, a slow lane.
+KEEP_BOUND_S = 600.0
 
 
 @dataclass
@@ -78,6 +83,10 @@ class Job:
     ngc_secret: str = ""  # the name of its NGC Secret (created late with Knobs.late_secret)
     missing_bucket: bool = False  # its results bucket never exists (Knobs.missing_bucket)
     instance_names: set[str] = field(default_factory=set)
+    # spec.debug.keepInstanceOnFailure (issue 27), and whether its container gets secret env.
+    keep: str | None = None
+    secret_env: bool = False
+    canceled_at: float | None = None  # when `kubectl taobrev cancel` annotated it
     released_at: float | None = None
     final_status: dict[str, Any] = field(default_factory=dict)
 
@@ -111,6 +120,10 @@ class Simulation:
         # Drawn either way: the rest of the seed's draws stay put.
         drawn = Knobs.draw(self.rng, random.Random(f"later-knobs-{seed}"))  # noqa: S311 - seeded, not crypto
         self.knobs = knobs if knobs is not None else drawn
+        # Issue 27's keepInstanceOnFailure and cancel annotation (Knobs.user_cancel,
+        # keep_on_failure): each job's draws come from a stream of their own, so the main stream
+        # (faults, jobs, the scheduler) of a seed without them is unchanged.
+        self.extra = random.Random(f"keep-cancel-{seed}")  # noqa: S311 - seeded, not crypto
         self.healed = False
         self.lines: list[str] = []
         self.violations: list[str] = []
@@ -273,6 +286,8 @@ class Simulation:
                 f"{job.name}: finishedAt changed {before.get('finishedAt')} -> {after.get('finishedAt')}"
             )
         self._check_attempts_ended(job, before, after)
+        self._check_canceled(job, before, after)
+        self._check_kept(job, after)
         self._check_budget(job, before, after)
         self._check_quota()
         self._check_absence(job, proc, before, after)
@@ -307,6 +322,55 @@ class Simulation:
                 f"{job.name}: absence of {instance_id} counted {n} times, but only {omitted} distinct "
                 "listings left it out"
             )
+
+    def _check_canceled(self, job: Job, before: dict[str, Any], after: dict[str, Any]) -> None:
+        """A canceled run starts no attempt (recovery stops with the cancel), and a cancel through
+        the annotation says so (CanceledByUser) unless the run had ended before it."""
+        if before.get("runOutcome") == "Canceled" and len(after.get("attempts") or ()) > len(
+            before.get("attempts") or ()
+        ):
+            self.violation(f"{job.name}: attempt {len(after['attempts'])} started after the run was canceled")
+        if after.get("reason") == "CanceledByUser" and job.canceled_at is None:
+            self.violation(f"{job.name}: CanceledByUser without a cancel annotation")
+
+    def _check_kept(self, job: Job, status: dict[str, Any]) -> None:
+        """No secret on an instance kept for debugging: no file of the job's secrets directory and
+        no container whose config holds secret env, while the keep lasts."""
+        rec = sp.instance(status)
+        if not rec.get("keptUntil") or rec.get("keepEndedAt"):
+            return
+        if job.keep is None:
+            self.violation(f"{job.name}: instance kept without spec.debug.keepInstanceOnFailure")
+        inst = self.brev.instances.get(rec.get("id") or "")
+        if inst is None or inst.delete_accepted_at is not None:
+            return
+        secrets = [p for p in inst.files if "/secrets/" in p]
+        carrying = [c.job_id for c in inst.containers.values() if c.carries_secrets]
+        if (secrets or carrying) and ("kept-secrets", inst.id) not in self._flagged:
+            self._flagged.add(("kept-secrets", inst.id))
+            self.violation(
+                f"{job.name}: instance {inst.name} kept for debugging with secrets on it "
+                f"(files {secrets}, containers with secret env {carrying})"
+            )
+
+    def _check_keep_deadlines(self) -> None:
+        """A kept instance's delete is accepted within KEEP_BOUND_S of instance.keptUntil."""
+        for obj in self.kube.objects.values():
+            rec = sp.instance(obj.status)
+            until = rec.get("keptUntil")
+            inst = self.brev.instances.get(rec.get("id") or "")
+            if not isinstance(until, str) or inst is None or inst.delete_accepted_at is not None:
+                continue
+            job = self.jobs.get(obj.uid)
+            if job is not None:
+                self._check_kept(job, obj.status)
+            late = (self.clock.now() - datetime.fromisoformat(until.replace("Z", "+00:00"))).total_seconds()
+            if late > KEEP_BOUND_S and ("kept", inst.id) not in self._flagged:
+                self._flagged.add(("kept", inst.id))
+                self.violation(
+                    f"{obj.name}: instance {inst.name} kept for debugging until {until} still live "
+                    f"{late:.0f} s later (bound {KEEP_BOUND_S:.0f} s)"
+                )
 
     def _check_attempts_ended(self, job: Job, before: dict[str, Any], after: dict[str, Any]) -> None:
         """An attempt ended as lost while its instance is live, its container runs and nothing
@@ -392,6 +456,10 @@ class Simulation:
         return sorted((i for i in every if i.name in job.instance_names), key=lambda i: i.id)
 
     def _check_bounds(self) -> None:
+        self._check_keep_deadlines()
+        self._check_billing_bounds()
+
+    def _check_billing_bounds(self) -> None:
         """Billing bounds (every BOUNDS_EVERY_S): a live instance silent since a non-zero exit is
         deleted within SILENT_BOUND_S (scenario 5); one that no unfinished job of any deployment
         names and no Retain job keeps is deleted within UNOWNED_BOUND_S of the current leader's
@@ -537,17 +605,23 @@ class Simulation:
             self.violation(f"{job.name}: brev create {instance} before its Secret {job.ngc_secret} exists")
         if job.missing_bucket:
             self.violation(f"{job.name}: brev create {instance} although its results bucket does not exist")
+        obj = next((o for o in self.kube.objects.values() if o.uid == job.uid), None)
+        if obj is not None and obj.status.get("runOutcome") == "Canceled":
+            self.violation(f"{job.name}: brev create {instance} after the run was recorded Canceled")
 
     def _check_missing_bucket(self, job: Job) -> None:
         """A job whose results bucket never exists ends Failed ResultsBucketNotFound (or with an
-        earlier check's SecretNotFound when its Secret is late too, or Canceled when deleted
-        first), with nothing created."""
+        earlier check's SecretNotFound when its Secret is late too, or Canceled when deleted or
+        canceled first), with nothing created."""
         st = job.final_status
         if not job.missing_bucket or not st.get("finishedAt"):
             return
         reasons = ("ResultsBucketNotFound", "SecretNotFound")
         failed = st.get("outcome") == "Failed" and st.get("reason") in reasons
-        ok = failed or (st.get("outcome"), st.get("reason")) == ("Canceled", "Canceled")
+        ok = failed or (st.get("outcome"), st.get("reason")) in (
+            ("Canceled", "Canceled"),
+            ("Canceled", "CanceledByUser"),
+        )
         asked = [
             (a.get("instance") or {}).get(k)
             for a in st.get("attempts") or ()
@@ -580,6 +654,14 @@ class Simulation:
             return None
         left = job.budget_s - (self.clock.monotonic() - min(booted)) - self.rng.uniform(5, 30)
         return left if left > 10 else None
+
+    def program_failure(self, job_id: str) -> int | None:
+        """For a job with spec.debug.keepInstanceOnFailure, half its runs exit 2 (not in its
+        retryOnExitCodes: TrainingFailed, a Program failure), drawn from the extra stream."""
+        job = next((j for j in self.jobs.values() if j.name in job_id), None)
+        if job is None or job.keep is None:
+            return None
+        return 2 if self.extra.random() < 0.5 else None
 
     def printed_secret(self, job_id: str) -> str | None:
         for job in self.jobs.values():
@@ -621,12 +703,17 @@ class Simulation:
                 plan.append((at + rng.uniform(1, 3000), "delete", (ns, f"job{i}")))
             if rng.random() < self.knobs.cancel_soon:
                 plan.append((at + rng.uniform(1, 300), "delete", (ns, f"job{i}")))
+            if self.knobs.user_cancel and self.extra.random() < self.knobs.user_cancel:
+                # `kubectl taobrev cancel`: queued, mid-run, while kept or after it finished.
+                plan.append((at + self.extra.choice((1.0, 30.0, 600.0, 2400.0)), "cancel", (ns, f"job{i}")))
         plan.sort(key=lambda p: p[0])
         for at, what, (ns, name) in plan:
             if at > self.clock.monotonic():
                 await asyncio.sleep(at - self.clock.monotonic())
             if what == "create":
                 self._create_job(ns, name)
+            elif what == "cancel":
+                self._cancel_job(ns, name)
             elif (ns, name) in self.kube.objects:
                 self.trace(f"kubectl delete {ns}/{name}")
                 self.kube.request_delete(ns, name)
@@ -671,6 +758,15 @@ class Simulation:
             if inst.delete_accepted_at is None and inst.id not in kept
         ]
 
+    def _cancel_job(self, namespace: str, name: str) -> None:
+        obj = self.kube.objects.get((namespace, name))
+        if obj is None or obj.deletion_requested:
+            return
+        job = self.jobs[obj.uid]
+        job.canceled_at = self.clock.monotonic()
+        self.trace(f"kubectl taobrev cancel {namespace}/{name}")
+        self.kube.annotate(namespace, name, CANCEL_ANNOTATION, format_time(self.clock.now()))
+
     def _create_job(self, namespace: str, name: str) -> None:
         rng = self.rng
         uid = str(uuid.UUID(int=rng.getrandbits(128), version=4))
@@ -713,7 +809,14 @@ class Simulation:
         if job.missing_bucket:
             spec["data"] = {"resultsUri": f"s3://{MISSING_BUCKET}/{name}"}
             spec["timeouts"]["pendingSeconds"] = rng.choice((60, 600))
-        self.trace(f"kubectl create {namespace}/{name} uid={uid} retain={retain}")
+        if not retain and self.knobs.keep_on_failure and self.extra.random() < self.knobs.keep_on_failure:
+            job.keep = self.extra.choice(("60", "10m", "2h"))
+            spec["debug"] = {"keepInstanceOnFailure": job.keep}
+            job.secret_env = self.extra.random() < 0.5
+            if job.secret_env:  # the container's config then holds a secret: it may not be kept
+                ref = {"name": secret_name, "key": "api-key"}
+                spec["credentials"]["extraEnv"] = [{"name": "HF_TOKEN", "secretKeyRef": ref}]
+        self.trace(f"kubectl create {namespace}/{name} uid={uid} retain={retain} keep={job.keep}")
         self.kube.create(namespace, name, uid, spec)
 
     def run(self) -> list[str]:

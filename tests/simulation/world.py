@@ -61,6 +61,8 @@ MISSING_BUCKET = "no-such-results-bucket"
 
 # Issue 32's knobs: drawn from a stream of their own (Knobs.draw).
 LATER_KNOBS = frozenset({"late_secret", "missing_bucket"})
+# Issue 27's: after those in the later stream (their draws stay as they were).
+ISSUE_27_KNOBS = frozenset({"user_cancel", "keep_on_failure"})
 
 
 @dataclass(frozen=True)
@@ -90,6 +92,9 @@ class Knobs:
     near_budget: float = 0.0  # per job: a budget, and a run that exits 5-30 s before it runs out
     late_secret: float = 0.0  # per job: its NGC Secret is created 1-900 s after the job (GitOps)
     missing_bucket: float = 0.0  # per job: its results bucket never exists (a typo)
+    # Issue 27 (drawn last from the later stream; each job's own draws come from Simulation.extra):
+    user_cancel: float = 0.0  # per job: `kubectl taobrev cancel` (the annotation) at some point
+    keep_on_failure: float = 0.0  # per Delete job: spec.debug.keepInstanceOnFailure, half its runs exit 2
 
     @classmethod
     def draw(cls, rng: random.Random, later: random.Random) -> Knobs:
@@ -98,7 +103,9 @@ class Knobs:
         (knobs, then the run) stays as it was."""
         values: dict[str, float] = {}
         for f in fields(cls):
-            if f.name in LATER_KNOBS:
+            if f.name in ISSUE_27_KNOBS:
+                values[f.name] = later.choice((0.0, 0.0, 0.25, 0.6))
+            elif f.name in LATER_KNOBS:
                 values[f.name] = later.choice((0.0, 0.0, 0.05, 0.2))
             elif f.name in ("latency_max", "watch_lag_max"):
                 values[f.name] = rng.choice((0.05, 0.5, 3.0))
@@ -372,6 +379,9 @@ class SimWorkload(FakeWorkload):
             # operator asks whether the instance is lost or the training failed).
             exit_code=rng.choice((1, 137)) if rng.random() < sim.knobs.exit_nonzero else 0,
         )
+        program_failure = sim.program_failure(self.job_id)
+        if program_failure is not None:  # a job that keeps its instance on failure: fail it often
+            world.set_faults(exit_code=program_failure)
         started: bool = await _paid(FakeWorkload.start_container)(self, *args, **kwargs)
         if started:
             sim.container_started(self.job_id, self.instance)
@@ -445,6 +455,10 @@ class SimKube(FakeKube):
 
     def request_delete(self, namespace: str, name: str) -> None:
         super().request_delete(namespace, name)
+        self.changed(namespace, name)
+
+    def annotate(self, namespace: str, name: str, key: str, value: str) -> None:
+        super().annotate(namespace, name, key, value)
         self.changed(namespace, name)
 
     def release(self, namespace: str, name: str) -> None:

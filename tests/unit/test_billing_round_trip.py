@@ -10,8 +10,8 @@ from datetime import timedelta
 
 from controller.api.status import AttemptRecord, TaoBrevJobStatus
 from controller.api.vocabulary import Outcome
+from controller.lifecycle.budget import billed_seconds
 from controller.lifecycle.phases import Phase
-from controller.lifecycle.recovery import billed_seconds
 from tests.unit.test_machine import INST, T0, at
 from tests.unit.test_recovery import ID, step
 

@@ -8,6 +8,7 @@ exactly what kopf would post; the handlers are called directly with a hand-built
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
@@ -78,6 +79,9 @@ class FakeReconciler:
 
     def forget(self, ref: JobRef) -> None:
         self.forgotten.append(ref.name)
+
+    async def rest(self, ref: JobRef, delay: float, wait: Callable[[float], Awaitable[object]]) -> None:
+        await wait(delay)
 
 
 @dataclass

@@ -391,9 +391,10 @@ def test_api_field_names_match_the_contract() -> None:
     props = crdgen.openapi_schema()["properties"]["spec"]["properties"]
     assert set(props) == {
         "task", "instance", "data", "credentials", "timeouts", "recovery", "budget", "priority", "suspend",
-        "dryRun", "notify",
+        "dryRun", "notify", "debug",
     }  # fmt: skip
     assert set(props["notify"]["properties"]) == {"notifiers", "namespaceNotifiers", "events"}
+    assert set(props["debug"]["properties"]) == {"keepInstanceOnFailure"}
     assert set(props["task"]["properties"]) == {
         "image", "networkArch", "action", "specPath", "specContent", "args", "env", "gpus", "shmSize",
     }  # fmt: skip
@@ -439,7 +440,7 @@ def test_api_field_names_match_the_contract() -> None:
     assert set(attempt["instance"]["properties"]) == {
         "name", "id", "created", "identity", "type", "gpu", "pricePerHour", "createRequestedAt",
         "createReturnedAt", "billedFrom", "startRequestedAt", "deleteRequestedAt", "deleteAcceptedAt",
-        "deletedAt", "absence",
+        "deletedAt", "absence", "keptUntil", "keepEndedAt",
     }  # fmt: skip
     absence = attempt["instance"]["properties"]["absence"]
     assert set(absence["properties"]) == {"listings", "since", "checkedAt"}
@@ -806,6 +807,7 @@ def test_crd_names_columns_and_subresources() -> None:
         "Action": (".spec.task.action", 1),
         "Reason": (".status.reason", 1),
         "Failure": (".status.failureClass", 1),
+        "Kept-Until": (".status.attempts[-1:].instance.keptUntil", 1),
         "Attempt": (".status.attempts[-1:].attempt", 1),
         "Billed": (".status.billedSeconds", 1),
         "Cost": (".status.estimatedCostDollars", 1),

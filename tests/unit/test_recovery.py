@@ -15,7 +15,7 @@ from controller.api.spec_parse import parse_spec
 from controller.api.status import AttemptRecord, TaoBrevJobStatus, merge_patch
 from controller.api.vocabulary import Outcome
 from controller.brev.client import FAILURE, RUNNING, STOPPED, Instance
-from controller.lifecycle import recovery
+from controller.lifecycle import budget, recovery
 from controller.lifecycle.phases import Phase
 from controller.lifecycle.steps import (
     ActionFailure,
@@ -555,7 +555,7 @@ def test_an_idle_running_pass_writes_the_same_billed_figure_within_a_step() -> N
 
 def test_between_steps_the_exact_totals_still_move_for_the_gauges_and_the_budget() -> None:
     first = step(running_job(), instance=inst(), price_per_hour=3.6, now=T0 + timedelta(seconds=30)).status
-    secs, cost = recovery.exact_totals(first, T0 + timedelta(seconds=100))
+    secs, cost = budget.exact_totals(first, T0 + timedelta(seconds=100))
     assert first.billed_seconds == 30
     assert secs == 100
     assert cost == pytest.approx(0.1)

@@ -93,13 +93,13 @@ def test_the_next_write_stores_the_new_shape_and_nulls_the_flat_keys(name: str, 
 
 
 def test_billing_of_a_converted_status_is_unchanged() -> None:
-    from controller.lifecycle import recovery
+    from controller.lifecycle import budget
 
     for name, flat in CASES:
         if not flat.get("finishedAt") or not flat.get("attempts"):
             continue
         status = TaoBrevJobStatus.from_k8s(flat)
-        secs, _ = recovery.exact_totals(status, status.finished_at)  # type: ignore[arg-type]
+        secs, _ = budget.exact_totals(status, status.finished_at)  # type: ignore[arg-type]
         assert int(secs) == sum(a.get("billedSeconds") or 0 for a in flat["attempts"]), name
 
 

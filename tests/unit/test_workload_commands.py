@@ -562,6 +562,23 @@ def test_clear_removes_containers_and_files_in_one_call_and_checks_each() -> Non
     assert "docker inspect job-1234abcd-ckpt >/dev/null 2>&1 && c=1" in command
 
 
+@pytest.mark.parametrize("keep_container", [True, False])
+def test_a_kept_instance_loses_only_what_holds_a_secret(keep_container: bool) -> None:
+    """spec.debug.keepInstanceOnFailure: the secrets directory (key and env files, the registry
+    login) and the checkpoint sync's container go; the job directory stays, and so does the job's
+    stopped container unless its config holds secret env."""
+    client = FakeClient(answer=lambda _c: (0, "TAOBREV_CLEARED 0 0"))
+    run(_job(client).clear(keep=True, keep_container=keep_container))
+    (command,) = client.commands
+    removed = "job-1234abcd-ckpt" if keep_container else "job-1234abcd-ckpt job-1234abcd"
+    assert command.startswith(f"docker rm -f {removed} >/dev/null 2>&1; ")
+    assert 'rm -rf "$HOME"/taobrev/job-1234abcd/secrets ' in command
+    assert 'rm -rf "$HOME"/taobrev/job-1234abcd ' not in command
+    with pytest.raises(TransientError) as exc:
+        run(_job(_fake(0, "TAOBREV_CLEARED 0 1")).clear(keep=True))
+    assert exc.value.reason == "CleanupFailed"
+
+
 @pytest.mark.parametrize(
     ("out", "reason"),
     [
