@@ -12,11 +12,11 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
+from controller.api.naming import CANCEL_ANNOTATION  # the one spelling the operator watches
 from controller.plugin import jobs
 from controller.plugin.kubectl import RESOURCE, Kubectl, PluginError, add_connection_flags
 from controller.plugin.output import format_time, parse_duration, size
 
-CANCEL_ANNOTATION = "taobrev.io/cancel"
 HELP = "stop a job's run and keep the object (outcome Canceled, results uploaded, instance deleted)"
 EXAMPLES = f"""what happens:
   The annotation {CANCEL_ANNOTATION}=<now> asks the operator to end the run: it stops the container
