@@ -41,6 +41,7 @@ from controller.logapi.archive import Archive
 from controller.logapi.auth import Authorizer, RequestHeaderConfig, server_context, trust_front_proxy
 from controller.logapi.certs import serving_cert
 from controller.logapi.hub import LogHub
+from controller.logapi.metrics import LogApiMetrics
 from controller.logapi.server import LogApi, serve
 from controller.notify.delivery import Notifier
 from controller.notify.metrics import NotifyMetrics
@@ -347,6 +348,7 @@ async def start_log_api(app: App) -> LogApiRunner | None:
         hub=hub,
         archive=Archive(),
         max_bytes=settings.log_api_max_bytes,
+        metrics=LogApiMetrics(app.registry, hub),
     )
     runner = await serve(log_api, settings.log_api_host, settings.log_api_port, context)
     waiting = None

@@ -33,6 +33,7 @@ from controller.logapi.auth import (
     user_from_headers,
 )
 from controller.logapi.hub import LogHub, LogTarget, StreamUnavailable, TooManyStreams
+from controller.logapi.metrics import LogApiMetrics
 from controller.logapi.source import Archived, Live, log_source
 from controller.preflight.s3 import S3Target
 
@@ -41,6 +42,7 @@ log = structlog.get_logger("taobrev.logapi")
 ReadJob = Callable[[str, str], Awaitable[dict[str, Any] | None]]
 S3TargetOf = Callable[[str, TaoBrevJobSpec], Awaitable[S3Target]]
 Handler = Callable[[web.Request], Awaitable[web.Response]]
+_SOURCE = "taobrev_log_source"  # request key: where the answered log came from (metrics)
 
 
 @dataclass
@@ -52,6 +54,7 @@ class LogApi:
     hub: LogHub
     archive: Archive
     max_bytes: int
+    metrics: LogApiMetrics | None = None
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -103,7 +106,13 @@ class LogApi:
 
     # -- the log -------------------------------------------------------------------------------
 
-    async def _log(self, request: web.Request) -> web.StreamResponse:  # noqa: PLR0911 - one answer per HTTP outcome
+    async def _log(self, request: web.Request) -> web.StreamResponse:
+        response = await self._answer(request)
+        if self.metrics is not None:
+            self.metrics.answered(request.get(_SOURCE, "none"), response.status)
+        return response
+
+    async def _answer(self, request: web.Request) -> web.StreamResponse:  # noqa: PLR0911 - one per outcome
         match = protocol.LOG_PATH.match(request.path)
         if match is None:
             return _status(404, "NotFound", f"the server could not find the resource {request.path}")
@@ -131,6 +140,8 @@ class LogApi:
         status = TaoBrevJobStatus.from_k8s(job.get("status"))
         source = log_source(status, query.attempt)
         lines: AsyncIterator[bytes]
+        kind = "live" if isinstance(source, Live) else "archive" if isinstance(source, Archived) else "none"
+        request[_SOURCE] = kind
         if isinstance(source, Live):
             target = LogTarget(namespace, name, source.attempt, source.instance, source.container)
             lines = self.hub.follow(target, query)
@@ -150,10 +161,10 @@ class LogApi:
             source=type(source).__name__,
             follow=query.follow,
         )
-        return await self._stream(request, lines, query.limit_bytes)
+        return await self._stream(request, lines, query.limit_bytes, kind)
 
     async def _stream(
-        self, request: web.Request, lines: AsyncIterator[bytes], limit: int
+        self, request: web.Request, lines: AsyncIterator[bytes], limit: int, source: str
     ) -> web.StreamResponse:
         response = web.StreamResponse(headers={"Content-Type": "text/plain; charset=utf-8"})
         sent = 0
@@ -171,6 +182,7 @@ class LogApi:
             while line is not None:
                 if sent + len(line) > limit:
                     await response.write(line[: limit - sent])
+                    sent = limit
                     break
                 await response.write(line)
                 sent += len(line)
@@ -180,6 +192,8 @@ class LogApi:
         except Exception as exc:
             log.warning("log_stream_broken", error=str(exc)[:300])
         finally:
+            if self.metrics is not None:
+                self.metrics.served(source, sent)
             with contextlib.suppress(Exception):
                 await lines.aclose()  # type: ignore[attr-defined]
         with contextlib.suppress(ConnectionResetError):

@@ -175,6 +175,9 @@ def test_every_metric_in_the_deploy_readme_is_exposed_after_a_run(stack: Stack) 
     )
     during = exposed_metrics(scrape(stack.operator.metrics_url))
     assert stack.wait_finished("documented")["outcome"] == "Succeeded"
+    # A user reads the finished job's log once (the log API's request and byte counters).
+    path = f"/apis/logs.taobrev.io/v1alpha1/namespaces/{stack.namespace}/taobrevjobs/documented/log"
+    assert "Epoch" in stack.kubectl("get", "--raw", path).stdout
     after = exposed_metrics(scrape(stack.operator.metrics_url))
 
     assert set(after) == set(docs), {
@@ -187,9 +190,10 @@ def test_every_metric_in_the_deploy_readme_is_exposed_after_a_run(stack: Stack) 
         if during[name].samples or after[name].samples:
             assert seen == doc.labels, (name, sorted(seen), sorted(doc.labels))
     # A clean run produces a series for every metric but those counting trouble or waiting — the
-    # error counter, lanes out of slots, jobs held by a quota (none is set here) — so the label
-    # check above covered all the others (tests/unit/test_metrics.py checks those three's labels).
+    # error counter, lanes out of slots, jobs held by a quota (none is set here) — and the
+    # notifications (no TaoBrevNotifier here), so the label check above covered all the others
+    # (tests/unit/test_metrics.py and tests/unit/test_notify.py check those labels).
     silent = {n for n in docs if not (during[n].samples or after[n].samples)}
-    assert silent <= {"taobrev_reconcile_errors_total", "taobrev_lane_busy_total", "taobrev_queued_jobs"}, (
-        silent
-    )
+    quiet = {"taobrev_reconcile_errors_total", "taobrev_lane_busy_total", "taobrev_queued_jobs"}
+    quiet |= {n for n in docs if n.startswith(("taobrev_notification_", "taobrev_notifications_"))}
+    assert silent <= quiet, silent
