@@ -454,31 +454,12 @@ class ProgressRecord(StatusModel):
     )
     read_at: Timestamp | None = Field(default=None, description="When this progress was read.")
 
-    def _says(self, got: TaoProgress) -> tuple[object, ...]:
-        return (
-            got.epoch,
-            got.max_epoch,
-            got.percent,
-            got.eta,
-            got.eta_seconds,
-            got.time_per_epoch_seconds,
-            got.loss,
-            dict(got.metrics),
-        )
-
     def shows(self, got: TaoProgress) -> bool:
         """Whether this record already says what `got` says (reading it again changes nothing)."""
-        mine = (
-            self.epoch,
-            self.max_epoch,
-            self.percent,
-            self.eta,
-            self.eta_seconds,
-            self.time_per_epoch_seconds,
-            self.loss,
-            self.metrics,
-        )
-        return mine == self._says(got)
+        mine = (self.epoch, self.max_epoch, self.percent, self.eta, self.eta_seconds)
+        theirs = (got.epoch, got.max_epoch, got.percent, got.eta, got.eta_seconds)
+        rest = (self.time_per_epoch_seconds, self.loss, self.metrics)
+        return mine == theirs and rest == (got.time_per_epoch_seconds, got.loss, dict(got.metrics))
 
     def read(self, now: datetime, got: TaoProgress) -> None:
         """TAO's status.json said `got`, read at `now`."""
