@@ -663,6 +663,12 @@ class Reconciler:
             outcome=str(status.outcome) if status.outcome else None,
             ended_at=finished.timestamp() if finished else None,
         )
+        progress = status.progress
+        if status.run_outcome or progress.percent is None:
+            self._recorder.job_progress(ref.namespace, ref.name, None, None, None)
+        else:
+            ratio = (progress.epoch or 0) / (progress.max_epoch or 1)
+            self._recorder.job_progress(ref.namespace, ref.name, ratio, progress.eta_seconds, progress.loss)
         if status.billed_seconds is not None:
             # Exact, not the stored figure (which moves in recovery.BILL_STEP_SECONDS steps).
             billed, cost = budget.exact_totals(status, self._clock())

@@ -87,6 +87,15 @@ class Settings(BaseModel):
         "wait: at most once per this, in whole waits (the first wait after a start and an exit always read "
         "it); every changed tail is a status write",
     )
+    progress_interval: float = Field(
+        600.0,
+        ge=0,
+        le=86400,
+        description="how often a running job's progress (status.progress, from TAO's status.json, read "
+        "with its waits: no call of its own) may be written: only when it changed and this long after "
+        "the last write, so one status write per epoch or per this, whichever is longer (equal to "
+        "log_tail_interval, both change status in the same write)",
+    )
     probe_interval_max: float = Field(
         10.0,
         gt=0,
@@ -303,6 +312,7 @@ class Settings(BaseModel):
             poll_interval=self.poll_interval,
             wait_timeout=self.wait_timeout,
             log_tail_interval=self.log_tail_interval,
+            progress_interval=self.progress_interval,
             probe_interval_max=self.probe_interval_max,
             stop_grace=self.stop_grace,
             exit_answer_timeout=self.exit_answer_timeout,

@@ -8,6 +8,7 @@ totals). The rest is sub-records, each written by one process of the lifecycle:
   (name, id, identity, create/delete times, absence evidence), its `run` (container, exit, log
   tail) and its `upload`. Recovery appends an attempt; it never clears a finished one;
 - `teardown`: why teardown is not finished yet;
+- `progress`: the training's epoch, ETA and last KPIs from TAO's status.json (across attempts);
 - `checkpoint`, `preflight`, `plan`.
 
 Status written by releases before this shape was flat (`instanceName`, `exitCode`, ...): it is
@@ -27,6 +28,7 @@ from pydantic import AwareDatetime, ConfigDict, Field, PlainSerializer, model_va
 from controller.api import status_legacy
 from controller.api.timestamps import format_time
 from controller.api.vocabulary import ConditionStatus, FailureClass, Outcome, StatusModel, list_map
+from controller.brev.progress_parse import TaoProgress
 from controller.lifecycle.phases import Phase
 
 # Kubernetes stores second-resolution UTC `Z` timestamps; serialising the same way keeps a status
@@ -445,6 +447,48 @@ class AttemptRecord(StatusModel):
             self.estimated_cost_dollars = round(seconds * price / 3600, 4)
 
 
+class ProgressRecord(StatusModel):
+    """Training progress as TAO's own status.json reports it (results/<action>/status.json, one
+    JSON line per epoch), read with the running job's waits. Kept across attempts: a resumed run
+    continues the count from its checkpoint's epoch."""
+
+    epoch: int | None = Field(
+        default=None, ge=0, description="Epochs finished (TAO 6 counts from 0: its epoch + 1)."
+    )
+    max_epoch: int | None = Field(default=None, ge=1, description="Epochs in the run.")
+    percent: int | None = Field(default=None, ge=0, le=100, description="epoch / maxEpoch, in percent.")
+    eta: str | None = Field(
+        default=None,
+        max_length=32,
+        description="Time left as TAO estimated it at the last epoch, H:MM:SS.",
+    )
+    eta_seconds: int | None = Field(default=None, ge=0, description="eta in seconds.")
+    time_per_epoch_seconds: float | None = Field(
+        default=None, ge=0, description="How long the last epoch took, as TAO measured it."
+    )
+    loss: float | None = Field(default=None, description="The last training loss TAO reported.")
+    metrics: dict[str, float] = Field(
+        default_factory=dict,
+        max_length=8,
+        description="The last KPIs TAO reported (kpi and graphical maps of status.json), by name.",
+    )
+    read_at: Timestamp | None = Field(default=None, description="When this progress was read.")
+
+    def shows(self, got: TaoProgress) -> bool:
+        """Whether this record already says what `got` says (reading it again changes nothing)."""
+        mine = (self.epoch, self.max_epoch, self.percent, self.eta, self.eta_seconds)
+        theirs = (got.epoch, got.max_epoch, got.percent, got.eta, got.eta_seconds)
+        rest = (self.time_per_epoch_seconds, self.loss, self.metrics)
+        return mine == theirs and rest == (got.time_per_epoch_seconds, got.loss, dict(got.metrics))
+
+    def read(self, now: datetime, got: TaoProgress) -> None:
+        """TAO's status.json said `got`, read at `now`."""
+        self.epoch, self.max_epoch, self.percent = got.epoch, got.max_epoch, got.percent
+        self.eta, self.eta_seconds = got.eta, got.eta_seconds
+        self.time_per_epoch_seconds, self.loss = got.time_per_epoch_seconds, got.loss
+        self.metrics, self.read_at = dict(got.metrics), now
+
+
 class TeardownRecord(StatusModel):
     """What teardown (upload, cleanup, delete) still waits for."""
 
@@ -530,7 +574,7 @@ def _no_attempt() -> AttemptRecord:
 
 
 # Sub-records dumped as {} when nothing in them is set: leave them out of stored status.
-_PRUNED = frozenset({"queue", "teardown", "run", "upload", "absence"})
+_PRUNED = frozenset({"queue", "teardown", "run", "upload", "absence", "progress", "metrics"})
 
 
 def _prune(value: Any) -> Any:
@@ -627,6 +671,10 @@ class TaoBrevJobStatus(StatusModel):
         description="Every instance the job used; the last is the current attempt.",
     )
     teardown: TeardownRecord = Field(default_factory=TeardownRecord, description="What teardown waits for.")
+    progress: ProgressRecord = Field(
+        default_factory=ProgressRecord,
+        description="Training progress and ETA from TAO's status.json (absent until the first epoch ends).",
+    )
     checkpoint: CheckpointStatus | None = Field(default=None, description="Checkpoint sync and resume.")
     preflight: PreflightStatus | None = Field(
         default=None, description="The checks made before anything is created (Pending)."

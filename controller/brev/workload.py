@@ -46,6 +46,7 @@ from controller.api.errors import (
 from controller.brev.client import BrevClient, ExecResult
 from controller.brev.envfile import ENV_NAME_RE, S3Credentials, env_file, s3_env_file
 from controller.brev.logtail import TAIL_LINES, TAIL_MAX_BYTES, clean_log_tail
+from controller.brev.progress_parse import STATUS_TAIL_BYTES, TaoProgress, parse_status_tail
 from controller.brev.remote import render
 from controller.versions import load_versions
 
@@ -66,8 +67,10 @@ _STEP = "TAOBREV_STEP"
 _SECRETS_GONE = "TAOBREV_SECRETS_GONE"
 _SECRETS_LEFT = "TAOBREV_SECRETS_LEFT"
 _TIMEOUT_RC = 124  # coreutils `timeout` when the time limit was hit
-# Separate `docker wait`'s answer, the container's State and the log tail in one remote command.
+# Separate `docker wait`'s answer, the container's State, TAO's status.json tail and the log tail
+# in one remote command.
 _STATE_MARK = "__taobrev_state__"
+_PROGRESS_MARK = "__taobrev_progress__"
 _TAIL_MARK = "__taobrev_log_tail__"
 # Below this much phase budget a remote call is not worth starting.
 _MIN_CALL_S = 1.0
@@ -131,11 +134,13 @@ class ContainerState:
 class ExitInfo:
     """One bounded wait for the container: `code` None while it still runs; `finished_at` is the
     container's own State.FinishedAt once it exited (so time the operator was down is not counted
-    as run time); `tail` its last log lines, cleaned for status (see `clean_log_tail`)."""
+    as run time); `tail` its last log lines, cleaned for status (see `clean_log_tail`);
+    `progress` what TAO's status.json says (None: not read, or no whole epoch line yet)."""
 
     code: int | None
     finished_at: datetime | None
     tail: tuple[str, ...]
+    progress: TaoProgress | None = None
 
 
 @dataclass(frozen=True)
@@ -679,27 +684,50 @@ class Workload:
         *,
         deadline: datetime | None = None,
         tail_while_running: bool = True,
+        progress_of: str | None = None,
+        progress_while_running: bool = True,
     ) -> ExitInfo:
-        """`wait_exit` plus the container's State.FinishedAt and its last `tail` log lines, in the
-        SAME brev call: no extra round trip between the exit and the next step. The tail comes
-        back at an exit, and if the container still runs only with `tail_while_running`."""
+        """`wait_exit` plus the container's State.FinishedAt, the tail of TAO's status.json (with
+        `progress_of`, the TAO action whose results/<action>/status.json it is) and its last `tail`
+        log lines, in the SAME brev call: no extra round trip between the exit and the next step,
+        and none for progress. The tail and the progress come back at an exit, and if the
+        container still runs only with `tail_while_running` / `progress_while_running`."""
         seconds = self._wait_seconds(timeout_s, deadline)
         read_tail = render("tail_section", log_tail=self._log_tail(tail))
         if not tail_while_running:
-            read_tail = render("tail_section_if_exited", tail_section=read_tail)
+            read_tail = render("if_exited", section=read_tail)
+        read_progress = ":"
+        if progress_of is not None:
+            read_progress = render(
+                "progress_section",
+                status_json=self._path(f"results/{progress_of}/status.json"),
+                max_bytes=STATUS_TAIL_BYTES,
+            )
+            if not progress_while_running:
+                read_progress = render("if_exited", section=read_progress)
         command = render(
-            "wait_exit_with_tail", seconds=seconds, name=shlex.quote(self.job_id), read_tail=read_tail
+            "wait_exit_with_tail",
+            seconds=seconds,
+            name=shlex.quote(self.job_id),
+            read_progress=read_progress,
+            read_tail=read_tail,
         )
         result = await self._run(command, seconds + self.settings.wait_margin, deadline, "docker wait")
         head, _, rest = result.stdout.partition(f"{_STATE_MARK}\n")
-        state_text, _, logs = rest.partition(f"{_TAIL_MARK}\n")
+        sections, _, logs = rest.partition(f"{_TAIL_MARK}\n")
+        state_text, marked, status_tail = sections.partition(f"{_PROGRESS_MARK}\n")
         lines = clean_log_tail(logs, lines=tail, head_cut=len(logs.encode()) >= TAIL_MAX_BYTES)
+        progress = (
+            parse_status_tail(status_tail, head_cut=len(status_tail.encode()) >= STATUS_TAIL_BYTES)
+            if marked
+            else None
+        )
         if result.exit_code == _TIMEOUT_RC:
-            return ExitInfo(None, None, tuple(lines))
+            return ExitInfo(None, None, tuple(lines), progress)
         if result.ok:
             words = head.strip().splitlines()
             if words and words[-1].strip().lstrip("-").isdigit():
-                return ExitInfo(int(words[-1].strip()), _finished_at(state_text), tuple(lines))
+                return ExitInfo(int(words[-1].strip()), _finished_at(state_text), tuple(lines), progress)
         raise self._wait_error(result)
 
     async def logs(self, tail: int = 200, *, deadline: datetime | None = None) -> list[str]:

@@ -302,6 +302,8 @@ class ActionRunner:
                     LOG_TAIL_LINES,
                     deadline=deadline,
                     tail_while_running=action.tail,
+                    progress_of=action.progress_of,
+                    progress_while_running=action.progress,
                 )
         except ContainerNotFound:
             if not action.start_if_missing:
@@ -312,7 +314,9 @@ class ActionRunner:
             await self._start(wl, job, deadline, action.resume_path)
             return obs.with_(exit_code=None, container_started=True)
         # The container's own FinishedAt: operator downtime is never counted as the job's run time.
-        return obs.with_(exit_code=info.code, log_tail=info.tail, exit_finished_at=info.finished_at)
+        return obs.with_(
+            exit_code=info.code, log_tail=info.tail, exit_finished_at=info.finished_at, progress=info.progress
+        )
 
     async def _prepare(self, wl: Workload, job: JobContext, deadline: datetime | None) -> None:
         spec, secrets = job.spec, _secrets(job, PrepareWorkload)

@@ -453,11 +453,12 @@ class KubeAccess:
 
 
 def redact_status(value: Any) -> Any:
-    """`value` with every string (at any depth) passed through the one redaction step."""
+    """`value` with every string (at any depth) passed through the one redaction step, map keys
+    too (status.progress.metrics is keyed by names the training program chose)."""
     if isinstance(value, str):
         return redact_text(value)
     if isinstance(value, Mapping):
-        return {k: redact_status(v) for k, v in value.items()}
+        return {(redact_text(k) if isinstance(k, str) else k): redact_status(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [redact_status(v) for v in value]
     return value

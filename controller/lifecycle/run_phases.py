@@ -17,6 +17,7 @@ from controller.lifecycle.absence import process_instance_fate
 from controller.lifecycle.backoff import exponential
 from controller.lifecycle.decision_pass import Pass
 from controller.lifecycle.phases import PHASES, Phase
+from controller.lifecycle.progress import fold_progress, progress_due
 from controller.lifecycle.release import instance_released
 from controller.lifecycle.status_text import clip, log_lines
 from controller.lifecycle.steps import (
@@ -540,6 +541,7 @@ def running(p: Pass) -> None:
     recovery.fold_sync(p)
     if p.obs.log_tail:
         p.s.run.tail(log_lines(p.obs.log_tail))
+    fold_progress(p)
     if p.obs.exit_code is not None:
         _exited(p, p.obs.exit_code)
         return
@@ -579,6 +581,8 @@ def running(p: Pass) -> None:
             timeout_seconds=wait_bound(p),
             resume_path=recovery.resume_path(p),
             tail=tail_due(p),
+            progress_of=p.spec.task.action,
+            progress=progress_due(p),
         )
     )
     p.requeue = 0.0

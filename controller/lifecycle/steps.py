@@ -13,6 +13,7 @@ from typing import Protocol
 from controller.api.models import TaoBrevJobSpec
 from controller.api.status import TaoBrevJobStatus
 from controller.brev.client import CreateRequest, Instance
+from controller.brev.progress_parse import TaoProgress
 from controller.fleet.admission import Admission
 from controller.lifecycle.tunables import Tunables
 
@@ -146,6 +147,8 @@ class Observation:
     start_requested: bool = False
     created: bool = False
     log_tail: tuple[str, ...] = ()
+    # What TAO's status.json said with the wait (None: not read, or no epoch line in it yet).
+    progress: TaoProgress | None = None
     # Hourly price of the listed instance's type from `brev search` (None: unknown / not looked up).
     price_per_hour: float | None = None
     checkpoint_sync: CheckpointSync | None = None
@@ -204,6 +207,10 @@ class WaitForExit:
     resume_path: str | None = None
     # Also read the log tail if the container still runs at the end (an exit always brings it).
     tail: bool = True
+    # The TAO action whose results/<action>/status.json holds the progress (None: not read), and
+    # whether to read it while the container still runs (an exit always brings it).
+    progress_of: str | None = None
+    progress: bool = False
 
 
 @dataclass(frozen=True)

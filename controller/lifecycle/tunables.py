@@ -22,6 +22,11 @@ class Tunables:
     # log changes all the time, so every read is a status write and a watch event: one per wait
     # was 8 writes/s at 1,000 running jobs, and one more docker call per wait on the instance.
     log_tail_interval: float = 600.0
+    # A running job's progress (status.progress, from TAO's status.json) is read with its waits
+    # on the same kind of grid, and written only when it changed and this long after the last
+    # write: one write per epoch or per this, whichever is longer. Equal to log_tail_interval,
+    # both fall on the same waits, so the two changes go out in one status write.
+    progress_interval: float = 600.0
     # Exec probes of a fresh instance back off from poll_interval to this: a first exec takes
     # 600 s and more, and probing it every poll interval cost a process per job per 5 s. The
     # interval stays below a tenth of the time already waited, so readiness is seen late by

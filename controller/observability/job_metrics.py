@@ -47,6 +47,20 @@ FAMILIES: Final = {
         "Billed instance seconds of the job over all attempts (create request to confirmed deletion).",
         None,
     ),
+    "taobrev_job_progress_ratio": (
+        "Training progress of a running job, 0-1: epochs finished / epochs in the run (TAO's "
+        "status.json); absent before the first epoch and once the run ended.",
+        None,
+    ),
+    "taobrev_job_eta_seconds": (
+        "Training time left as TAO estimated it at the last epoch; absent when unknown and once the "
+        "run ended.",
+        None,
+    ),
+    "taobrev_job_loss": (
+        "The last training loss TAO reported in status.json; absent when none and once the run ended.",
+        None,
+    ),
     "taobrev_job_estimated_cost_dollars": (
         "Estimated cost of the job over all attempts (billed time x hourly price from `brev "
         "search`); absent while a price is unknown.",
@@ -58,7 +72,19 @@ FAMILIES: Final = {
 class JobSeries:
     """What one job's gauges say; None: that series is absent."""
 
-    __slots__ = ("billed", "cost", "ended", "entered", "outcome", "phase", "timeout", "uptime")
+    __slots__ = (
+        "billed",
+        "cost",
+        "ended",
+        "entered",
+        "eta",
+        "loss",
+        "outcome",
+        "phase",
+        "progress",
+        "timeout",
+        "uptime",
+    )
 
     def __init__(self) -> None:
         self.phase: str | None = None
@@ -68,6 +94,9 @@ class JobSeries:
         self.ended: float | None = None  # for `outcome`
         self.billed: float | None = None
         self.cost: float | None = None
+        self.progress: float | None = None
+        self.eta: float | None = None
+        self.loss: float | None = None
         # instance -> seconds: an instance's series stays until it is released
         self.uptime: dict[str, float] | None = None
 
@@ -133,6 +162,13 @@ class JobGauges:
                 fams["taobrev_job_billed_seconds"].add_metric([ns, name], s.billed)
             if s.cost is not None:
                 fams["taobrev_job_estimated_cost_dollars"].add_metric([ns, name], s.cost)
+            for family, value in (
+                ("taobrev_job_progress_ratio", s.progress),
+                ("taobrev_job_eta_seconds", s.eta),
+                ("taobrev_job_loss", s.loss),
+            ):
+                if value is not None:
+                    fams[family].add_metric([ns, name], value)
         yield from fams.values()
 
     @staticmethod

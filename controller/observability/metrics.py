@@ -333,6 +333,14 @@ class Recorder:
         with self._jobs.update(namespace, name) as s:
             s.billed, s.cost = billed_seconds, cost_dollars
 
+    def job_progress(
+        self, namespace: str, name: str, ratio: float | None, eta_seconds: float | None, loss: float | None
+    ) -> None:
+        """Per-job training gauges from status.progress (every pass); None drops a series (all
+        three once the run ended)."""
+        with self._jobs.update(namespace, name) as s:
+            s.progress, s.eta, s.loss = ratio, eta_seconds, loss
+
     # -- instances -------------------------------------------------------------------------------
 
     def instance_uptime(self, namespace: str, name: str, instance: str, seconds: float) -> None:

@@ -40,6 +40,7 @@ SCALED_SETTINGS: tuple[str, ...] = (
     "poll_interval",
     "wait_timeout",
     "log_tail_interval",
+    "progress_interval",
     "listing_max_age",
     "secret_max_age",
     "create_settle",

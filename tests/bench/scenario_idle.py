@@ -25,7 +25,11 @@ from tests.bench.scale import Scale
 from tests.bench.stack import Bench, Scenario, brev_call_times, finished
 from tests.brevsim.harness import SimCall
 
-EPOCHS = 1  # x 300 s nominal: the run is work, its length does not change the idle
+# 3 x 100 s nominal: the run is work, its length does not change the idle; epochs shorter than
+# the run so each job's progress (status.progress) is read and written mid-run, as a training's
+# is, and the writes figure counts it.
+EPOCHS = 3
+EPOCH_SECONDS = 100.0
 
 
 def baseline_env(scale: Scale) -> dict[str, str]:
@@ -112,8 +116,7 @@ def start(
     sc: Scenario = bench.scenario(label, operator_env, scale=scale)
     try:
         names = [f"{label}-{i:03d}" for i in range(jobs)]
-        nominal = scale.brev_durations()
-        began = sc.apply_all(names, epochs=EPOCHS, epoch_seconds=nominal["epoch_seconds"])
+        began = sc.apply_all(names, epochs=EPOCHS, epoch_seconds=EPOCH_SECONDS)
     except BaseException:
         sc.close()
         raise
@@ -130,7 +133,7 @@ def collect(bench: Bench, wl: Workload) -> IdleResult:
         left = sc.watch.wait(names, finished, timeout=max(300.0, 20 * lifecycle))
         wall = max((sc.watch.first_seen[n].get("Deleted", 0.0) for n in names), default=0.0) - began
         calls = sc.calls()
-        boot_and_run = sc.scale.wall(boot_and_ready(nominal) + EPOCHS * nominal["epoch_seconds"])
+        boot_and_run = sc.scale.wall(boot_and_ready(nominal) + EPOCHS * EPOCH_SECONDS)
         retried = 0
         idle: list[float] = []
         outcomes: Counter[str] = Counter()

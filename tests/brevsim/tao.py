@@ -1,8 +1,11 @@
 r"""The TAO Toolkit container stand-in: `<networkArch> <action> -e <spec> [key=value ...]`.
 
 It reads the spec YAML (container path, mapped to the sandbox), prints epoch/loss lines, writes
-checkpoints and TAO's `status.json` (JSON lines) under results_dir, stops on request (docker stop)
-and exits with the chosen code. A top-level `simulation:` mapping in the spec may set `epochs`,
+checkpoints and TAO's `status.json` under results_dir/<action> as TAO 6 writes it (JSON lines: per
+epoch "Eval metrics generated." with KPIs, the Lightning callback's epoch line with a 0-based
+`epoch`, `max_epoch` = epochs - 1, `time_per_epoch`/`eta` as str(timedelta), then "Train metrics
+generated." with `train_loss`; see `_StatusLog`), stops on request (docker stop) and exits with the
+chosen code. A top-level `simulation:` mapping in the spec may set `epochs`,
 `epoch_seconds` (nominal, x speed), `exit_code` and `fail_at_epoch`; the `train_exit_code` fault
 overrides the exit code. The `tao_progress_bars` and `tao_long_line_bytes` faults add what real
 training prints: tqdm `\r` redraws and one multi-megabyte line. `train.resume_training_checkpoint_path`
@@ -152,18 +155,53 @@ def _write_in_place(path: Path, data: bytes, seconds: float, stop: threading.Eve
     return True
 
 
-def _status(path: Path, status: str, message: str, **extra: Any) -> None:
-    now = dt.datetime.now(tz=dt.UTC)
-    entry = {
-        "date": now.strftime("%-m/%-d/%Y"),
-        "time": now.strftime("%H:%M:%S"),
-        "status": status,
-        "verbosity": "INFO",
-        "message": message,
-        **extra,
-    }
-    with path.open("a") as f:
-        f.write(json.dumps(entry) + "\n")
+class _StatusLog:
+    """TAO's status.json as TAO 6 writes it (nvidia_tao_pytorch.core.loggers.api_logging
+    StatusLogger): one JSON object per line, appended; the caller's data first, then `date`
+    ("M/D/YYYY") and `time` ("H:M:S", unpadded, local time), `status`, `verbosity`, `message`,
+    and the logger's `kpi` map, which stays set between writes until the next KPIs replace it."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.kpi: dict[str, Any] = {}
+
+    def write(self, status: str, message: str, data: Mapping[str, Any] | None = None, **extra: Any) -> None:
+        now = dt.datetime.now()
+        entry = {
+            **(data or {}),
+            "date": f"{now.month}/{now.day}/{now.year}",
+            "time": f"{now.hour}:{now.minute}:{now.second}",
+            "status": status,
+            "verbosity": "INFO",
+            "message": message,
+            **({"kpi": self.kpi} if self.kpi else {}),
+            **extra,
+        }
+        with self.path.open("a") as f:
+            f.write(json.dumps(entry) + "\n")
+
+    def metrics(self, message: str, kpi: dict[str, Any]) -> None:
+        """A model's own KPI write ("Eval metrics generated.", "Train metrics generated.")."""
+        self.kpi = kpi
+        self.write("RUNNING", message)
+
+    def epoch_end(self, epoch: int, epochs: int, seconds: float) -> None:
+        """The Lightning callback's line at the end of 1-based `epoch` (TAOStatusLogger in
+        nvidia_tao_pytorch.core.callbacks.loggers: the trainer's 0-based current_epoch,
+        max_epochs - 1, and str(timedelta) times)."""
+        data = {
+            "epoch": epoch - 1,
+            "step": epoch * STEPS_PER_EPOCH,
+            "max_epoch": epochs - 1,
+            "max_step": epochs * STEPS_PER_EPOCH,
+            "time_per_epoch": str(dt.timedelta(seconds=seconds)),
+            "time_per_step": str(dt.timedelta(seconds=seconds / STEPS_PER_EPOCH)),
+            "eta": str(dt.timedelta(seconds=(epochs - epoch) * seconds)),
+        }
+        self.write("RUNNING", "Training loop in progress", data)
+
+
+STEPS_PER_EPOCH = 50
 
 
 BAR_STEPS = 20
@@ -291,11 +329,12 @@ def run(
     results = Path(host_path(mounts, rootfs, results_ctr))
     out_dir = results / action
     out_dir.mkdir(parents=True, exist_ok=True)
-    status = out_dir / "status.json"
+    status = _StatusLog(out_dir / "status.json")
+    mode = action.capitalize()
 
     def stopped() -> int:
         con.log("Received SIGTERM: stopping")
-        _status(status, "FAILURE", "Training was interrupted (SIGTERM)")
+        status.write("FAILURE", f"User/System interruption: {mode} was interrupted")
         return SIGTERM_EXIT
 
     # Resume only when asked (override or the spec's train: mapping): no auto-resume.
@@ -306,24 +345,27 @@ def run(
             done = checkpoint_epoch(str(resume), Path(host_path(mounts, rootfs, str(resume))))
         except CheckpointError as e:
             con.error(f"Traceback (most recent call last):\n{e}")
-            _status(status, "FAILURE", f"Cannot resume from {resume}")
+            status.write("FAILURE", f"File system error: Cannot resume from {resume}")
             return 1
         first = done + 1
     con.log(f"Starting {network} {action} with spec {spec_path}")
     for key in str(sim.get("echo_env") or "").split(","):  # a careless script printing its env
         if key.strip():
             con.log(f"environment {key.strip()}={env.get(key.strip(), '')}")
+    # `resumed_from_epoch` is the stand-in's own key (TAO logs the resume, it does not record it).
     if first > 1:
         con.log(f"Resuming training from checkpoint {resume} (epoch {first - 1})")
-        _status(status, "STARTED", f"Starting {network} {action}", resumed_from_epoch=first - 1)
+        status.write("STARTED", f"Starting {network} {action}.", resumed_from_epoch=first - 1)
     else:
-        _status(status, "STARTED", f"Starting {network} {action}")
+        status.write("STARTED", f"Starting {network} {action}.")
+    status.write("STARTED", "Starting Training Loop.")
     bars = bool(store.fault("tao_progress_bars"))
     long_line = int(store.fault("tao_long_line_bytes") or 0)
     if long_line > 0:
         con.long_line(long_line)
     own_container = Path(rootfs).parent.name
     for epoch in range(first, epochs + 1):
+        began = time.monotonic()
         if bars:
             if not con.progress_bar(epoch, epochs, epoch_s):
                 return stopped()
@@ -333,10 +375,15 @@ def run(
             con.error(
                 f"Traceback (most recent call last):\nRuntimeError: simulated failure at epoch {epoch}\n"
             )
-            _status(status, "FAILURE", f"Error at epoch {epoch}")
+            status.write("FAILURE", f"Error at epoch {epoch}")
             return int(sim.get("exit_code", 1)) or 1
         loss = round(1.0 / math.sqrt(epoch), 4)
         con.log(f"Epoch {epoch}/{epochs}: loss={loss} lr=0.0001")
+        # Validation runs before the epoch's end hooks; TAO writes some KPIs as str(x).
+        status.metrics(
+            "Eval metrics generated.",
+            {"val_loss": round(loss * 1.1, 4), "val_mAP": str(round(1 - loss / 2, 4))},
+        )
         if action in ("train", "retrain") and not _write_in_place(
             out_dir / f"model_epoch_{epoch:03d}.pth",
             checkpoint_bytes(epoch),
@@ -344,7 +391,8 @@ def run(
             stop,
         ):
             return stopped()
-        _status(status, "RUNNING", f"Epoch {epoch} finished", epoch=epoch, max_epoch=epochs, loss=loss)
+        status.epoch_end(epoch, epochs, time.monotonic() - began)
+        status.metrics("Train metrics generated.", {"train_loss": loss})
         # Faults are re-read: a test may aim one at an instance id after the container started.
         written = time.time()  # a sync created after this sees epoch's checkpoint
         now = Store(state)
@@ -359,13 +407,15 @@ def run(
             # in-flight `docker wait`; the program stays until its runner stops it (test teardown).
             stop.wait()
             return KILLED_EXIT
+    status.write("RUNNING", "Training loop complete.")
     if exit_code:
         con.error(f"Execution failed with exit code {exit_code}\n")
-        _status(status, "FAILURE", f"{action} failed")
+        status.write("FAILURE", f"{action} failed")
         return exit_code
     if action in ("train", "retrain"):
         (out_dir / "model_latest.pth").write_bytes(checkpoint_bytes(None))
-    _status(status, "SUCCESS", f"{action} finished successfully")
+    # TAO 6's monitor_status ends a good run with RUNNING, not SUCCESS (nothing writes SUCCESS).
+    status.write("RUNNING", f"{mode} finished successfully.")
     con.log(f"{action} finished successfully")
     return 0
 

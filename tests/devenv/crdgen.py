@@ -247,6 +247,17 @@ def crd() -> dict[str, Any]:
                             desc="Place in its quota queue while Pending (deploy/QUEUEING.md).",
                         ),
                         _column(
+                            "Progress",
+                            ".status.progress.percent",
+                            type_="integer",
+                            desc="Training progress in percent (epochs finished, from TAO's status.json).",
+                        ),
+                        _column(
+                            "ETA",
+                            ".status.progress.eta",
+                            desc="Time left as TAO estimated it at the last epoch (H:MM:SS).",
+                        ),
+                        _column(
                             "Queued", ".status.queue.reason", priority=1, desc="Why it is not admitted yet."
                         ),
                         _column("Action", ".spec.task.action", priority=1, desc="TAO action."),

@@ -108,6 +108,10 @@ def _calls() -> dict[str, Call]:
         "wait_exit": lambda w: w.wait_exit(60),
         "wait_exit_with_tail": lambda w: w.wait_exit_with_tail(60),
         "wait_exit_with_tail[quiet]": lambda w: w.wait_exit_with_tail(30, 7, tail_while_running=False),
+        "wait_exit_with_tail[progress]": lambda w: w.wait_exit_with_tail(60, progress_of="train"),
+        "wait_exit_with_tail[progress-at-exit]": lambda w: w.wait_exit_with_tail(
+            30, 7, tail_while_running=False, progress_of="train", progress_while_running=False
+        ),
         "logs": lambda w: w.logs(),
         "logs[tail]": lambda w: w.logs(17),
         "stop_container": lambda w: w.stop_container(),

@@ -173,8 +173,9 @@ def test_status_schema_is_enforced(kubectl: Kubectl, tbj_ns: str) -> None:
 
 
 def test_printer_columns(kubectl: Kubectl, tbj_ns: str) -> None:
-    """`kubectl get tbj` shows PHASE/OUTCOME/INSTANCE/GPU/QUEUE/AGE; `-o wide` adds QUEUED (the
-    limit holding it back), ACTION, REASON, FAILURE (whose move it is), KEPT-UNTIL and the recovery figures
+    """`kubectl get tbj` shows PHASE/OUTCOME/INSTANCE/GPU/QUEUE/PROGRESS/ETA/AGE (PROGRESS in
+    percent, ETA as TAO estimated it); `-o wide` adds QUEUED (the limit holding it back), ACTION,
+    REASON, FAILURE (whose move it is), KEPT-UNTIL and the recovery figures
     ATTEMPT, BILLED (seconds) and COST (dollars). INSTANCE, GPU and ATTEMPT are the current
     (last) attempt's, not an earlier one's. A finished job has no queue place: those cells are
     blank."""
@@ -186,22 +187,35 @@ def test_printer_columns(kubectl: Kubectl, tbj_ns: str) -> None:
              {"attempt": 1, "instance": {"name": "tbj-abc123-old", "gpu": "A100"}},
              {"attempt": 2, "instance": {"name": "tbj-abc123", "gpu": "L40S"}},
          ],
-         "billedSeconds": 1234, "estimatedCostDollars": 0.51},
+         "billedSeconds": 1234, "estimatedCostDollars": 0.51,
+         "progress": {"epoch": 3, "maxEpoch": 10, "percent": 30, "eta": "1:02:03", "etaSeconds": 3723}},
     )  # fmt: skip
     narrow = kubectl("get", "tbj", "-n", tbj_ns).stdout.splitlines()
-    assert narrow[0].split() == ["NAME", "PHASE", "OUTCOME", "INSTANCE", "GPU", "QUEUE", "AGE"]
-    assert narrow[1].split()[:5] == ["cols", "Deleted", "Failed", "tbj-abc123", "L40S"]
+    assert narrow[0].split() == [
+        "NAME",
+        "PHASE",
+        "OUTCOME",
+        "INSTANCE",
+        "GPU",
+        "QUEUE",
+        "PROGRESS",
+        "ETA",
+        "AGE",
+    ]
+    assert narrow[1].split()[:7] == ["cols", "Deleted", "Failed", "tbj-abc123", "L40S", "30", "1:02:03"]
     wide = kubectl("get", "tbj", "-n", tbj_ns, "-o", "wide").stdout.splitlines()
     assert wide[0].split() == [
-        "NAME", "PHASE", "OUTCOME", "INSTANCE", "GPU", "QUEUE", "QUEUED", "ACTION", "REASON", "FAILURE",
-        "KEPT-UNTIL", "ATTEMPT", "BILLED", "COST", "AGE",
+        "NAME", "PHASE", "OUTCOME", "INSTANCE", "GPU", "QUEUE", "PROGRESS", "ETA", "QUEUED", "ACTION",
+        "REASON", "FAILURE", "KEPT-UNTIL", "ATTEMPT", "BILLED", "COST", "AGE",
     ]  # fmt: skip
-    assert wide[1].split()[:11] == [
+    assert wide[1].split()[:13] == [
         "cols",
         "Deleted",
         "Failed",
         "tbj-abc123",
         "L40S",
+        "30",
+        "1:02:03",
         "train",
         "RunningTimeout",
         "Program",

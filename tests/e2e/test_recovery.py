@@ -101,6 +101,9 @@ def assert_lost_at_3_resumed_at_4(stack: Stack, name: str, first: str, status: d
     assert attempts[1]["resumedFromEpoch"] == 3
     assert attempts[1]["resumedFrom"] == CKPT.format(3)
     assert attempts[1]["restoredAt"]
+    # The count went on across the attempts: attempt 2's last epoch line is epoch 6 of 6.
+    progress = status["progress"]
+    assert (progress["epoch"], progress["maxEpoch"], progress["percent"]) == (EPOCHS, EPOCHS, 100)
     # Exactly two creates, one per name; nothing of the job is left in the simulated world.
     assert stack.sim.created_count() == 2
     assert stack.sim.created_count(first) == 1
@@ -121,10 +124,11 @@ def assert_lost_at_3_resumed_at_4(stack: Stack, name: str, first: str, status: d
     assert f"Resuming training from checkpoint {CKPT.format(3)} (epoch 3)" in log
     assert trained_epochs(log) == [4, 5, 6]
     entries = [json.loads(line) for line in s3_text(stack, f"{name}/results/train/status.json").splitlines()]
-    starts = [i for i, e in enumerate(entries) if e["status"] == "STARTED"]
-    assert entries[starts[-1]].get("resumed_from_epoch") == 3
-    assert [e["epoch"] for e in entries[starts[-1] :] if e["status"] == "RUNNING"] == [4, 5, 6]
-    assert entries[-1]["status"] == "SUCCESS"
+    (resumed_at,) = [i for i, e in enumerate(entries) if "resumed_from_epoch" in e]
+    assert entries[resumed_at]["resumed_from_epoch"] == 3
+    # TAO 6 counts epochs from 0 in status.json: epochs 4..6 are its 3..5.
+    assert [e["epoch"] + 1 for e in entries[resumed_at:] if "epoch" in e] == [4, 5, 6]
+    assert entries[-1]["message"] == "Train finished successfully."
     # Final results complete: every epoch's checkpoint (3 restored, 3 trained) and the final model.
     keys = s3_keys(stack, f"{name}/results/train/")
     expected = {f"{name}/results/train/model_epoch_{n:03d}.pth" for n in range(1, EPOCHS + 1)}

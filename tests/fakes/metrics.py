@@ -49,5 +49,8 @@ class NullRecorder(Recorder):
     def exit_to_teardown(self, *args: Any, **kwargs: Any) -> None:
         return None
 
+    def job_progress(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
     def job_billing(self, *args: Any, **kwargs: Any) -> None:
         return None

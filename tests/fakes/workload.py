@@ -21,6 +21,7 @@ from controller.api.container_paths import SPEC_MOUNT_PATH
 from controller.api.errors import BrevTransientError, EntitlementError, TaoBrevError, TransientError
 from controller.brev.envfile import S3Credentials
 from controller.brev.logtail import TAIL_LINES
+from controller.brev.progress_parse import TaoProgress, clock_text
 from controller.brev.workload import (
     CONTAINER_ENV_FILE,
     NGC_KEY_FILE,
@@ -48,6 +49,26 @@ from tests.fakes.brev import (
 
 STOPPED_EXIT = 143  # SIGTERM, as `docker stop` leaves a TAO container
 _RESUME = re.compile(r"^train\.resume_training_checkpoint_path=.*_epoch_(\d+)\.pth$")
+
+
+def epoch_progress(done: int, epochs: int, epoch_s: float) -> TaoProgress | None:
+    """What the operator's parser makes of TAO's status.json after `done` of `epochs` epochs of
+    `epoch_s` seconds each (None before the first epoch line)."""
+    if done < 1 or epochs < 1:
+        return None
+    done = min(done, epochs)
+    eta = round((epochs - done) * epoch_s)
+    loss = round(1.0 / done**0.5, 4)
+    return TaoProgress(
+        epoch=done,
+        max_epoch=epochs,
+        percent=done * 100 // epochs,
+        eta=clock_text(eta),
+        eta_seconds=eta,
+        time_per_epoch_seconds=round(epoch_s, 3),
+        loss=loss,
+        metrics=(("train_loss", loss),),
+    )
 
 
 class FakeWorkload(Workload):
@@ -187,6 +208,8 @@ class FakeWorkload(Workload):
         *,
         deadline: datetime | None = None,
         tail_while_running: bool = True,
+        progress_of: str | None = None,
+        progress_while_running: bool = True,
     ) -> ExitInfo:
         seconds = self._wait_seconds(timeout_s, deadline)
         inst = self._gate("docker wait", seconds + self.settings.wait_margin, deadline)
@@ -200,11 +223,17 @@ class FakeWorkload(Workload):
             clock.advance(min(max(0.0, ends - clock.monotonic()), seconds))
             container.settle(clock.monotonic())
         lines = tuple(f"epoch {k} loss 0.{k}" for k in range(1, 4))[-tail:]
+        progress = None
+        if progress_of is not None and container.epoch_s > 0:
+            done = container.epoch_at(clock.monotonic())
+            progress = epoch_progress(done, self.world.faults.epochs, container.epoch_s)
         if container.running or container.exited_at is None:
-            return ExitInfo(None, None, lines if tail_while_running else ())
+            return ExitInfo(
+                None, None, lines if tail_while_running else (), progress if progress_while_running else None
+            )
         # docker's State.FinishedAt: when it really exited, not when we looked.
         finished = clock.now() - timedelta(seconds=clock.monotonic() - container.exited_at)
-        return ExitInfo(container.final_code, finished, lines)
+        return ExitInfo(container.final_code, finished, lines, progress)
 
     async def stop_container(self, grace_s: int | None = None, *, deadline: datetime | None = None) -> None:
         grace = max(0, int(self.settings.stop_grace_s if grace_s is None else grace_s))

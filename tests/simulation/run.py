@@ -288,6 +288,7 @@ class Simulation:
         self._check_attempts_ended(job, before, after)
         self._check_canceled(job, before, after)
         self._check_kept(job, after)
+        self._check_progress(job, proc, before, after)
         self._check_budget(job, before, after)
         self._check_quota()
         self._check_absence(job, proc, before, after)
@@ -371,6 +372,32 @@ class Simulation:
                     f"{obj.name}: instance {inst.name} kept for debugging until {until} still live "
                     f"{late:.0f} s later (bound {KEEP_BOUND_S:.0f} s)"
                 )
+
+    def _check_progress(
+        self, job: Job, proc: Process | None, before: dict[str, Any], after: dict[str, Any]
+    ) -> None:
+        """status.progress adds up, and costs at most one write per progress interval: a new
+        reading only once the interval (in whole waits) has passed since the last, or with the
+        container's exit (issue 27)."""
+        new, old = after.get("progress") or {}, before.get("progress") or {}
+        if not new:
+            return
+        epoch, last, percent = new.get("epoch"), new.get("maxEpoch"), new.get("percent")
+        if not (isinstance(epoch, int) and isinstance(last, int) and 0 <= epoch <= last):
+            self.violation(f"{job.name}: progress epoch {epoch} of {last}")
+        elif percent != epoch * 100 // last:
+            self.violation(f"{job.name}: progress {percent}% at epoch {epoch} of {last}")
+        was, now = old.get("readAt"), new.get("readAt")
+        if proc is None or not isinstance(was, str) or not isinstance(now, str) or now == was:
+            return
+        if sp.run(after).get("exitCode") is not None:
+            return
+        tun = proc.deployment.settings.tunables()
+        gap = (_parse_time(now) - _parse_time(was)).total_seconds()
+        # Status keeps whole seconds: up to a second less apart.
+        if gap < tun.progress_interval - tun.wait_timeout / 2 - 1:
+            every = tun.progress_interval
+            self.violation(f"{job.name}: progress written {gap:.0f} s after the last (interval {every:g} s)")
 
     def _check_attempts_ended(self, job: Job, before: dict[str, Any], after: dict[str, Any]) -> None:
         """An attempt ended as lost while its instance is live, its container runs and nothing
@@ -862,6 +889,7 @@ def _traced(status: dict[str, Any]) -> dict[str, Any]:
         "instance.createReturnedAt": inst.get("createReturnedAt"),
         "instance.deleteRequestedAt": inst.get("deleteRequestedAt"),
         "finishedAt": status.get("finishedAt"),
+        "progress.epoch": (status.get("progress") or {}).get("epoch"),
     }
 
 
@@ -921,3 +949,7 @@ def run_seeds(seeds: Iterable[int], *, jobs: int = 1) -> Iterator[tuple[int, lis
         return
     with multiprocessing.get_context("fork").Pool(jobs) as pool:
         yield from pool.imap(_violations_of, seeds, chunksize=4)
+
+
+def _parse_time(text: str) -> datetime:
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))

@@ -38,7 +38,7 @@ from controller.kube.access import redact_status
 from tests.fakes.brev import FakeBrev
 from tests.fakes.clock import FakeClock
 from tests.fakes.kube import FakeKube
-from tests.fakes.workload import FakeWorkload
+from tests.fakes.workload import FakeWorkload, epoch_progress
 
 if TYPE_CHECKING:
     from tests.simulation.operator import Process
@@ -325,6 +325,9 @@ def _classified(name: str, fake: BrevTransientError, *, skipped_first: bool) -> 
     return AssertionError(f"a failed create classified as a success: {lines}")
 
 
+SIM_EPOCHS = 10  # epochs a simulated run's status.json counts over its run time
+
+
 class SimWorkload(FakeWorkload):
     """The fake remote job; every remote call pays its time on the loop, and `docker wait`
     waits on the loop (other passes run meanwhile) instead of moving the clock."""
@@ -338,6 +341,8 @@ class SimWorkload(FakeWorkload):
         *,
         deadline: datetime | None = None,
         tail_while_running: bool = True,
+        progress_of: str | None = None,
+        progress_while_running: bool = True,
     ) -> ExitInfo:
         world = self.world
         sim = world.sim
@@ -363,10 +368,18 @@ class SimWorkload(FakeWorkload):
         if leaked is not None:
             lines = (*lines, f"DEBUG env dump: {leaked}")
         lines = lines[-tail:]
+        progress = None
+        if progress_of is not None and container.run_s > 0:
+            # TAO's status.json: SIM_EPOCHS epochs over the run, one line at the end of each.
+            epoch_s = container.run_s / SIM_EPOCHS
+            ran = (container.exited_at or clock.monotonic()) - container.started_at
+            progress = epoch_progress(int(ran // epoch_s), SIM_EPOCHS, epoch_s)
         if container.running or container.exited_at is None:
-            return ExitInfo(None, None, lines if tail_while_running else ())
+            return ExitInfo(
+                None, None, lines if tail_while_running else (), progress if progress_while_running else None
+            )
         finished = clock.now() - timedelta(seconds=clock.monotonic() - container.exited_at)
-        return ExitInfo(container.final_code, finished, lines)
+        return ExitInfo(container.final_code, finished, lines, progress)
 
     async def start_container(self, *args: Any, **kwargs: Any) -> bool:
         world = self.world

@@ -192,6 +192,8 @@ def test_patch_status_redacts_every_string_at_any_depth() -> None:
             }
         ],
         "conditions": [{"type": "Ready", "message": f"x {SECRET_VALUE}"}],
+        # KPI names are the training program's: keys are redacted too.
+        "progress": {"epoch": 1, "metrics": {f"loss_{SECRET_VALUE}": 0.5, "val_acc": 0.9}},
     }
     assert run(access(custom=custom).patch_status("ns", "job", status)) is True
     sent = custom.bodies[0]["status"]
@@ -200,6 +202,7 @@ def test_patch_status_redacts_every_string_at_any_depth() -> None:
     assert sent["message"] == f"docker said: {MASK}"
     assert status_paths.run(sent)["exitCode"] == 3
     assert status_paths.run(sent)["logTail"][0] == f"token {MASK}"  # nested in the current attempt
+    assert sent["progress"]["metrics"] == {f"loss_{MASK}": 0.5, "val_acc": 0.9}
     assert custom.timeouts == [(7, 7)]
 
 

@@ -73,6 +73,7 @@ def test_exposed_names_types_and_labels(registry: CollectorRegistry, rec: Record
     rec.reconcile_duration(0.02)
     rec.instance_uptime("ns", "job", "tbj-abc", 30.0)
     rec.job_billing("ns", "job", 30.0, 0.0125)
+    rec.job_progress("ns", "job", 0.4, 1200.0, 0.21)
     rec.exit_to_teardown(42.0)
     rec.lane_slots("pull", 64)
     rec.lane_state("pull", in_flight=64, waiting=3)
@@ -94,6 +95,9 @@ def test_exposed_names_types_and_labels(registry: CollectorRegistry, rec: Record
         "taobrev_instance_uptime_seconds": ("gauge", {"namespace", "name", "instance"}),
         "taobrev_job_billed_seconds": ("gauge", {"namespace", "name"}),
         "taobrev_job_estimated_cost_dollars": ("gauge", {"namespace", "name"}),
+        "taobrev_job_progress_ratio": ("gauge", {"namespace", "name"}),
+        "taobrev_job_eta_seconds": ("gauge", {"namespace", "name"}),
+        "taobrev_job_loss": ("gauge", {"namespace", "name"}),
         "taobrev_exit_to_teardown_seconds": ("histogram", set()),
         "taobrev_build_info": ("gauge", {"version", "brev_cli_version"}),
         "taobrev_leader": ("gauge", set()),
@@ -217,6 +221,7 @@ def test_job_forgotten_drops_only_that_jobs_series(registry: CollectorRegistry, 
         rec.phase_changed("ns", job, None, "Running", None, timeout_seconds=60)
         rec.job_state("ns", job, phase="Running", timeout_seconds=60, outcome="Failed", ended_at=1.0)
         rec.instance_uptime("ns", job, f"tbj-{job}", 10.0)
+        rec.job_progress("ns", job, 0.5, 60.0, 0.3)
     rec.outcome("Failed", "ContainerFailed")
 
     rec.job_forgotten("ns", "a")
@@ -230,9 +235,27 @@ def test_job_forgotten_drops_only_that_jobs_series(registry: CollectorRegistry, 
     ):
         assert job_series(s, metric, "ns", "a") == {}, metric
         assert job_series(s, metric, "ns", "b") != {}, metric
+    for metric in ("taobrev_job_progress_ratio", "taobrev_job_eta_seconds", "taobrev_job_loss"):
+        assert (("name", "a"), ("namespace", "ns")) not in s[metric], metric
+        assert s[metric][(("name", "b"), ("namespace", "ns"))] > 0, metric
     # Aggregates are history, not per-job state: they stay.
     assert s["taobrev_job_outcomes_total"][(("outcome", "Failed"), ("reason", "ContainerFailed"))] == 1
     assert s["taobrev_job_phase_transitions_total"][(("from_phase", "none"), ("to_phase", "Running"))] == 2
+
+
+def test_progress_gauges_follow_status_and_go_when_the_run_ends(
+    registry: CollectorRegistry, rec: Recorder
+) -> None:
+    """Ratio, ETA and loss per job; None drops a series (no loss reported, or the run ended)."""
+    rec.job_progress("ns", "a", 0.3, 840.0, None)
+    s = scrape(registry)
+    key = (("name", "a"), ("namespace", "ns"))
+    assert (s["taobrev_job_progress_ratio"][key], s["taobrev_job_eta_seconds"][key]) == (0.3, 840.0)
+    assert key not in s.get("taobrev_job_loss", {})
+    rec.job_progress("ns", "a", None, None, None)
+    s = scrape(registry)
+    for metric in ("taobrev_job_progress_ratio", "taobrev_job_eta_seconds", "taobrev_job_loss"):
+        assert key not in s.get(metric, {}), metric
 
 
 def test_instance_uptime_is_set_and_released(registry: CollectorRegistry, rec: Recorder) -> None:

@@ -418,7 +418,7 @@ def test_api_field_names_match_the_contract() -> None:
         "phase", "outcome", "runOutcome", "reason", "message", "failureClass", "observedGeneration", "jobId",
         "backendRef", "phaseTimes", "finishedAt", "stalledReason", "stalledMessage", "retries",
         "billedSeconds", "estimatedCostDollars", "costKnown", "conditions", "queue", "attempts", "teardown",
-        "checkpoint", "preflight", "plan", "notifications",
+        "checkpoint", "preflight", "plan", "notifications", "progress",
     }  # fmt: skip
     # The flat fields of releases before sub-records stay in the schema (Deprecated) so the objects
     # they wrote survive until rewritten.
@@ -432,6 +432,11 @@ def test_api_field_names_match_the_contract() -> None:
     }  # fmt: skip
     assert set(status["queue"]["properties"]) == {"admittedAt", "reason", "message", "position"}
     assert set(status["teardown"]["properties"]) == {"message"}
+    # The plugin reads these names (kubectl taobrev get): exactly these.
+    assert set(status["progress"]["properties"]) == {
+        "epoch", "maxEpoch", "percent", "eta", "etaSeconds", "timePerEpochSeconds", "loss", "metrics",
+        "readAt",
+    }  # fmt: skip
     attempt = status["attempts"]["items"]["properties"]
     assert {k for k, v in attempt.items() if not v["description"].startswith("Deprecated")} == {
         "attempt", "instance", "run", "upload", "endedAt", "endedReason", "endedMessage", "restoredAt",
@@ -803,6 +808,8 @@ def test_crd_names_columns_and_subresources() -> None:
         "Instance": (".status.attempts[-1:].instance.name", 0),
         "GPU": (".status.attempts[-1:].instance.gpu", 0),
         "Queue": (".status.queue.position", 0),
+        "Progress": (".status.progress.percent", 0),
+        "ETA": (".status.progress.eta", 0),
         "Queued": (".status.queue.reason", 1),
         "Action": (".spec.task.action", 1),
         "Reason": (".status.reason", 1),

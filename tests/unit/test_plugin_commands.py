@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
+from controller.api.naming import CANCEL_ANNOTATION
 from controller.plugin import COMMANDS, main, parser
-from controller.plugin.cancel import CANCEL_ANNOTATION, cancel_patch
+from controller.plugin.cancel import cancel_patch
 from controller.plugin.kubectl import RESOURCE, Completed
 from controller.plugin.suspend import suspend_patch
 

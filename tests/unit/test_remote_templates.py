@@ -150,7 +150,7 @@ def test_every_marker_the_parsers_read_is_printed_by_a_template() -> None:
     for marker in markers:
         assert re.search(rf"(?<![\w]){re.escape(marker)}(?![\w])", text), f"no template prints {marker}"
     # The exit code of `timeout` that wait_exit_with_tail's answer is read by.
-    assert f"[ $rc -ne {workload._TIMEOUT_RC} ]" in remote.template("tail_section_if_exited").program
+    assert f"[ $rc -ne {workload._TIMEOUT_RC} ]" in remote.template("if_exited").program
 
 
 def test_the_templates_are_package_data_of_the_operator() -> None:

@@ -16,7 +16,9 @@ from pathlib import Path
 CONTROLLER = Path(__file__).resolve().parents[2] / "controller"
 OWNERS = {CONTROLLER / "api" / "status.py", CONTROLLER / "api" / "status_legacy.py"}
 # Attributes that hold a sub-record (or the current attempt).
-RECORDS = frozenset({"queue", "teardown", "attempts", "current", "instance", "run", "upload", "absence"})
+RECORDS = frozenset(
+    {"queue", "teardown", "attempts", "current", "instance", "run", "upload", "absence", "progress"}
+)
 # Calls that return an attempt record.
 ATTEMPT_CALLS = frozenset({"current", "start_attempt"})
 

@@ -16,6 +16,7 @@ import pytest
 from controller.api.errors import EntitlementError, PermanentError, SpecError, TransientError
 from controller.brev.envfile import S3Credentials, env_file, s3_env_file
 from controller.brev.logtail import LINE_CUT, TAIL_LINE_CHARS, TAIL_LINES, TAIL_MAX_BYTES, clean_log_tail
+from controller.brev.progress_parse import STATUS_TAIL_BYTES
 from controller.brev.workload import (
     ContainerNotFound,
     ExitInfo,
@@ -288,6 +289,58 @@ def test_wait_with_tail_returns_code_finish_time_and_log_lines_from_one_bounded_
     missing = _fake(1, "Error response from daemon: No such container: job-1234abcd\n__taobrev_state__\n")
     with pytest.raises(ContainerNotFound):
         run(_job(missing).wait_exit_with_tail(5, 20))
+
+
+EPOCH_LINE = (
+    '{"epoch": 2, "step": 150, "max_epoch": 9, "max_step": 500, "time_per_epoch": "0:00:12.5", '
+    '"time_per_step": "0:00:00.25", "eta": "0:01:27.5", "date": "12/5/2026", "time": "9:4:7", '
+    '"status": "RUNNING", "verbosity": "INFO", "message": "Training loop in progress"}\n'
+    '{"date": "12/5/2026", "time": "9:4:7", "status": "RUNNING", "verbosity": "INFO", '
+    '"message": "Train metrics generated.", "kpi": {"train_loss": 0.42}}\n'
+)
+
+
+def test_the_wait_reads_tao_status_json_in_the_same_call_and_bounded() -> None:
+    """The tail of results/<action>/status.json, byte-capped, comes back in the wait's own call
+    (no ssh call of its own), between the State and the log tail."""
+    out = f"__taobrev_state__\n__taobrev_progress__\n{EPOCH_LINE}__taobrev_log_tail__\nEpoch 3/10\n"
+    client = _fake(124, out)
+    info = run(_job(client).wait_exit_with_tail(30, 20, progress_of="train"))
+    (cmd,) = client.commands
+    assert f"echo __taobrev_progress__; tail -c {STATUS_TAIL_BYTES} " in cmd
+    assert '"$HOME"/taobrev/job-1234abcd/results/train/status.json 2>/dev/null' in cmd
+    assert cmd.index("__taobrev_progress__") < cmd.index("__taobrev_log_tail__")
+    assert info.tail == ("Epoch 3/10",)  # type: ignore[attr-defined]
+    got = info.progress  # type: ignore[attr-defined]
+    assert (got.epoch, got.max_epoch, got.percent, got.eta, got.loss) == (3, 10, 30, "0:01:28", 0.42)
+
+
+def test_the_progress_is_read_at_the_exit_only_unless_asked_while_running() -> None:
+    quiet = _fake(124, "__taobrev_state__\n")
+    info = run(_job(quiet).wait_exit_with_tail(30, progress_of="train", progress_while_running=False))
+    assert "if [ $rc -ne 124 ]; then echo __taobrev_progress__;" in quiet.commands[0]
+    assert info.progress is None  # type: ignore[attr-defined]
+    none = _fake(124, "__taobrev_state__\n__taobrev_log_tail__\n")
+    run(_job(none).wait_exit_with_tail(30))
+    assert "__taobrev_progress__" not in none.commands[0]
+    assert "fi; :; echo __taobrev_log_tail__" in none.commands[0]
+
+
+def test_a_half_written_or_cut_status_json_never_breaks_the_wait() -> None:
+    half = EPOCH_LINE + '{"epoch": 3, "max_ep'
+    out = (
+        f"0\n__taobrev_state__\n{json.dumps(STATE)}\n__taobrev_progress__\n{half}__taobrev_log_tail__\nbye\n"
+    )
+    info = run(_job(_fake(0, out)).wait_exit_with_tail(30, progress_of="train"))
+    assert info.code == 0  # type: ignore[attr-defined]
+    assert info.progress.epoch == 3  # type: ignore[attr-defined]
+    assert info.finished_at is not None  # type: ignore[attr-defined]
+    assert info.tail == ("bye",)  # type: ignore[attr-defined]
+    # A tail as long as the cap lost its head: its first line is dropped, not misread.
+    capped = "x" * (STATUS_TAIL_BYTES - len(EPOCH_LINE) - 1) + "\n" + EPOCH_LINE
+    out = f"__taobrev_state__\n__taobrev_progress__\n{capped}"
+    info = run(_job(_fake(124, out)).wait_exit_with_tail(30, progress_of="train"))
+    assert info.progress.epoch == 3  # type: ignore[attr-defined]
 
 
 def test_an_unreadable_state_still_reports_the_exit_code_without_a_finish_time() -> None:
