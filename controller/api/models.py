@@ -595,6 +595,17 @@ class Timeouts(_SpecModel):
         "that is not there yet); counted from its first failure, not from creation, so time in "
         "the quota queue never counts. The default is one External Secrets refresh interval",
     )
+    queued_seconds: int | None = Field(
+        default=None,
+        ge=TIMEOUT_MIN,
+        le=TIMEOUT_MAX,
+        description=(
+            "Max time the job may wait in the quota queue (held by a namespace or cluster instance "
+            "or GPU limit; suspended time does not count) before it fails with QueueTimeout and "
+            "failureClass Quota, nothing created (seconds). Unset: it waits until admitted, as a "
+            "Kubernetes Job waits for Kueue"
+        ),
+    )
 
 
 # --- spec.recovery / spec.budget -------------------------------------------------------------

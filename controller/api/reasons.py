@@ -130,6 +130,8 @@ NO_MATCHING_INSTANCE_TYPE = "NoMatchingInstanceType"
 PERMANENT_ERROR = "PermanentError"
 PHASE_BUDGET_SPENT = "PhaseBudgetSpent"
 QUOTA_ANNOTATION_INVALID = "QuotaAnnotationInvalid"
+# Held by a quota limit longer than spec.timeouts.queuedSeconds (failureClass Quota).
+QUEUE_TIMEOUT = "QueueTimeout"
 REGISTRY_ENTITLEMENT_FAILED = "RegistryEntitlementFailed"
 REGISTRY_LOGIN_FAILED = "RegistryLoginFailed"
 REGISTRY_UNAVAILABLE = "RegistryUnavailable"

@@ -153,14 +153,26 @@ class QueueRecord(StatusModel):
         ge=1,
         description="1-based place in its queue (the namespace's, or the cluster's for the cluster cap).",
     )
+    queued_at: Timestamp | None = Field(
+        default=None,
+        description=(
+            "Since when a limit has held the job back without a break (spec.timeouts.queuedSeconds "
+            "counts from it); cleared when it is admitted, suspended or leaves the queue."
+        ),
+    )
 
-    def wait(self, reason: str, message: str, position: int | None) -> None:
-        """Not admitted yet: why, and the job's place in its queue."""
+    def wait(self, reason: str, message: str, position: int | None, now: datetime, *, held: bool) -> None:
+        """Not admitted yet: why, and the job's place in its queue. `held`: by a limit (the
+        queue's time counts), not by spec.suspend (it does not)."""
         self.reason, self.message, self.position = reason, message, position
+        if not held:
+            self.queued_at = None
+        elif self.queued_at is None:
+            self.queued_at = now
 
     def leave(self) -> None:
         """Out of the queue (finished, or waiting for its inputs instead)."""
-        self.reason = self.message = self.position = None
+        self.reason = self.message = self.position = self.queued_at = None
 
     def admit(self, now: datetime) -> None:
         """Admitted: holds its quota slot from now until the job finishes."""

@@ -22,6 +22,7 @@ CLASS_OF: dict[str, FailureClass] = {
     # the job's own limits
     reasons.BUDGET_EXCEEDED: FailureClass.BUDGET,
     reasons.QUOTA_ANNOTATION_INVALID: FailureClass.QUOTA,
+    reasons.QUEUE_TIMEOUT: FailureClass.QUOTA,  # spec.timeouts.queuedSeconds in the quota queue
     # what the user (or the platform team) must fix before applying again
     reasons.INVALID_SPEC: _C,
     reasons.REUSE_INSTANCE_NOT_FOUND: _C,

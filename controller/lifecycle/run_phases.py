@@ -58,6 +58,8 @@ def pending(p: Pass, namespace: str, name: str, uid: str) -> None:
             pending(p, namespace, name, uid)
         return
     if not _admitted(p):
+        if p.s.run_outcome:  # held by a quota longer than spec.timeouts.queuedSeconds
+            pending(p, namespace, name, uid)
         return
     # Nothing exists on Brev yet: names follow the current spec (an edit may switch reuse and
     # ephemeral while Pending).
@@ -161,13 +163,38 @@ def _admitted(p: Pass) -> bool:
     if verdict is not None and not verdict.admitted:
         if p.s.queue.reason != verdict.reason:
             p.events.append(EventNote("Normal", verdict.reason, verdict.message))
-        p.s.queue.wait(verdict.reason, clip(verdict.message), verdict.position)
+        held = verdict.reason in admission.LIMIT_REASONS
+        p.s.queue.wait(verdict.reason, clip(verdict.message), verdict.position, p.now, held=held)
         p.s.message = p.s.queue.message
+        _queue_deadline(p)
         return False
     p.s.queue.admit(p.now)
     message = verdict.message if verdict is not None else "admitted"
     p.events.append(EventNote("Normal", admission.ADMITTED, message))
     return True
+
+
+def _queue_deadline(p: Pass) -> None:
+    """spec.timeouts.queuedSeconds: a job a limit holds longer fails (failureClass Quota), having
+    created nothing; the pass after it tears nothing down and goes to Deleted."""
+    limit = p.spec.timeouts.queued_seconds if p.spec is not None else None
+    since = p.s.queue.queued_at
+    if limit is None or since is None:
+        return
+    waited = int((p.now - since).total_seconds())
+    if waited > limit:
+        held_by = f"{p.s.queue.reason}: {p.s.queue.message}"
+        p.s.queue.leave()
+        p.end_run(
+            Outcome.FAILED,
+            reasons.QUEUE_TIMEOUT,
+            clip(
+                f"not admitted within spec.timeouts.queuedSeconds={limit} (waited {waited}s, held by "
+                f"{held_by}); nothing was created"
+            ),
+        )
+    else:  # a pass when it is due, whatever else wakes the job
+        p.requeue = min(p.requeue if p.requeue is not None else float(limit), float(limit - waited + 1))
 
 
 def assign_names(p: Pass, namespace: str, name: str, uid: str) -> None:

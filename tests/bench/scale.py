@@ -128,6 +128,8 @@ class Scale:
         """spec.timeouts (camelCase, whole seconds, at least the model's minimum)."""
         out = {}
         for name, field in Timeouts.model_fields.items():
+            if field.default is None:
+                continue  # unset by default (queuedSeconds: no deadline in the queue)
             floor = max(_floor(field), self.timeout_floor)
             out[to_camel(name)] = max(int(floor), round(float(field.default) * self.factor))
         return out
@@ -142,4 +144,5 @@ class Scale:
                 float(used[to_camel(n)]),
             )
             for n, f in Timeouts.model_fields.items()
+            if f.default is not None
         ]

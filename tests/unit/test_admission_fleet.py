@@ -354,3 +354,36 @@ def test_a_failure_after_a_held_pending_still_writes_it() -> None:
     h.kube.list_fails = None
     asyncio.run(h.run(seconds=60, until_finished=False))
     assert queue(h.status).get("admittedAt") and instance(h.status).get("createRequestedAt")
+
+
+def test_a_job_held_by_a_quota_past_queued_seconds_fails_quota_having_created_nothing() -> None:
+    """spec.timeouts.queuedSeconds: held by a limit longer than that, the job ends Failed
+    (QueueTimeout, failureClass Quota), nothing created; the count is from status.queue.queuedAt,
+    so a restart does not start it again."""
+    spec = job_spec()
+    spec["timeouts"] = {**spec["timeouts"], "queuedSeconds": 120}
+    h = Harness(spec, quotas=Quotas(default=NamespaceLimits(max_instances=1)))
+    holder = h.kube.create(NAMESPACE, "holder", "uid-holder", job_spec())
+    holder.status = {"phase": "Running", "queue": {"admittedAt": "2026-11-29T10:00:00Z"}}
+
+    asyncio.run(h.run(seconds=60, until_finished=False))
+    assert h.phase == "Pending" and queue(h.status).get("queuedAt")
+    assert "failureClass" not in h.status
+    asyncio.run(h.run(seconds=600))
+    assert (h.status["outcome"], h.status["reason"], h.status["failureClass"]) == (
+        "Failed",
+        "QueueTimeout",
+        "Quota",
+    )
+    assert h.phase == "Deleted"
+    assert "queuedSeconds=120" in h.status["message"] and "NamespaceInstanceLimit" in h.status["message"]
+    assert brev_calls(h) == 0
+
+
+def test_time_suspended_does_not_count_against_queued_seconds() -> None:
+    spec = job_spec(suspend=True)
+    spec["timeouts"] = {**spec["timeouts"], "queuedSeconds": 60}
+    h = Harness(spec, quotas=Quotas(default=NamespaceLimits(max_instances=1)))
+    asyncio.run(h.run(seconds=600, until_finished=False))
+    assert h.phase == "Pending" and not h.status.get("outcome")
+    assert not queue(h.status).get("queuedAt")

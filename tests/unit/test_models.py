@@ -410,7 +410,7 @@ def test_api_field_names_match_the_contract() -> None:
     }  # fmt: skip
     assert set(props["timeouts"]["properties"]) == {
         "provisioningSeconds", "waitingExecSeconds", "pullingSeconds", "runningSeconds",
-        "uploadingSeconds", "deletingSeconds", "pendingSeconds",
+        "uploadingSeconds", "deletingSeconds", "pendingSeconds", "queuedSeconds",
     }  # fmt: skip
     status = crdgen.openapi_schema()["properties"]["status"]["properties"]
     current = {k for k, v in status.items() if not v["description"].startswith("Deprecated")}
@@ -430,7 +430,7 @@ def test_api_field_names_match_the_contract() -> None:
         "uploadAttempts", "uploadedAt", "results", "admittedAt", "queueReason", "queueMessage",
         "queuePosition", "teardownMessage", "attempt",
     }  # fmt: skip
-    assert set(status["queue"]["properties"]) == {"admittedAt", "reason", "message", "position"}
+    assert set(status["queue"]["properties"]) == {"admittedAt", "reason", "message", "position", "queuedAt"}
     assert set(status["teardown"]["properties"]) == {"message"}
     # The plugin reads these names (kubectl taobrev get): exactly these.
     assert set(status["progress"]["properties"]) == {
