@@ -28,6 +28,7 @@ import heapq
 import itertools
 import random
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -124,6 +125,9 @@ class Notifier:
         self._unflushed: dict[str, tuple[str, str]] = {}
         self._resolving: dict[str, _Job] = {}
         self._due: list[tuple[float, int, _Delivery]] = []
+        # (job uid, notifier) -> its deliveries in transition order: only the head is on the heap,
+        # so a receiver sees a job's transitions in the order they happened, retries included.
+        self._lines: dict[tuple[str, str], deque[_Delivery]] = {}
         self._seq = itertools.count()
         self._pending = 0
         self._state: dict[str, _SinkState] = {}
@@ -247,10 +251,16 @@ class Notifier:
                     self._settled.get(job.uid, set()).discard(event.key)  # the next pass tries again
                     log.warning("notification queue full; event dropped for now", job=job.uid)
                     continue
-                self._push(_Delivery(job.namespace, job.name, job.uid, sink, event, data), 0.0)
+                self._line_up(_Delivery(job.namespace, job.name, job.uid, sink, event, data))
                 self._state_of(sink.label).pending += 1
                 self._pending += 1
         self._metrics.queue_depth.set(self._pending)
+
+    def _line_up(self, delivery: _Delivery) -> None:
+        line = self._lines.setdefault((delivery.uid, delivery.sink.label), deque())
+        line.append(delivery)
+        if len(line) == 1:
+            self._push(delivery, 0.0)
 
     def _push(self, delivery: _Delivery, delay: float) -> None:
         heapq.heappush(self._due, (self._monotonic() + delay, next(self._seq), delivery))
@@ -345,6 +355,14 @@ class Notifier:
         self._push(d, delay)
 
     def _done(self, d: _Delivery, state: _SinkState) -> None:
+        key = (d.uid, d.sink.label)
+        line = self._lines.get(key)
+        if line and line[0] is d:
+            line.popleft()
+            if line:
+                self._push(line[0], 0.0)  # the job's next transition for this receiver
+            else:
+                del self._lines[key]
         self._pending -= 1
         state.pending -= 1
         state.dirty = True

@@ -111,6 +111,8 @@ def rss_figures(res: scenario_rss.RssResult) -> list[Figure]:
     )
     if not reached:
         how = f"NOT {res.target:,}: {how}; figures are those at {res.running:,}"
+    every = scenario_rss.FOLLOW_EVERY
+    how += f"; {res.followers} log followers open (kubectl taobrev logs -f, 1 per {every} running)"
     m = res.memory
     steady = (
         "steady: no job starting, every container waited on"

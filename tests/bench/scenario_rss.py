@@ -30,6 +30,7 @@ from pathlib import Path
 
 from tests.bench import sampling
 from tests.bench.figures import cores, per_job_per_minute
+from tests.bench.log_viewers import LogViewers
 from tests.bench.scale import Scale
 from tests.bench.stack import Bench, Scenario, running_or_beyond
 from tests.devenv.controlplane import ControlPlaneError
@@ -66,6 +67,10 @@ LATE_SETTLE = 15.0
 # inside the budget)
 APPLY_CUTOFF = 120.0
 REARM_SETTLE = 120.0  # s: after the fill, how long the last containers may take to start
+# One log follower (`kubectl taobrev logs -f`) per this many running jobs over the final sample
+# and window (issue 27: the footprint goals hold with them).
+FOLLOW_EVERY = 10
+FOLLOW_SETTLE = 120.0  # s: for the followers' remote streams to open
 
 
 @dataclass(frozen=True)
@@ -99,6 +104,7 @@ class RssResult:
     calls_per_job_min: float | None = None
     fill_cpu: dict[str, float] = field(default_factory=dict)  # group -> cores over the fill
     window_cpu: dict[str, float] = field(default_factory=dict)  # group -> cores over the window
+    followers: int = 0  # log followers (kubectl taobrev logs -f) held open over the sample and window
     problems: list[str] = field(default_factory=list)
 
     @property
@@ -278,6 +284,7 @@ def run(
     window: float,
     stops: Sequence[int] = (),
     before_window: Callable[[], None] | None = None,
+    follow_every: int = FOLLOW_EVERY,
 ) -> RssResult:
     """`budget`: wall seconds for applying and reaching Running, stops included (the settle and
     the last window come after). `before_window` runs once the fill is steady, before the final
@@ -316,6 +323,12 @@ def run(
             )
         res.running = sc.running()
         res.failed = sum(1 for n in names if sc.watch.status.get(n, {}).get("outcome"))
+        with sc.watch.lock:
+            running = [n for n in names if sc.watch.status.get(n, {}).get("phase") == "Running"]
+        viewers = LogViewers(sc, running[::follow_every] if follow_every else []).start()
+        res.followers = viewers.wait_streams(sc.op.metrics_url, FOLLOW_SETTLE)
+        if viewers.errors or res.followers < len(running[::follow_every] if follow_every else []):
+            res.problems.append(f"log followers: {res.followers} streams open; {viewers.errors[:3]}")
         if before_window is not None:
             before_window()
         res.running = sc.running()
@@ -329,6 +342,7 @@ def run(
         res.window_steady = not left and not not_waiting and last.steady and last.jobs == res.running
         res.operator_cores, res.pod_cores = last.operator_cores, last.pod_cores
         res.calls_per_job_min = last.calls_per_job_min
+        viewers.close()
         return res
     finally:
         sc.close()

@@ -85,7 +85,8 @@ def _assert_job_shown_end_to_end(out: str) -> None:
         r"NAME\s+PHASE\s+OUTCOME\s+INSTANCE\s+GPU\s+QUEUE\s+PROGRESS\s+ETA\s+QUEUED\s+ACTION\s+REASON\s+FAILURE\s+KEPT-UNTIL\s+ATTEMPT\s+BILLED\s+COST\s+AGE",
         out,
     ), out
-    assert re.search(rf"{JOB}\s+Deleted\s+Succeeded\s+tbj-\S+\s+L40S\s+train\s+Succeeded", out), out
+    # ... PROGRESS 100 and ETA (TAO's last estimate) between GPU and ACTION
+    assert re.search(rf"{JOB}\s+Deleted\s+Succeeded\s+tbj-\S+\s+L40S\s+100\s+\S+\s+train\s+Succeeded", out), out
     # Epoch lines of the TAO stand-in, shown while the job runs.
     assert "Epoch 5/5" in out, out
     # The results listing read back from S3 agrees with status.results' object count.

@@ -362,6 +362,8 @@ def test_operator_without_its_cluster_role_binding_cannot_act_on_jobs(
         "taobrev-operator-leader-election",
         "taobrev-operator-retained-instances",
         "taobrev-operator-quotas",  # get namespaces (quota annotations)
+        "system:auth-delegator",  # the log API: TokenReview, SubjectAccessReview
+        "taobrev-operator-auth-reader",  # the log API: the front proxy's CA
     }
 
     token_file = tmp_path / "token" / "token"

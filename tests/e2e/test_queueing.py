@@ -215,3 +215,28 @@ def test_ten_jobs_under_a_limit_of_three_are_admitted_in_order_and_never_exceed_
     done = stack.wait_finished(SUSPENDED, timeout=180)
     assert done["outcome"] == "Succeeded"
     assert queue_of(done)["admittedAt"]
+
+
+def test_a_job_a_quota_holds_past_queued_seconds_fails_quota_having_created_nothing(stack: Stack) -> None:
+    """spec.timeouts.queuedSeconds: the second job of a namespace limited to one instance waits
+    behind the first, then fails QueueTimeout with failureClass Quota; nothing was created for it."""
+    ns = stack.namespace
+    stack.kubectl("annotate", "namespace", ns, "taobrev.io/max-instances=1")
+    stack.apply(manifest(stack, "holder", simulation={"epochs": 3, "epoch_seconds": 2000}))
+    stack.wait_for(
+        "holder", lambda o: bool(queue_of((o or {}).get("status") or {}).get("admittedAt")), "admitted"
+    )
+    waiting = manifest(stack, "waiting")
+    waiting["spec"]["timeouts"] = {"queuedSeconds": 10}
+    stack.apply(waiting)
+    status = stack.wait_finished("waiting", timeout=120)
+    assert (status["outcome"], status["reason"], status["failureClass"]) == (
+        "Failed",
+        "QueueTimeout",
+        "Quota",
+    )
+    assert "NamespaceInstanceLimit" in status["message"] and "nothing was created" in status["message"]
+    assert stack.sim.created_count(instance(status)["name"]) == 0 if instance(status).get("name") else True
+    assert stack.status("holder").get("outcome") is None, "the holder still runs"
+    wide = stack.kubectl("get", "tbj", "waiting", "-n", ns, "-o", "wide").stdout
+    assert "Quota" in wide.splitlines()[1]
