@@ -86,7 +86,9 @@ def _assert_job_shown_end_to_end(out: str) -> None:
         out,
     ), out
     # ... PROGRESS 100 and ETA (TAO's last estimate) between GPU and ACTION
-    assert re.search(rf"{JOB}\s+Deleted\s+Succeeded\s+tbj-\S+\s+L40S\s+100\s+\S+\s+train\s+Succeeded", out), out
+    assert re.search(rf"{JOB}\s+Deleted\s+Succeeded\s+tbj-\S+\s+L40S\s+100\s+\S+\s+train\s+Succeeded", out), (
+        out
+    )
     # Epoch lines of the TAO stand-in, shown while the job runs.
     assert "Epoch 5/5" in out, out
     # The results listing read back from S3 agrees with status.results' object count.

@@ -222,10 +222,12 @@ def test_a_job_a_quota_holds_past_queued_seconds_fails_quota_having_created_noth
     behind the first, then fails QueueTimeout with failureClass Quota; nothing was created for it."""
     ns = stack.namespace
     stack.kubectl("annotate", "namespace", ns, "taobrev.io/max-instances=1")
-    stack.apply(manifest(stack, "holder", simulation={"epochs": 3, "epoch_seconds": 2000}))
-    stack.wait_for(
-        "holder", lambda o: bool(queue_of((o or {}).get("status") or {}).get("admittedAt")), "admitted"
-    )
+    stack.apply(stack.job_manifest("holder", simulation={"epochs": 3, "epoch_seconds": 2000}))  # ~60 s
+
+    def admitted(o: dict[str, Any] | None) -> bool:
+        return bool(queue_of((o or {}).get("status") or {}).get("admittedAt"))
+
+    stack.wait_for("holder", admitted, "the holder admitted")
     waiting = manifest(stack, "waiting")
     waiting["spec"]["timeouts"] = {"queuedSeconds": 10}
     stack.apply(waiting)
