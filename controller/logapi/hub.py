@@ -101,6 +101,7 @@ class Follower:
     viewers: set[_Viewer] = field(default_factory=set)
     task: asyncio.Task[None] | None = None
     primed: asyncio.Event = field(default_factory=asyncio.Event)  # the backlog part has arrived
+    joining: int = 0  # viewers waiting for the backlog part (not in `viewers` yet)
     ended: bool = False
     idle_since: float | None = None
     last_ns: int = 0  # the newest line's time: the follow part skips what the backlog had
@@ -142,28 +143,35 @@ class LogHub:
         """The container's log for one viewer: its backlog, then (with query.follow) live lines
         until the container exits (the remote stream ends), each shaped by the query."""
         follower = self._follower(target)
-        viewer = _Viewer(asyncio.Queue(self._queue_lines))
-        follower.viewers.add(viewer)
+        follower.joining += 1
         follower.idle_since = None
+        viewer = _Viewer(asyncio.Queue(self._queue_lines))
         try:
-            # Joined before waiting: a line arriving after the backlog is in the queue, not lost.
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(follower.primed.wait(), self._prime_timeout_s)
+            try:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(follower.primed.wait(), self._prime_timeout_s)
+            finally:
+                follower.joining -= 1
             if not follower.primed.is_set():
                 raise StreamUnavailable(f"the log of {target.container} on {target.instance} did not arrive")
-            start = select_backlog(list(follower.backlog), query, time.time())
-            for line in start:
+            # The snapshot and the joining happen with no await between them: every line after the
+            # snapshot reaches the queue, none twice (a viewer that joined earlier and read the
+            # backlog later saw lines in both).
+            start = list(follower.backlog)
+            live = query.follow and not follower.ended  # an ended stream sends no end mark again
+            if live:
+                follower.viewers.add(viewer)
+            for line in select_backlog(start, query, time.time()):
                 yield shape_line(line, timestamps=query.timestamps)
-            if not query.follow:
+            if not live:
                 return
-            # Joined before the stream ended, so the end mark (None) is or will be in the queue.
-            while (live := await viewer.queue.get()) is not None:
-                yield shape_line(live, timestamps=query.timestamps)
+            while (got := await viewer.queue.get()) is not None:
+                yield shape_line(got, timestamps=query.timestamps)
             if viewer.dropped:
                 yield SLOW_VIEWER
         finally:
             follower.viewers.discard(viewer)
-            if not follower.viewers:
+            if not follower.viewers and not follower.joining:
                 follower.idle_since = time.monotonic()
                 asyncio.get_running_loop().call_later(self._linger_s, self._reap, target)
 
@@ -190,13 +198,13 @@ class LogHub:
 
     def _reap(self, target: LogTarget) -> None:
         follower = self._followers.get(self._key(target))
-        if follower is None or follower.viewers or follower.idle_since is None:
+        if follower is None or follower.viewers or follower.joining or follower.idle_since is None:
             return
         if time.monotonic() - follower.idle_since + 0.01 >= self._linger_s:
             self._stop(follower)
 
     def _reap_idle(self) -> None:
-        for follower in [f for f in self._followers.values() if not f.viewers]:
+        for follower in [f for f in self._followers.values() if not f.viewers and not f.joining]:
             self._stop(follower)
 
     def _stop(self, follower: Follower) -> None:

@@ -9,6 +9,7 @@ import asyncio
 import re
 import shlex
 from collections.abc import AsyncIterator
+from typing import Any
 
 from controller.logapi.hub import SLOW_VIEWER, LogHub, LogTarget
 from controller.logapi.protocol import LogQuery
@@ -127,6 +128,50 @@ def test_a_viewer_that_stops_reading_is_cut_off_and_the_others_get_every_line() 
         assert len(got) == 41 and got[-1] == b"line 39\n"
         rest = await collect(slow)
         assert rest[-1] == SLOW_VIEWER and len(rest) <= 5
+        await hub.close()
+
+    asyncio.run(scenario())
+
+
+class BufferedStream:
+    """A remote stream whose whole output is already in its pipe: the hub reads it all without
+    the viewer's task running in between (the order a loaded machine produced in a full run)."""
+
+    def __init__(self, lines: list[str]) -> None:
+        self.lines = lines
+        self.returncode: int | None = 0
+        self.pid = -1
+
+    async def open(self, instance: str, command: str) -> Any:
+        marker = re.search(r"__taobrev_log_[0-9a-f]+__", command)
+        assert marker is not None
+        reader = asyncio.StreamReader()
+        text = "".join(f"{line}\n" for line in self.lines).replace("MARK", marker.group(0))
+        reader.feed_data(text.encode())
+        reader.feed_eof()
+        self.stdout = reader
+        return self
+
+    async def wait(self) -> int:
+        return 0
+
+
+def test_lines_that_arrive_before_a_primed_viewer_resumes_are_served_once() -> None:
+    async def scenario() -> None:
+        stream = BufferedStream(
+            [
+                stamped(1, "a"),
+                stamped(2, "b"),
+                "MARK",
+                stamped(2, "b"),
+                stamped(3, "c"),
+                stamped(4, "d"),
+                "MARK",
+            ]
+        )
+        hub = LogHub(stream.open, refresh, linger_s=0.1)
+        got = await collect(hub.follow(TARGET, LogQuery(follow=True)))
+        assert got == [b"a\n", b"b\n", b"c\n", b"d\n"]
         await hub.close()
 
     asyncio.run(scenario())
