@@ -6,7 +6,9 @@ of the pod being measured, and 100 kubectl processes would only load the bench m
 
 from __future__ import annotations
 
+import contextlib
 import http.client
+import socket
 import ssl
 import threading
 import time
@@ -51,9 +53,11 @@ class LogViewers:
                 return
             while not self._stop.is_set() and resp.read1(65536):
                 pass
-        except OSError as exc:
+        except (OSError, http.client.HTTPException) as exc:
             if not self._stop.is_set():
                 self.errors.append(f"{job}: {exc}")
+        finally:
+            conn.close()
 
     def wait_streams(self, metrics_url: str, timeout: float) -> int:
         """Until the operator holds one remote stream per followed job (its own gauge); the count."""
@@ -66,10 +70,14 @@ class LogViewers:
         return seen
 
     def close(self) -> None:
+        """Shut the sockets down (a blocked read returns at once; `close()` from here would wait
+        for the reading thread's buffer lock), then let each thread close its own."""
         self._stop.set()
         with self._lock:
             for conn in self._conns:
-                conn.close()
+                if conn.sock is not None:
+                    with contextlib.suppress(OSError):
+                        conn.sock.shutdown(socket.SHUT_RDWR)
         for t in self._threads:
             t.join(5)
 
