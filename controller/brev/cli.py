@@ -488,6 +488,18 @@ class BrevCLI:
                 return
             await self.refresh()
 
+    async def _ssh_ready(self, instance: str, command: str) -> list[str]:
+        """The ssh argv for `instance`, with brev's ssh config and the master's control directory
+        in place first."""
+        if not self._ssh_config.is_file():
+            await self.ensure_login()
+            await self._refresh_after(0.0)  # writes ~/.ssh/config (Include) and ~/.brev/ssh_config
+        if not self._control_dir_ready:
+            control_dir(self._settings.home).mkdir(mode=0o700, parents=True, exist_ok=True)
+            self._control_dir_ready = True
+        self._ssh_aliases.add(instance)
+        return self._ssh_argv(instance, command)
+
     async def _ssh(
         self,
         instance: str,
@@ -500,14 +512,7 @@ class BrevCLI:
         """One ssh call to `instance`'s alias, refreshing the ssh config once when ssh does not
         know the alias yet (brev refresh writes only instances RUNNING at the time)."""
         deadline = time.monotonic() + timeout
-        if not self._ssh_config.is_file():
-            await self.ensure_login()
-            await self._refresh_after(0.0)  # writes ~/.ssh/config (Include) and ~/.brev/ssh_config
-        if not self._control_dir_ready:
-            control_dir(self._settings.home).mkdir(mode=0o700, parents=True, exist_ok=True)
-            self._control_dir_ready = True
-        argv = self._ssh_argv(instance, command)
-        self._ssh_aliases.add(instance)
+        argv = await self._ssh_ready(instance, command)
         started = time.monotonic()
         result = await self._runner.run(argv, verb=verb, timeout=timeout, stdin=stdin)
         if result.returncode == SSH_CONNECTION_FAILED and "Could not resolve hostname" in result.stderr:
@@ -521,19 +526,12 @@ class BrevCLI:
 
     async def open_stream(self, instance: str, command: str) -> asyncio.subprocess.Process:
         """A long-running remote command whose stdout the caller reads as it arrives (the log
-        API's one stream per followed job); the caller ends it with `end_stream`. Its own ssh
+        API's one stream per followed job); the caller kills its process group. Its own ssh
         session over the instance's master, so it never holds a lane or a pass. A stream that
         ended at once with ssh's 255 is retried by the caller after `refresh_alias`."""
         check_name(instance)
-        if not self._ssh_config.is_file():
-            await self.ensure_login()
-            await self._refresh_after(0.0)
-        if not self._control_dir_ready:
-            control_dir(self._settings.home).mkdir(mode=0o700, parents=True, exist_ok=True)
-            self._control_dir_ready = True
-        self._ssh_aliases.add(instance)
         return await asyncio.create_subprocess_exec(
-            *self._ssh_argv(instance, command),
+            *await self._ssh_ready(instance, command),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,

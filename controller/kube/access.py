@@ -23,7 +23,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
@@ -40,6 +40,7 @@ from controller.api.errors import (
 )
 from controller.observability.logs import redact_text
 
+T = TypeVar("T")
 GROUP = "taobrev.io"
 VERSION = "v1alpha1"
 PLURAL = "taobrevjobs"
@@ -325,19 +326,12 @@ class KubeAccess:
         where = f"reading TaoBrevJob {namespace}/{name}"
 
         def _read() -> dict[str, Any] | None:
-            try:
-                got = self._custom.get_namespaced_custom_object(
-                    GROUP, VERSION, namespace, PLURAL, name, _request_timeout=self._timeout
-                )
-            except ApiException as exc:
-                if exc.status == 404:
-                    return None
-                raise _translate(exc, where) from None
-            except (Urllib3Error, OSError) as exc:
-                raise _translate(exc, where) from None
+            got = self._custom.get_namespaced_custom_object(
+                GROUP, VERSION, namespace, PLURAL, name, _request_timeout=self._timeout
+            )
             return dict(got)
 
-        return await asyncio.to_thread(_read)
+        return await asyncio.to_thread(_missing_as, None, _read, where)
 
     async def list_jobs(
         self, namespaces: Sequence[str] = (), *, page_size: int = _LIST_PAGE
@@ -406,50 +400,49 @@ class KubeAccess:
         where = f"listing TaoBrevNotifiers in {namespace}"
 
         def _list() -> list[dict[str, Any]]:
-            try:
-                result = self._custom.list_namespaced_custom_object(
-                    GROUP, VERSION, namespace, NOTIFIER_PLURAL, _request_timeout=self._timeout
-                )
-            except ApiException as exc:
-                if exc.status == 404:
-                    return []
-                raise _translate(exc, where) from None
-            except (Urllib3Error, OSError) as exc:
-                raise _translate(exc, where) from None
+            result = self._custom.list_namespaced_custom_object(
+                GROUP, VERSION, namespace, NOTIFIER_PLURAL, _request_timeout=self._timeout
+            )
             items = result.get("items") if isinstance(result, Mapping) else None
             if not isinstance(items, list):
                 raise KubeUnavailable(f"{where}: the API server's answer has no items list")
             return [dict(i) for i in items]
 
-        return await asyncio.to_thread(_list)
+        return await asyncio.to_thread(_missing_as, [], _list, where)
 
     async def patch_notifier_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> bool:
         """Merge-patch a TaoBrevNotifier's status (redacted). False if it is gone."""
         where = f"status of TaoBrevNotifier {namespace}/{name}"
 
         def _patch() -> bool:
-            try:
-                answer = self._custom.patch_namespaced_custom_object_status(
-                    GROUP,
-                    VERSION,
-                    namespace,
-                    NOTIFIER_PLURAL,
-                    name,
-                    {"status": redact_status(status)},
-                    _request_timeout=self._timeout,
-                    _preload_content=False,
-                )
-                answer.drain_conn()
-                answer.release_conn()
-            except ApiException as exc:
-                if exc.status == 404:
-                    return False
-                raise _translate(exc, f"patching the {where}") from None
-            except (Urllib3Error, OSError) as exc:
-                raise _translate(exc, f"patching the {where}") from None
+            answer = self._custom.patch_namespaced_custom_object_status(
+                GROUP,
+                VERSION,
+                namespace,
+                NOTIFIER_PLURAL,
+                name,
+                {"status": redact_status(status)},
+                _request_timeout=self._timeout,
+                _preload_content=False,
+            )
+            answer.drain_conn()
+            answer.release_conn()
             return True
 
-        return await asyncio.to_thread(_patch)
+        return await asyncio.to_thread(_missing_as, False, _patch, f"patching the {where}")
+
+
+def _missing_as(missing: T, call: Callable[[], T], doing: str) -> T:
+    """`call()` (blocking), `missing` when the object is not there (404); any other failure as
+    this module's errors (`_translate`)."""
+    try:
+        return call()
+    except ApiException as exc:
+        if exc.status == 404:
+            return missing
+        raise _translate(exc, doing) from None
+    except (Urllib3Error, OSError) as exc:
+        raise _translate(exc, doing) from None
 
 
 def redact_status(value: Any) -> Any:

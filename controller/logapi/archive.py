@@ -46,15 +46,12 @@ class Archive:
             async for raw in _lines(body):
                 if cutoff is not None and (line_time(raw) or cutoff) < cutoff:
                     continue
-                line = shape_line(redact_line(raw), timestamps=query.timestamps)
                 if tail is not None:
-                    if tail.maxlen:
-                        tail.append(line)
+                    tail.append(raw)  # shaped when served: most lines of a long log are dropped
                     continue
-                yield line
-            if tail is not None:
-                for line in tail:
-                    yield line
+                yield shape_line(redact_line(raw), timestamps=query.timestamps)
+            for raw in tail or ():
+                yield shape_line(redact_line(raw), timestamps=query.timestamps)
         finally:
             await asyncio.to_thread(body.close)
 

@@ -29,12 +29,12 @@ from datetime import UTC, datetime
 
 import structlog
 
+from controller.brev.sshmux import SSH_CONNECTION_FAILED
 from controller.logapi.protocol import MAX_LINE_BYTES, LogQuery, shape_line, split_timestamp
 from controller.observability.logs import redact_text
 
 log = structlog.get_logger("taobrev.logapi")
 
-SSH_CONNECTION_FAILED = 255
 _TURNS = 20
 SLOW_VIEWER = b"[taobrev] this viewer fell too far behind the log and was cut off: follow again\n"
 

@@ -36,7 +36,6 @@ GROUP = "taobrev.io"
 VERSION = "v1alpha1"
 KIND = "TaoBrevJob"
 PLURAL = "taobrevjobs"
-SINGULAR = "taobrevjob"
 SHORT_NAMES = ["tbj"]
 CATEGORIES = ["tao"]
 
@@ -209,20 +208,23 @@ def _column(name: str, path: str, *, type_: str = "string", priority: int = 0, d
     return column
 
 
-def crd() -> dict[str, Any]:
+def _crd(
+    kind: str, plural: str, short_names: list[str], columns: list[dict[str, Any]], schema: dict[str, Any]
+) -> dict[str, Any]:
+    """A namespaced CustomResourceDefinition of GROUP/VERSION with a status subresource."""
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{PLURAL}.{GROUP}"},
+        "metadata": {"name": f"{plural}.{GROUP}"},
         "spec": {
             "group": GROUP,
             "scope": "Namespaced",
             "names": {
-                "kind": KIND,
-                "listKind": f"{KIND}List",
-                "plural": PLURAL,
-                "singular": SINGULAR,
-                "shortNames": SHORT_NAMES,
+                "kind": kind,
+                "listKind": f"{kind}List",
+                "plural": plural,
+                "singular": kind.lower(),
+                "shortNames": short_names,
                 "categories": CATEGORIES,
             },
             "versions": [
@@ -231,80 +233,81 @@ def crd() -> dict[str, Any]:
                     "served": True,
                     "storage": True,
                     "subresources": {"status": {}},
-                    "additionalPrinterColumns": [
-                        _column("Phase", ".status.phase", desc="Where the job is."),
-                        _column("Outcome", ".status.outcome", desc="How the run ended."),
-                        _column(
-                            "Instance",
-                            ".status.attempts[-1:].instance.name",
-                            desc="brev instance name (current attempt).",
-                        ),
-                        _column("GPU", ".status.attempts[-1:].instance.gpu", desc="GPU as brev reports it."),
-                        _column(
-                            "Queue",
-                            ".status.queue.position",
-                            type_="integer",
-                            desc="Place in its quota queue while Pending (deploy/QUEUEING.md).",
-                        ),
-                        _column(
-                            "Progress",
-                            ".status.progress.percent",
-                            type_="integer",
-                            desc="Training progress in percent (epochs finished, from TAO's status.json).",
-                        ),
-                        _column(
-                            "ETA",
-                            ".status.progress.eta",
-                            desc="Time left as TAO estimated it at the last epoch (H:MM:SS).",
-                        ),
-                        _column(
-                            "Queued", ".status.queue.reason", priority=1, desc="Why it is not admitted yet."
-                        ),
-                        _column("Action", ".spec.task.action", priority=1, desc="TAO action."),
-                        _column("Reason", ".status.reason", priority=1, desc="Reason of the outcome."),
-                        _column(
-                            "Failure",
-                            ".status.failureClass",
-                            priority=1,
-                            desc="Whose move it is after a failure (Infrastructure, Program, ...).",
-                        ),
-                        _column(
-                            "Kept-Until",
-                            ".status.attempts[-1:].instance.keptUntil",
-                            priority=1,
-                            desc="spec.debug.keepInstanceOnFailure: the failed run's instance is kept "
-                            "(`brev shell <instance>`) until then.",
-                        ),
-                        _column(
-                            "Attempt",
-                            ".status.attempts[-1:].attempt",
-                            type_="integer",
-                            priority=1,
-                            desc="Current attempt.",
-                        ),
-                        _column(
-                            "Billed",
-                            ".status.billedSeconds",
-                            type_="integer",
-                            priority=1,
-                            desc="Billed instance seconds, all attempts.",
-                        ),
-                        _column(
-                            "Cost",
-                            ".status.estimatedCostDollars",
-                            type_="number",
-                            priority=1,
-                            desc="Estimated cost in dollars, all attempts (empty: price unknown).",
-                        ),
-                        _column(
-                            "Age", ".metadata.creationTimestamp", type_="date", desc="Time since creation."
-                        ),
-                    ],
-                    "schema": {"openAPIV3Schema": openapi_schema()},
+                    "additionalPrinterColumns": columns,
+                    "schema": {"openAPIV3Schema": schema},
                 }
             ],
         },
     }
+
+
+def crd() -> dict[str, Any]:
+    columns = [
+        _column("Phase", ".status.phase", desc="Where the job is."),
+        _column("Outcome", ".status.outcome", desc="How the run ended."),
+        _column(
+            "Instance",
+            ".status.attempts[-1:].instance.name",
+            desc="brev instance name (current attempt).",
+        ),
+        _column("GPU", ".status.attempts[-1:].instance.gpu", desc="GPU as brev reports it."),
+        _column(
+            "Queue",
+            ".status.queue.position",
+            type_="integer",
+            desc="Place in its quota queue while Pending (deploy/QUEUEING.md).",
+        ),
+        _column(
+            "Progress",
+            ".status.progress.percent",
+            type_="integer",
+            desc="Training progress in percent (epochs finished, from TAO's status.json).",
+        ),
+        _column(
+            "ETA",
+            ".status.progress.eta",
+            desc="Time left as TAO estimated it at the last epoch (H:MM:SS).",
+        ),
+        _column("Queued", ".status.queue.reason", priority=1, desc="Why it is not admitted yet."),
+        _column("Action", ".spec.task.action", priority=1, desc="TAO action."),
+        _column("Reason", ".status.reason", priority=1, desc="Reason of the outcome."),
+        _column(
+            "Failure",
+            ".status.failureClass",
+            priority=1,
+            desc="Whose move it is after a failure (Infrastructure, Program, ...).",
+        ),
+        _column(
+            "Kept-Until",
+            ".status.attempts[-1:].instance.keptUntil",
+            priority=1,
+            desc="spec.debug.keepInstanceOnFailure: the failed run's instance is kept "
+            "(`brev shell <instance>`) until then.",
+        ),
+        _column(
+            "Attempt",
+            ".status.attempts[-1:].attempt",
+            type_="integer",
+            priority=1,
+            desc="Current attempt.",
+        ),
+        _column(
+            "Billed",
+            ".status.billedSeconds",
+            type_="integer",
+            priority=1,
+            desc="Billed instance seconds, all attempts.",
+        ),
+        _column(
+            "Cost",
+            ".status.estimatedCostDollars",
+            type_="number",
+            priority=1,
+            desc="Estimated cost in dollars, all attempts (empty: price unknown).",
+        ),
+        _column("Age", ".metadata.creationTimestamp", type_="date", desc="Time since creation."),
+    ]
+    return _crd(KIND, PLURAL, SHORT_NAMES, columns, openapi_schema())
 
 
 def notifier_crd() -> dict[str, Any]:
@@ -328,49 +331,21 @@ def notifier_crd() -> dict[str, Any]:
             "status": status,
         },
     }
-    kind, plural = notifier.KIND, notifier.PLURAL
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": f"{plural}.{GROUP}"},
-        "spec": {
-            "group": GROUP,
-            "scope": "Namespaced",
-            "names": {
-                "kind": kind,
-                "listKind": f"{kind}List",
-                "plural": plural,
-                "singular": kind.lower(),
-                "shortNames": ["tbn"],
-                "categories": CATEGORIES,
-            },
-            "versions": [
-                {
-                    "name": VERSION,
-                    "served": True,
-                    "storage": True,
-                    "subresources": {"status": {}},
-                    "additionalPrinterColumns": [
-                        _column("Format", ".spec.format", desc="CloudEvents or Slack."),
-                        _column("Jobs", ".spec.jobs", desc="All jobs of the namespace, or Named ones."),
-                        _column("Delivered", ".status.lastDeliveredAt", type_="date", desc="Last delivery."),
-                        _column(
-                            "Failures",
-                            ".status.consecutiveFailures",
-                            type_="integer",
-                            desc="Failed requests since the last delivery.",
-                        ),
-                        _column("Error", ".status.lastError", priority=1, desc="Why the last try failed."),
-                        _column("Pending", ".status.pending", type_="integer", priority=1, desc="Waiting."),
-                        _column(
-                            "Age", ".metadata.creationTimestamp", type_="date", desc="Time since creation."
-                        ),
-                    ],
-                    "schema": {"openAPIV3Schema": schema},
-                }
-            ],
-        },
-    }
+    columns = [
+        _column("Format", ".spec.format", desc="CloudEvents or Slack."),
+        _column("Jobs", ".spec.jobs", desc="All jobs of the namespace, or Named ones."),
+        _column("Delivered", ".status.lastDeliveredAt", type_="date", desc="Last delivery."),
+        _column(
+            "Failures",
+            ".status.consecutiveFailures",
+            type_="integer",
+            desc="Failed requests since the last delivery.",
+        ),
+        _column("Error", ".status.lastError", priority=1, desc="Why the last try failed."),
+        _column("Pending", ".status.pending", type_="integer", priority=1, desc="Waiting."),
+        _column("Age", ".metadata.creationTimestamp", type_="date", desc="Time since creation."),
+    ]
+    return _crd(notifier.KIND, notifier.PLURAL, ["tbn"], columns, schema)
 
 
 def _dump(obj: dict[str, Any], source: str = "controller/api/models.py") -> str:
