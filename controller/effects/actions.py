@@ -181,9 +181,9 @@ class ActionRunner:
             return await self._call(action, job, obs, budget)
 
     @staticmethod
-    async def _probe(wl: Workload, deadline: datetime | None) -> bool:
+    async def _probe(wl: Workload, limit: float | None, deadline: datetime | None) -> bool:
         try:
-            return await wl.probe(deadline=deadline)
+            return await wl.probe(limit, deadline=deadline)
         except InstanceNotFound:
             # Exec's "not found" is no proof of loss (listings and `brev delete` decide that),
             # but it is a probe that did not answer.
@@ -201,8 +201,8 @@ class ActionRunner:
                 await self._brev.start_instance(name)
                 self._directory.invalidate()
                 return obs.with_(start_requested=True)
-            case ProbeExec(instance=inst):
-                return obs.with_(probe_ok=await self._probe(self._workload(inst, job), deadline))
+            case ProbeExec(instance=inst, limit=limit):
+                return obs.with_(probe_ok=await self._probe(self._workload(inst, job), limit, deadline))
             case PrepareWorkload(instance=inst):
                 await self._prepare(self._workload(inst, job), job, deadline)
                 return obs.with_(prepared=True)

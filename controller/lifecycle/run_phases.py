@@ -522,12 +522,23 @@ def _answers_after_exit(p: Pass) -> bool:
         return False
     if p.obs.probe_ok:
         return True
-    if p.obs.probe_ok is False and waited >= settle + p.tun.exit_answer_timeout:
-        _unanswered_after_exit(p, waited)
-    else:
-        p.actions.append(ProbeExec(p.instance))
-        p.requeue = 0.0 if p.obs.probe_ok is None else p.tun.poll_interval
+    _probe_until_bound(p, waited, settle + p.tun.exit_answer_timeout)
     return False
+
+
+def _probe_until_bound(p: Pass, waited: float, bound: float) -> None:
+    """One probe per pass, bounded by what is left of the wait: with the first-exec limit
+    (900 s) one hung ssh held the decision far past the bound (simulation seeds 14331, 15595,
+    16327). Past the bound, a failed probe ends the run unreached."""
+    if p.obs.probe_ok is False:
+        if waited >= bound:
+            _unanswered_after_exit(p, waited)
+        else:
+            p.requeue = min(p.tun.poll_interval, bound - waited)
+        return
+    floor = min(p.tun.answer_probe_min, p.tun.exit_answer_timeout)  # scaled runs scale it too
+    p.actions.append(ProbeExec(p.instance, limit=max(floor, bound - waited)))
+    p.requeue = 0.0
 
 
 def _unanswered_after_exit(p: Pass, waited: float) -> None:

@@ -182,6 +182,9 @@ class StartInstance:
 @dataclass(frozen=True)
 class ProbeExec:
     instance: str
+    # Seconds the probe may take; None: the first-exec timeout (a fresh instance's ssh may take
+    # >= 600 s). An instance that answered before is probed within what is left of its bound.
+    limit: float | None = None
 
 
 @dataclass(frozen=True)

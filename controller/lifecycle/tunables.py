@@ -54,6 +54,9 @@ class Tunables:
     # instance may go without answering a probe before the run ends InstanceUnresponsive and it
     # is deleted unreached: without this bound only the Running timeout (24 h) ended the wait.
     exit_answer_timeout: float = 300.0
+    # The least time a probe of an instance that answered before gets (its limit is otherwise
+    # what is left of exit_answer_timeout): one ssh round trip with a new master.
+    answer_probe_min: float = 30.0
     # Failed cleanups of a reused instance before the job says secrets may remain on it.
     cleanup_attempts: int = 3
     # Names every instance this operator creates (controller/api/naming.py ownership mark). The

@@ -164,6 +164,11 @@ class Process:
 
     def _leadership_changed(self, leading: bool) -> None:
         self.sim.trace(f"{self.name} {'leads' if leading else 'lost the lead'}")
+        now = self.sim.clock.monotonic()
+        if leading:
+            self.sim.availability.leads(self.name, self.deployment.name, now)
+        else:
+            self.sim.availability.stops_leading(self.name, now)
         if leading:  # a new term: the sweeper starts its memory (and grace) afresh
             self.sim.term_started[self.deployment.name] = self.sim.clock.monotonic()
         if leading and not self.elector.resumed:  # as controller/app.add_leader_election
@@ -195,6 +200,7 @@ class Process:
             return
         self.dead = True
         self.sim.trace(f"{self.name} crashes ({why})")
+        self.sim.availability.stops_leading(self.name, self.sim.clock.monotonic())
         if self.on_change in self.sim.kube.watchers:
             self.sim.kube.watchers.remove(self.on_change)
         for task in list(self.tasks):

@@ -36,6 +36,7 @@ from controller.reconciler import JobRef
 from controller.settings import Settings
 from tests import status_paths as sp
 from tests.fakes.harness import job_spec
+from tests.simulation.availability import Availability
 from tests.simulation.loop import Deadlock, SimLoop
 from tests.simulation.operator import Deployment, Process
 from tests.simulation.world import (
@@ -138,6 +139,7 @@ class Simulation:
         self._flagged = set()
         self.every_process: list[Process] = []
         self.term_started: dict[str, float] = {}  # deployment -> when its current leader's term began
+        self.availability = Availability()
         self.unreachable_ids: set[str] = set()
         settings = dict(
             cluster_id=CLUSTER_ID,
@@ -507,7 +509,9 @@ class Simulation:
                 continue  # going, or a Retain job's to keep (silent or not)
             if self.unreachable(inst) and inst.id not in self._flagged:
                 exits = [c.exited_at for c in inst.containers.values() if c.exited_at is not None]
-                silent = now - min(exits) if exits else 0.0
+                # Counted while its deployment could act (a leader reaching the API server).
+                able = self.availability.able
+                silent = able(self._deployment_of(inst.name), min(exits), now) if exits else 0.0
                 if silent > SILENT_BOUND_S:
                     self._flagged.add(inst.id)
                     self.violation(
@@ -519,7 +523,7 @@ class Simulation:
                 continue
             since = self._unowned_since.setdefault(inst.id, now)
             job = self.by_instance_name.get(inst.name)
-            term = self.term_started.get("a" if job is None or job.namespace == "team-a" else "b", 0.0)
+            term = self.term_started.get(self._deployment_of(inst.name), 0.0)
             unowned = now - max(since, term)
             if unowned > UNOWNED_BOUND_S and ("unowned", inst.id) not in self._flagged:
                 self._flagged.add(("unowned", inst.id))
@@ -528,6 +532,10 @@ class Simulation:
                     f"instance {inst.name} ({inst.id}) bills owned by no one for {unowned:.0f} s{finished} "
                     f"(bound {UNOWNED_BOUND_S:.0f} s)"
                 )
+
+    def _deployment_of(self, instance_name: str) -> str:
+        job = self.by_instance_name.get(instance_name)
+        return "a" if job is None or job.namespace == "team-a" else "b"
 
     async def _watch_bounds(self) -> None:
         while True:

@@ -28,6 +28,14 @@ FOUND = {
     "cancelled with the Lease): Running's waits failed until the Running timeout",
     8122: "a container that exited 0 just inside its budget on an instance that then went silent: "
     "the attempt ended unresponsive, and the next pass reported BudgetExceeded",
+    14331: "a probe after a non-zero exit (keepInstanceOnFailure) hung for the first-exec timeout "
+    "(900 s) on a silent instance: the answer bound (300 s past the settle listings) overrun",
+    15347: "the simulation logged a listing when it returned, the operator when it was asked for: "
+    "two distinct listings a poll interval apart looked like one counted twice",
+    15595: "the same hung probe, after several probes in one pass",
+    16327: "the same hung probe, with a cancel and a capacity retry around it",
+    19978: "the silent bound counted while no replica could act (the Lease changing hands every few "
+    "seconds): bounds are counted over the time a leader reaches the API server",
 }
 
 

@@ -171,6 +171,10 @@ class SimBrev(FakeBrev):
     async def list_instances(self) -> Sequence[Instance]:
         k = self.sim.knobs
         rng = self.sim.rng
+        # Logged as taken when asked for, as the directory stamps it (listed_at): the call's
+        # latency (up to latency_max) would otherwise bring two distinct listings closer than the
+        # poll interval the operator measured between them (seed 15347).
+        asked = self.clock.monotonic()
 
         async def call() -> Sequence[Instance]:
             self._settle()
@@ -183,7 +187,7 @@ class SimBrev(FakeBrev):
             listed = await FakeBrev.list_instances(self)
             caller = process()
             who = caller.deployment.name if caller is not None else ""
-            self.listing_log.append((self.clock.monotonic(), who, frozenset(i.id for i in listed)))
+            self.listing_log.append((asked, who, frozenset(i.id for i in listed)))
             return listed
 
         return await self._call("ls", "", call, mutates=False)
@@ -559,6 +563,7 @@ class SimLeaseStore:
         proc = sim.alive_caller()
         if proc is not None and sim.rng.random() < sim.knobs.lease_partition and not sim.healed:
             proc.partitioned_until = sim.clock.monotonic() + sim.rng.uniform(5, 60)
+            sim.availability.cut_off(proc.name, sim.clock.monotonic(), proc.partitioned_until)
             sim.trace(f"{proc.name} cut off from the API server until {proc.partitioned_until:.1f}")
         await sim.latency()
         sim.alive_caller()

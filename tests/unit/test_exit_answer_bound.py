@@ -30,9 +30,23 @@ def exited_137() -> TaoBrevJobStatus:
 
 
 def test_a_silent_instance_is_probed_until_the_bound() -> None:
+    # A probe that failed in this pass: none again before a requeue, and that comes by the bound.
     d = step(exited_137(), instance=inst(), probe_ok=False, now=EXITED + timedelta(seconds=SILENT_LIMIT - 1))
     assert d.status.outcome is None
-    assert ProbeExec in kinds(d)
+    assert ProbeExec not in kinds(d)
+    assert d.requeue_after is not None and 0 < d.requeue_after <= 1.0
+    # The next pass probes, within what is left of the bound.
+    d = step(d.status, instance=inst(), now=EXITED + timedelta(seconds=SILENT_LIMIT - 120))
+    probes = [a for a in d.actions if isinstance(a, ProbeExec)]
+    assert probes == [ProbeExec(probes[0].instance, limit=120.0)]
+
+
+def test_a_probe_never_outlives_the_bound_by_more_than_its_floor() -> None:
+    # Seeds 14331, 15595 and 16327: a probe with the first-exec limit (900 s) hung on a silent
+    # instance held the decision 600 s past the bound.
+    d = step(exited_137(), instance=inst(), now=EXITED + timedelta(seconds=SILENT_LIMIT + 5))
+    (probe,) = [a for a in d.actions if isinstance(a, ProbeExec)]
+    assert probe.limit == TUN.answer_probe_min
 
 
 def test_past_the_bound_the_run_ends_unreached_and_the_instance_is_deleted() -> None:
