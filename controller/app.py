@@ -26,6 +26,7 @@ from controller.api.models import TaoBrevJobSpec
 from controller.brev.cli import BrevCLI, BrevCLISettings
 from controller.brev.client import BrevCredentials
 from controller.brev.envfile import S3Credentials
+from controller.brev.pace import BrevPace, PacePolicy
 from controller.effects.actions import ActionRunner
 from controller.effects.directory import InstanceDirectory
 from controller.effects.pricing import PriceBook
@@ -109,15 +110,16 @@ def build(settings: Settings, events: EventSink) -> App:
         raise PermanentError(f"{where} needs keys api-key + org-id, or token")
 
     home = settings.brev_home or Path.home()
-    brev = BrevCLI(
-        BrevCLISettings(
-            home=home,
-            binary=settings.brev_binary,
-            expected_version=load_versions().brev.cli_version,
+    cli_settings = BrevCLISettings(
+        home=home,
+        binary=settings.brev_binary,
+        expected_version=load_versions().brev.cli_version,
+        pace=PacePolicy(
+            rate=settings.brev_rate, burst=settings.brev_burst, backoff_max=settings.brev_backoff_max
         ),
-        credentials,
-        recorder=recorder,
     )
+    pace = BrevPace(cli_settings.pace, on_wait=recorder.brev_paced, on_throttle=recorder.brev_throttled)
+    brev = BrevCLI(cli_settings, credentials, recorder=recorder, pace=pace)
     directory = InstanceDirectory(brev)
     if settings.max_concurrent_brev_calls is not None:
         log.warning(

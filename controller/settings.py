@@ -34,6 +34,24 @@ class Settings(BaseModel):
         description="Secret in the operator's namespace with keys api-key + org-id, or token",
     )
     operator_namespace: str = Field("taobrev-system", description="namespace of the operator and its Secret")
+    # --- one pace for every call to Brev's API (controller/brev/pace.py); ssh is per instance
+    brev_rate: float = Field(
+        5.0,
+        ge=0,
+        le=1000,
+        description="calls per second to Brev's API for the whole operator (`ls`, `create`, `delete`, "
+        "`start`, `refresh`, `search`; ssh to instances is not counted); 0 = no limit",
+    )
+    brev_burst: int = Field(
+        10, ge=1, le=1000, description="calls above brev_rate allowed at once after a quiet spell"
+    )
+    brev_backoff_max: float = Field(
+        60.0,
+        ge=1,
+        le=3600,
+        description="cap of the shared cool-down after Brev answers 429 or 5xx (doubling from 1 s, with "
+        "jitter; a Retry-After in the answer wins)",
+    )
     # --- lanes (controller/effects/lanes.py): brev calls in flight per kind; each is one child process
     lane_create: int = Field(
         DEFAULT_SLOTS[Lane.CREATE], ge=1, le=1024, description="`brev create`/`brev start` calls in flight"

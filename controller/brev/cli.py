@@ -81,6 +81,7 @@ from controller.brev.output import (
     start_outcome,
     version_warning,
 )
+from controller.brev.pace import BrevPace, PacePolicy, throttle_of
 from controller.brev.runner import CommandTimeout, Runner, RunResult, SshAgent
 from controller.brev.sshmux import (
     SSH_CONNECTION_FAILED,
@@ -97,6 +98,10 @@ DEFAULT_SA_TOKEN_PATH = Path("/var/run/secrets/kubernetes.io/serviceaccount/toke
 
 CredentialsSource = BrevCredentials | Callable[[], Awaitable[BrevCredentials]]
 
+
+# Reads asked again when Brev answers 429/5xx (after the shared cool-down); changes never are.
+_READS = frozenset({"ls", "search", "refresh"})
+_READ_RETRIES = 2
 
 # ---- settings ---------------------------------------------------------------------------------
 
@@ -136,6 +141,8 @@ class BrevCLISettings:
     # An instance's ssh master lives this long after its last session (brev's template: 10m).
     control_persist_s: int = 600
     ssh_connect_timeout_s: int = 10
+    # One pace for every call to Brev's API (controller/brev/pace.py); ssh is not paced.
+    pace: PacePolicy = field(default_factory=PacePolicy)
 
 
 # ---- the client ---------------------------------------------------------------------------------
@@ -152,8 +159,10 @@ class BrevCLI:
         recorder: BrevCallRecorder | None = None,
         env: dict[str, str] | None = None,
         clock: Callable[[], float] = time.time,
+        pace: BrevPace | None = None,
     ) -> None:
         self._settings = settings
+        self.pace = pace if pace is not None else BrevPace(settings.pace)
         self._credentials = credentials
         self._clock = clock
         base = dict(os.environ if env is None else env)
@@ -311,7 +320,7 @@ class BrevCLI:
                 if self._login_generation == 0:
                     await self._write_credentials()
         generation = self._login_generation
-        result = await self._runner.run(argv, verb=verb, timeout=timeout, stdin=stdin)
+        result = await self._api(argv, verb, timeout, stdin=stdin)
         if not failed(result):
             return result
         log.warning("brev_auth_failed_relogin", verb=verb)
@@ -319,9 +328,38 @@ class BrevCLI:
             if self._login_generation == generation:  # nobody logged in again meanwhile
                 await self._write_credentials()
                 self.relogins += 1
-        result = await self._runner.run(argv, verb=verb, timeout=timeout, stdin=stdin)
+        result = await self._api(argv, verb, timeout, stdin=stdin)
         if failed(result):
             raise self._auth_error(verb, result)
+        return result
+
+    async def _api(
+        self,
+        argv: list[str],
+        verb: str,
+        timeout: float,  # noqa: ASYNC109 - a per-call budget handed to the runner
+        *,
+        stdin: bytes | None = None,
+    ) -> RunResult:
+        """A call to Brev's API at the operator's pace. A read refused under load (429, 5xx) is
+        asked again after the shared cool-down, twice at most; a create, delete or start is not
+        (the caller owns what a failed change may have done)."""
+        tries = 1 + (_READ_RETRIES if verb in _READS else 0)
+        for attempt in range(tries):
+            await self.pace.slot()
+            result = await self._runner.run(argv, verb=verb, timeout=timeout, stdin=stdin)
+            throttle = throttle_of(result.output) if result.returncode != 0 else None
+            if throttle is None:
+                self.pace.answered()
+                return result
+            delay = self.pace.throttled(verb, throttle)
+            log.warning(
+                "brev_throttled",
+                verb=verb,
+                kind=throttle.kind,
+                cool_down_s=round(delay, 2),
+                attempt=attempt + 1,
+            )
         return result
 
     # -- read-only ----------------------------------------------------------------------------
@@ -390,7 +428,7 @@ class BrevCLI:
             argv += ["--gpu-name", gpu_name]
         if min_vram is not None:
             argv += ["--min-vram", format_number(min_vram)]
-        result = await self._runner.run(argv, verb="search", timeout=self._settings.timeouts.search)
+        result = await self._api(argv, "search", self._settings.timeouts.search)
         if result.returncode != 0:
             raise generic_error("search", "", result)
         try:

@@ -39,6 +39,7 @@ PHASE_BUCKETS: Final = (1, 5, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 
 # brev CLI calls: ~0.1 s (ls) .. minutes (create waits for the instance; exec of a docker pull).
 BREV_CALL_BUCKETS: Final = (0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1200)
 # One reconcile pass: milliseconds when nothing changes, up to a long brev call when acting.
+PACE_BUCKETS: Final = (0.001, 0.01, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60, 120, 300)
 RECONCILE_BUCKETS: Final = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 # Waiting for a lane slot: none at all normally; up to a long call when a lane is full.
 LANE_WAIT_BUCKETS: Final = (0.001, 0.01, 0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300, 900, 3600)
@@ -113,6 +114,20 @@ class Recorder:
             "Wall-clock duration of brev CLI invocations by verb.",
             ["verb"],
             buckets=BREV_CALL_BUCKETS,
+            registry=registry,
+        )
+        self._brev_paced = Histogram(
+            "taobrev_brev_api_pace_wait_seconds",
+            "Time calls to Brev's API waited for the operator's pace (TAOBREV_BREV_RATE, and the "
+            "shared cool-down after a 429 or 5xx).",
+            buckets=PACE_BUCKETS,
+            registry=registry,
+        )
+        self._brev_throttled = Counter(
+            "taobrev_brev_api_throttled",
+            "Calls Brev answered with a rate limit (429) or a server error (5xx), by verb and kind; "
+            "each starts a shared cool-down.",
+            ["verb", "kind"],
             registry=registry,
         )
         self._reconcile_errors = Counter(
@@ -237,6 +252,12 @@ class Recorder:
             raise ValueError(f"brev_call result must be one of {BREV_RESULTS}, got {result!r}")
         self._brev_calls.labels(verb=verb, result=result).inc()
         self._brev_call_duration.labels(verb=verb).observe(seconds)
+
+    def brev_paced(self, seconds: float) -> None:
+        self._brev_paced.observe(seconds)
+
+    def brev_throttled(self, verb: str, kind: str, cool_down: float) -> None:
+        self._brev_throttled.labels(verb=verb, kind=kind).inc()
 
     def reconcile_error(self, reason: str) -> None:
         self._reconcile_errors.labels(reason=reason).inc()
