@@ -155,7 +155,7 @@ def test_the_readme_namespaced_overlay_renders_and_passes_a_server_side_dry_run(
     generator's RoleBindings: the operator is restricted to the listed namespaces, gets the
     namespaces grant, a Secret-read RoleBinding in each, and the API server accepts it all."""
     ensure_operator_namespace(control_plane)
-    readme = (DEPLOY / "README.md").read_text()
+    readme = (REPO / "docs" / "install.md").read_text()
     snippet = readme.split("# my-overlay/kustomization.yaml\n", 1)[1].split("```", 1)[0]
     shutil.copytree(DEPLOY, tmp_path / "deploy", ignore=shutil.ignore_patterns("examples", "image"))
     overlay = tmp_path / "my-overlay"
