@@ -49,7 +49,7 @@ OPERATOR_USER = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{SERVICE_ACCOUNT}"
 
 
 def job_namespace_bindings(*namespaces: str) -> str:
-    """What deploy/README.md tells users to apply: the generator's RoleBindings."""
+    """What docs/install.md tells users to apply: the generator's RoleBindings."""
     return subprocess.run(
         [sys.executable, str(JOB_NAMESPACES_TOOL), *namespaces],
         capture_output=True,
@@ -125,7 +125,7 @@ def test_deploy_kustomization_passes_a_server_side_dry_run(
 def test_each_opt_in_component_passes_a_server_side_dry_run(
     control_plane: ControlPlane, component: str, tmp_path: Path
 ) -> None:
-    """An overlay of deploy/base plus one of deploy/components (what deploy/README.md tells users
+    """An overlay of deploy/base plus one of deploy/components (what docs/install.md tells users
     to write) renders and is accepted by the API server, object for object."""
     ensure_operator_namespace(control_plane)
     overlay = tmp_path / "overlay"
@@ -151,7 +151,7 @@ def test_each_opt_in_component_passes_a_server_side_dry_run(
 def test_the_readme_namespaced_overlay_renders_and_passes_a_server_side_dry_run(
     control_plane: ControlPlane, monitoring_crds: None, tmp_path: Path
 ) -> None:
-    """deploy/README.md's "Job namespaces" overlay, verbatim, over a copy of deploy/ with the
+    """docs/install.md's "Job namespaces" overlay, verbatim, over a copy of deploy/ with the
     generator's RoleBindings: the operator is restricted to the listed namespaces, gets the
     namespaces grant, a Secret-read RoleBinding in each, and the API server accepts it all."""
     ensure_operator_namespace(control_plane)
