@@ -127,7 +127,7 @@ crds: $(STAMP) ## Regenerate crds/ from controller/api/models.py, and the CRD re
 
 .PHONY: docs
 docs: $(STAMP) ## Build the documentation site into site/ (mkdocs --strict: a warning, a broken link or anchor fails it)
-	$(VENV)/bin/mkdocs build --strict --site-dir site
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 .PHONY: bench
 bench: $(STAMP) native-deps ## Benchmark of issue 11 (isolation and footprint to 1,000 running at F = 1, burst and billed idle at F = 0.1; < 15 min; ARGS=--quick | --with-recovery)
