@@ -45,6 +45,7 @@ def test_a_broken_anchor_fails_the_build(tmp_path: Path) -> None:
     page.write_text(page.read_text() + "\nSee [nowhere](troubleshooting.md#no-such-reason).\n")
     config = yaml.safe_load((REPO / "mkdocs.yml").read_text())
     config["docs_dir"] = str(docs)
+    config["hooks"] = [str(REPO / hook) for hook in config.get("hooks", [])]
     (tmp_path / "mkdocs.yml").write_text(yaml.safe_dump(config))
     result = mkdocs_build(tmp_path / "mkdocs.yml", tmp_path / "site")
     assert result.returncode != 0

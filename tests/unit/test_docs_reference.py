@@ -89,3 +89,10 @@ def test_the_committed_reference_is_current() -> None:
     assert crdref.render() == crdref.REFERENCE_PATH.read_text(), (
         "docs/crd-reference.md has drifted from crds/: run `python -m tests.devenv.crdref --write`"
     )
+
+
+def test_the_site_hook_unescapes_pipes_only_in_table_code() -> None:
+    from tests.devenv.mkdocs_hooks import unescape_table_code
+
+    page = "| `a\\|b` | c \\| d |\ntext `x\\|y`\n"
+    assert unescape_table_code(page) == "| `a|b` | c \\| d |\ntext `x\\|y`\n"
