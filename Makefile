@@ -107,21 +107,27 @@ flake-hunt: $(STAMP) system-deps ## Integration + e2e tiers RUNS times (default 
 	$(PY) -m tests.devenv.flakehunt --runs $(or $(RUNS),5) --parallel $(or $(PARALLEL),1) $(ARGS)
 
 .PHONY: lint
-lint: $(STAMP) ## ruff check + format check (whole repo) + import layers (.importlinter, levels) + shellcheck of the remote programs + CRD drift
+lint: $(STAMP) ## ruff check + format check (whole repo) + import layers (.importlinter, levels) + shellcheck of the remote programs + CRD and CRD-reference drift
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/lint-imports --no-cache --no-logo
 	$(PY) -m tests.devenv.levels --max 10 --quiet
 	$(PY) -m tests.devenv.shellcheck_remote
 	$(PY) -m tests.devenv.crdgen --check
+	$(PY) -m tests.devenv.crdref --check
 
 .PHONY: typecheck
 typecheck: $(STAMP) ## mypy --strict over the operator and the tests
 	$(VENV)/bin/mypy
 
 .PHONY: crds
-crds: $(STAMP) ## Regenerate crds/ from controller/api/models.py
+crds: $(STAMP) ## Regenerate crds/ from controller/api/models.py, and the CRD reference (docs/crd-reference.md) from crds/
 	$(PY) -m tests.devenv.crdgen --write
+	$(PY) -m tests.devenv.crdref --write
+
+.PHONY: docs
+docs: $(STAMP) ## Build the documentation site into site/ (mkdocs --strict: a warning, a broken link or anchor fails it)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 .PHONY: bench
 bench: $(STAMP) native-deps ## Benchmark of issue 11 (isolation and footprint to 1,000 running at F = 1, burst and billed idle at F = 0.1; < 15 min; ARGS=--quick | --with-recovery)

@@ -177,7 +177,7 @@ class Settings(BaseModel):
     # --- observability
     metrics_host: str = Field("0.0.0.0", description="metrics bind address")  # noqa: S104 - in-pod
     metrics_port: int = Field(8000, ge=0, le=65535, description="metrics port; 0 disables")
-    # --- the log API (taobrevjobs/log, an aggregated API: docs/usage.md "Following a run's log")
+    # --- the log API (taobrevjobs/log, an aggregated API: docs/logs.md)
     log_api_port: int = Field(
         0, ge=0, le=65535, description="HTTPS port of the log API (deploy/ sets 8443); 0 disables"
     )
@@ -230,7 +230,7 @@ class Settings(BaseModel):
         description="kopf's pooled API connections besides one per watch (kopf's default pool is "
         "unbounded: a burst of jobs kept one idle TLS connection, ~150 KiB, per concurrent patch)",
     )
-    # --- quotas and queueing (controller/fleet/admission.py, deploy/QUEUEING.md); 0 = unlimited
+    # --- quotas and queueing (controller/fleet/admission.py, docs/queueing.md); 0 = unlimited
     max_instances: int = Field(
         0, ge=0, description="cluster-wide cap on instances the operator's jobs hold at once; 0 = unlimited"
     )
@@ -292,7 +292,7 @@ class Settings(BaseModel):
         description="seconds an instance must stay unreferenced (from first seen) before it is an orphan",
     )
 
-    # --- notifications (controller/notify, docs/usage.md "Notifications")
+    # --- notifications (controller/notify, docs/notifications.md)
     notify: bool = Field(True, description="send notifications to TaoBrevNotifiers; false: none are sent")
     notify_concurrency: int = Field(8, ge=1, le=256, description="notification requests in flight")
     notify_per_sink: int = Field(

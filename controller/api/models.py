@@ -675,7 +675,7 @@ MAX_NOTIFIERS_PER_JOB = 8
 
 
 class NotifySpec(_SpecModel):
-    """Who is told about this job's transitions (docs/usage.md "Notifications"). Sinks are
+    """Who is told about this job's transitions (docs/notifications.md). Sinks are
     TaoBrevNotifier objects in the job's namespace; their Secret holds the URL and signing key."""
 
     notifiers: list[Annotated[str, StringConstraints(pattern=OBJECT_NAME_PATTERN, max_length=253)]] = Field(
@@ -794,7 +794,7 @@ class TaoBrevJobSpec(_SpecModel):
         le=1000000,
         description=(
             "Admission order among queued jobs (higher first; then creation time, then name). "
-            "Matters only while the job waits for a quota (deploy/QUEUEING.md)."
+            "Matters only while the job waits for a quota (docs/queueing.md)."
         ),
     )
     suspend: bool = Field(

@@ -135,6 +135,8 @@ QUEUE_TIMEOUT = "QueueTimeout"
 REGISTRY_ENTITLEMENT_FAILED = "RegistryEntitlementFailed"
 REGISTRY_LOGIN_FAILED = "RegistryLoginFailed"
 REGISTRY_UNAVAILABLE = "RegistryUnavailable"
+# S3 refused the job's keys while staging inputs on the instance (after the pre-flight passed).
+S3_ACCESS_DENIED = "S3AccessDenied"
 SECRETS_NOT_LOADED = "SecretsNotLoaded"
 SECRET_ACCESS_DENIED = "SecretAccessDenied"  # noqa: S105 - a reason, not a password
 SECRET_CLEANUP_FAILED = "SecretCleanupFailed"  # noqa: S105 - a reason, not a password

@@ -129,7 +129,7 @@ class PlanStatus(StatusModel):
 
 
 class QueueRecord(StatusModel):
-    """Admission under the instance quotas (deploy/QUEUEING.md)."""
+    """Admission under the instance quotas (docs/queueing.md)."""
 
     admitted_at: Timestamp | None = Field(
         default=None,

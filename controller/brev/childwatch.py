@@ -4,7 +4,7 @@ thread per child.
 Python 3.11's default child watcher (ThreadedChildWatcher) starts one thread per subprocess that
 blocks in waitpid() until the child exits. A running job always has one long call in flight (its
 `docker wait` over ssh, bounded by minutes), so 1,000 running jobs kept ~1,000 threads: each a
-touched stack, a thread state and a Python data stack (measured: see docs/settings.md, sizing). Linux
+touched stack, a thread state and a Python data stack (measured: see docs/sizing.md). Linux
 >= 5.3 has pidfds: PidfdChildWatcher polls one fd per child on the loop itself. Python 3.12 picks
 it by default (and deprecates choosing), so this only acts on 3.11.
 """

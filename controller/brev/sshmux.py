@@ -10,7 +10,7 @@ The three options are spelled out on the command line rather than taken from the
   /home/operator, so this is exactly the path brev writes (brev exec's probe and our calls share
   one master); elsewhere it keeps the socket under the client's own home. A home too deep for a
   unix socket path gets a short per-home directory in the temp dir instead.
-- ControlMaster/ControlPersist: the memory bound per job (docs/settings.md) counts one master per instance
+- ControlMaster/ControlPersist: the memory bound per job (docs/sizing.md) counts one master per instance
   living at most ControlPersist after its last use; it must not depend on brev's template.
 """
 

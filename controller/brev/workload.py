@@ -550,7 +550,7 @@ class Workload:
         if any(m in text for m in ("accessdenied", "invalidaccesskeyid", "signaturedoesnotmatch", "403")):
             raise PermanentError(
                 f"S3 refused reading inputs[{i}].uri {uri}: check the S3 credentials Secret",
-                reason="S3AccessDenied",
+                reason=reasons.S3_ACCESS_DENIED,
                 cli_message=_message(result),
             )
         raise TransientError(

@@ -33,6 +33,7 @@ CLASS_OF: dict[str, FailureClass] = {
     reasons.RESULTS_BUCKET_NOT_FOUND: _C,
     reasons.RESULTS_NOT_WRITABLE: _C,
     reasons.S3_CREDENTIALS_INVALID: _C,
+    reasons.S3_ACCESS_DENIED: _C,
     reasons.INPUT_NOT_FOUND: _C,
     reasons.INPUT_NOT_READABLE: _C,
     reasons.INSTANCE_TYPE_UNKNOWN: _C,

@@ -19,7 +19,7 @@ from controller.plugin.output import NONE, dollars, parse_time
 
 FINISHED = "Deleted"
 
-# status.failureClass -> what the person reading it does next (docs/usage.md has the same table).
+# status.failureClass -> what the person reading it does next (docs/jobs.md has the same table).
 NEXT_STEP: dict[str, str] = {
     "Infrastructure": (
         "nothing in the job is wrong (Brev, the instance, the network or S3 failed); recovery "

@@ -255,7 +255,7 @@ def crd() -> dict[str, Any]:
             "Queue",
             ".status.queue.position",
             type_="integer",
-            desc="Place in its quota queue while Pending (deploy/QUEUEING.md).",
+            desc="Place in its quota queue while Pending (docs/queueing.md).",
         ),
         _column(
             "Progress",

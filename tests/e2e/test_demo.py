@@ -118,7 +118,7 @@ def test_demo_runs_the_sample_job_through_every_phase_then_tears_everything_down
     # The plan comes first, from `kubectl taobrev plan`, and its pre-flight passed.
     assert out.index("Plan for TaoBrevJob taobrev-demo/") < out.index("Watching taobrevjob"), out
     assert "pre-flight:   passed" in out, out
-    # docs/usage.md's example of `kubectl taobrev plan` comes from here
+    # docs/preflight.md's example of `kubectl taobrev plan` comes from here
     print(out[out.index("kubectl taobrev plan") : out.index("Watching taobrevjob")])
 
     pids = _pids(out)

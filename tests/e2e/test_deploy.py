@@ -49,7 +49,7 @@ OPERATOR_USER = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{SERVICE_ACCOUNT}"
 
 
 def job_namespace_bindings(*namespaces: str) -> str:
-    """What deploy/README.md tells users to apply: the generator's RoleBindings."""
+    """What docs/install.md tells users to apply: the generator's RoleBindings."""
     return subprocess.run(
         [sys.executable, str(JOB_NAMESPACES_TOOL), *namespaces],
         capture_output=True,
@@ -125,7 +125,7 @@ def test_deploy_kustomization_passes_a_server_side_dry_run(
 def test_each_opt_in_component_passes_a_server_side_dry_run(
     control_plane: ControlPlane, component: str, tmp_path: Path
 ) -> None:
-    """An overlay of deploy/base plus one of deploy/components (what deploy/README.md tells users
+    """An overlay of deploy/base plus one of deploy/components (what docs/install.md tells users
     to write) renders and is accepted by the API server, object for object."""
     ensure_operator_namespace(control_plane)
     overlay = tmp_path / "overlay"
@@ -151,11 +151,11 @@ def test_each_opt_in_component_passes_a_server_side_dry_run(
 def test_the_readme_namespaced_overlay_renders_and_passes_a_server_side_dry_run(
     control_plane: ControlPlane, monitoring_crds: None, tmp_path: Path
 ) -> None:
-    """deploy/README.md's "Job namespaces" overlay, verbatim, over a copy of deploy/ with the
+    """docs/install.md's "Job namespaces" overlay, verbatim, over a copy of deploy/ with the
     generator's RoleBindings: the operator is restricted to the listed namespaces, gets the
     namespaces grant, a Secret-read RoleBinding in each, and the API server accepts it all."""
     ensure_operator_namespace(control_plane)
-    readme = (DEPLOY / "README.md").read_text()
+    readme = (REPO / "docs" / "install.md").read_text()
     snippet = readme.split("# my-overlay/kustomization.yaml\n", 1)[1].split("```", 1)[0]
     shutil.copytree(DEPLOY, tmp_path / "deploy", ignore=shutil.ignore_patterns("examples", "image"))
     overlay = tmp_path / "my-overlay"

@@ -173,7 +173,7 @@ def test_the_plan_command_shows_what_a_job_would_do_and_creates_nothing(stack: S
     done = plan_command(stack, job, tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
-    print(out)  # docs/usage.md's example comes from here
+    print(out)  # docs/preflight.md's example comes from here
     assert out.startswith(f"Plan for TaoBrevJob {stack.namespace}/demo-plan (nothing was created)")
     assert "pre-flight:   passed" in out
     assert "instance:     g6e.xlarge ($" in out

@@ -536,9 +536,9 @@ CREDENTIAL_SHAPES = re.compile(
 
 
 def test_no_credential_shaped_text_outside_the_examples() -> None:
-    """deploy/ and crds/ hold no credential-shaped string except AWS's documented example key
-    in the example Secrets: nothing realistic-looking ships."""
-    for path in [*DEPLOY.rglob("*"), *(REPO / "crds").rglob("*")]:
+    """deploy/, crds/ and docs/ hold no credential-shaped string except AWS's documented example
+    key in the example Secrets: nothing realistic-looking ships."""
+    for path in [*DEPLOY.rglob("*"), *(REPO / "crds").rglob("*"), *(REPO / "docs").rglob("*")]:
         if path.is_file() and path.suffix in (".yaml", ".md", ".py", ".lua", ".json", ""):
             found = set(CREDENTIAL_SHAPES.findall(path.read_text()))
             if "examples" in path.parts:
