@@ -66,7 +66,6 @@ Memory limit (= request) from the sizing formula of docs/settings.md, in MiB rou
   "TAOBREV_OPERATOR_NAMESPACE" "nothing: it is the release namespace"
   "TAOBREV_KUBE_TOKEN_PATH" "nothing: the Pod spec sets it"
   "TAOBREV_KUBE_CA_PATH" "nothing: the Pod spec sets it"
-  "TAOBREV_KUBE_NAMESPACE_PATH" "nothing: the Pod spec sets it"
   "TAOBREV_KUBE_SERVER" "nothing: the Pod spec sets it"
 -}}
 {{- range $name, $use := $reserved -}}
