@@ -10,7 +10,9 @@ no operator image here, so the Deployment never becomes ready; the test checks t
   the CRDs Helm created, and changes them;
 - upgrade changes what the new values say (settings, replicas, a new job namespace's
   RoleBinding, the Pods' config checksum) and removes what they turn off (the NetworkPolicy);
-- uninstall removes every release object and keeps the CRDs and the TaoBrevJobs in them.
+- uninstall removes every release object and keeps the CRDs and the TaoBrevJobs in them;
+- a kustomize install (`kubectl apply --server-side -k deploy/base`) is adopted by
+  `helm install --take-ownership` with the same names and selectors (docs/helm.md "From kustomize").
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import pytest
 import yaml
 
 from tests.devenv.controlplane import ControlPlane
-from tests.fixtures.helm import CHART, NAMESPACE, RELEASE, docs, helm_binary, helm_env
+from tests.fixtures.helm import CHART, DEPLOY, NAMESPACE, RELEASE, docs, helm_binary, helm_env
 
 MAJORS = ("v3", "v4")
 EXAMPLE_JOB = Path(__file__).resolve().parents[2] / "crds" / "examples" / "minimal.yaml"
@@ -34,8 +36,8 @@ EXAMPLE_JOB = Path(__file__).resolve().parents[2] / "crds" / "examples" / "minim
 class Helm:
     """One helm binary bound to one control plane's admin kubeconfig."""
 
-    def __init__(self, binary: Path, cp: ControlPlane, workdir: Path) -> None:
-        self.binary, self.cp, self.workdir = binary, cp, workdir
+    def __init__(self, major: str, binary: Path, cp: ControlPlane, workdir: Path) -> None:
+        self.major, self.binary, self.cp, self.workdir = major, binary, cp, workdir
 
     def __call__(self, *args: str, values: dict[str, Any] | None = None) -> subprocess.CompletedProcess[str]:
         argv = [str(self.binary), f"--kubeconfig={self.cp.kubeconfig}", "--kube-context=admin", *args]
@@ -56,7 +58,7 @@ def helm(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactor
     binary = helm_binary(request.param)
     cp = ControlPlane.start(tmp_path_factory.mktemp(f"helm-{request.param}-controlplane"))
     try:
-        yield Helm(binary, cp, tmp_path_factory.mktemp(f"helm-{request.param}"))
+        yield Helm(request.param, binary, cp, tmp_path_factory.mktemp(f"helm-{request.param}"))
     finally:
         cp.stop()
 
@@ -87,10 +89,15 @@ def find(objects: list[dict[str, Any]], kind: str, name: str, namespace: str | N
     return doc
 
 
+def ensure_namespaces(cp: ControlPlane, *names: str) -> None:
+    for ns in names:
+        if cp.kubectl("get", "namespace", ns, check=False).returncode != 0:
+            cp.create_namespace(ns)
+
+
 def test_install_upgrade_uninstall(helm: Helm) -> None:
     cp = helm.cp
-    for ns in (NAMESPACE, "ml-team", "vision"):
-        cp.create_namespace(ns)
+    ensure_namespaces(cp, NAMESPACE, "ml-team", "vision")
     first = {"jobNamespaces": ["ml-team"], "settings": {"TAOBREV_LOG_LEVEL": "INFO"}}
 
     # install: the CRDs from the chart's crds/, then every templated object.
@@ -145,6 +152,32 @@ def test_install_upgrade_uninstall(helm: Helm) -> None:
     assert (
         cp.kubectl("get", "taobrevjob", job["metadata"]["name"], "-n", "ml-team", check=False).returncode == 0
     )
+
+
+def test_a_kustomize_install_is_adopted_by_the_chart(helm: Helm) -> None:
+    """Same names, same selectors: `helm install --take-ownership` over deploy/base turns every
+    object into the release's, and a later uninstall removes them. Helm 4 applies server-side:
+    kubectl's apply owns `app.kubernetes.io/managed-by` (kustomize), so it needs
+    --force-conflicts (without it: one conflict per object on that label)."""
+    cp = helm.cp
+    ensure_namespaces(cp, NAMESPACE)
+    cp.kubectl("apply", "--server-side", "-f", str(CHART / "crds"))
+    cp.kubectl("apply", "--server-side", "-k", str(DEPLOY / "base"))
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "taobrev-operator"}}
+    deployment["metadata"]["namespace"] = NAMESPACE
+    assert live(cp, deployment)["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "kustomize"
+
+    extra = ["--force-conflicts"] if helm.major == "v4" else []
+    helm("install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--take-ownership", *extra, values={})
+    adopted = helm.manifest()
+    for doc in adopted:
+        obj = live(cp, doc)
+        assert obj["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "Helm", doc["metadata"]["name"]
+        assert obj["metadata"]["annotations"]["meta.helm.sh/release-name"] == RELEASE
+
+    helm("uninstall", RELEASE, "--namespace", NAMESPACE)
+    for doc in adopted:
+        assert get(cp, doc).returncode != 0, f"{doc['kind']}/{doc['metadata']['name']} survived uninstall"
 
 
 def tmp_crds(workdir: Path) -> Path:
