@@ -163,8 +163,8 @@ def test_a_kustomize_install_is_adopted_by_the_chart(helm: Helm) -> None:
     ensure_namespaces(cp, NAMESPACE)
     cp.kubectl("apply", "--server-side", "-f", str(CHART / "crds"))
     cp.kubectl("apply", "--server-side", "-k", str(DEPLOY / "base"))
-    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "taobrev-operator"}}
-    deployment["metadata"]["namespace"] = NAMESPACE
+    metadata = {"name": "taobrev-operator", "namespace": NAMESPACE}
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": metadata}
     assert live(cp, deployment)["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "kustomize"
 
     extra = ["--force-conflicts"] if helm.major == "v4" else []
