@@ -6,8 +6,9 @@ with kubectl on the shared one, and an uninstall would delete them under those t
 no operator image here, so the Deployment never becomes ready; the test checks the objects:
 
 - install creates the CRDs from the chart's crds/ and every object `helm get manifest` lists;
-- the documented CRD upgrade step (`kubectl apply --server-side -f <chart>/crds/`) applies over
-  the CRDs Helm created, and changes them;
+- the documented CRD upgrade step (`kubectl apply --server-side --force-conflicts -f
+  <chart>/crds/`) changes the CRDs Helm created (without --force-conflicts: a conflict with
+  the "helm" field manager, with Helm 3 and 4 alike);
 - upgrade changes what the new values say (settings, replicas, a new job namespace's
   RoleBinding, the Pods' config checksum) and removes what they turn off (the NetworkPolicy);
 - uninstall removes every release object and keeps the CRDs and the TaoBrevJobs in them;
@@ -115,12 +116,15 @@ def test_install_upgrade_uninstall(helm: Helm) -> None:
     assert live(cp, find(installed, "RoleBinding", "taobrev-operator-job-secrets", "ml-team"))
     cp.kubectl("apply", "-n", "ml-team", "-f", str(EXAMPLE_JOB))
 
-    # The CRD upgrade path of docs/helm.md: server-side apply over the CRDs Helm created.
+    # The CRD upgrade path of docs/helm.md: server-side apply over the CRDs Helm created, taking
+    # the fields Helm wrote (--force-conflicts), here a changed schema description.
     changed = tmp_crds(helm.workdir)
-    applied = cp.kubectl("apply", "--server-side", "-f", str(changed))
+    refused = cp.kubectl("apply", "--server-side", "-f", str(changed), check=False)
+    assert refused.returncode != 0 and 'conflict with "helm"' in refused.stderr, refused.stderr
+    applied = cp.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(changed))
     assert applied.stdout.count("serverside-applied") == len(crds), applied.stdout
     crd = json.loads(cp.kubectl("get", "crd", crds[0], "-o", "json").stdout)
-    assert crd["metadata"]["annotations"]["taobrev.io/upgrade-test"] == "applied"
+    assert crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["description"].startswith(NEW_DESCRIPTION)
 
     # upgrade: new settings, replicas and job namespace; the NetworkPolicy turned off.
     second = {
@@ -180,12 +184,16 @@ def test_a_kustomize_install_is_adopted_by_the_chart(helm: Helm) -> None:
         assert get(cp, doc).returncode != 0, f"{doc['kind']}/{doc['metadata']['name']} survived uninstall"
 
 
+NEW_DESCRIPTION = "Changed by tests/e2e/test_helm.py."
+
+
 def tmp_crds(workdir: Path) -> Path:
-    """The chart's CRDs with one change (an annotation), as a newer release's would differ."""
+    """The chart's CRDs with one change a newer release could make: the schema's description."""
     out = workdir / "crds"
     out.mkdir(exist_ok=True)
     for source in sorted((CHART / "crds").glob("*.yaml")):
         crd = yaml.safe_load(source.read_text())
-        crd["metadata"].setdefault("annotations", {})["taobrev.io/upgrade-test"] = "applied"
+        schema = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+        schema["description"] = f"{NEW_DESCRIPTION} {schema.get('description', '')}"
         (out / source.name).write_text(yaml.safe_dump(crd))
     return out
