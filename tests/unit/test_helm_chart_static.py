@@ -8,6 +8,7 @@ import json
 import re
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -62,3 +63,27 @@ def test_the_settings_the_chart_derives_are_real_settings() -> None:
 def test_the_chart_copies_are_in_sync() -> None:
     """crds/, the alerts and the dashboard in the chart equal their sources (`make crds` syncs)."""
     assert chartgen.drifted() == []
+
+
+def documented_values(schema: dict[str, Any], prefix: str = "") -> list[str]:
+    """Dotted paths of the values users set: objects with fixed keys are walked into; free-form
+    maps (labels, settings) and lists are one value each."""
+    paths = []
+    for name, sub in schema["properties"].items():
+        path = f"{prefix}{name}"
+        if name == "global":
+            continue
+        if sub.get("additionalProperties") is False and name != "settings":
+            paths += documented_values(sub, f"{path}.")
+        else:
+            paths.append(path)
+    return paths
+
+
+def test_docs_helm_md_documents_every_value() -> None:
+    """docs/helm.md's values table names every value of the schema."""
+    schema = json.loads(chartgen.SCHEMA.read_text())
+    doc = (REPO / "docs" / "helm.md").read_text()
+    paths = documented_values(schema)
+    assert len(paths) > 30
+    assert [p for p in paths if f"`{p}`" not in doc] == []
