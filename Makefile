@@ -22,7 +22,7 @@ demo: $(STAMP) native-deps ## Run a sample TaoBrevJob end to end on the local st
 	$(PY) -m tests.devenv demo
 
 .PHONY: test
-test: $(STAMP) lint typecheck system-deps kube-build simulate-ci ## What CI runs: lint + typecheck + a simulation slice, then the whole test suite on TEST_WORKERS workers (builds/reuses kube-apiserver + etcd)
+test: $(STAMP) lint typecheck system-deps kube-build helm-build simulate-ci ## What CI runs: lint + typecheck + a simulation slice, then the whole test suite on TEST_WORKERS workers (builds/reuses kube-apiserver + etcd)
 	$(PY) -m pytest tests $(PYTEST_PARALLEL)
 
 ##@ Development
@@ -72,15 +72,15 @@ test-unit: $(STAMP) ## Unit tests only (no I/O, seconds)
 	$(PY) -m pytest tests/unit
 
 .PHONY: test-fast
-test-fast: $(STAMP) ## Everything but e2e (unit, component, model, simulation, integration), on TEST_WORKERS workers
+test-fast: $(STAMP) helm-build ## Everything but e2e (unit, component, model, simulation, integration), on TEST_WORKERS workers
 	$(PY) -m pytest tests -m "not e2e" $(PYTEST_PARALLEL)
 
 .PHONY: test-integration
-test-integration: $(STAMP) system-deps ## Client + simulator + S3 as real subprocesses (the PID 1 test runs tini)
+test-integration: $(STAMP) system-deps helm-build ## Client + simulator + S3 as real subprocesses (the PID 1 test runs tini)
 	$(PY) -m pytest tests/integration $(PYTEST_PARALLEL)
 
 .PHONY: test-e2e
-test-e2e: $(STAMP) system-deps kube-build ## End-to-end against the real control plane and the operator process
+test-e2e: $(STAMP) system-deps kube-build helm-build ## End-to-end against the real control plane and the operator process
 	$(PY) -m pytest tests/e2e $(PYTEST_PARALLEL)
 
 .PHONY: test-pid1
@@ -103,7 +103,7 @@ simulate-long: $(STAMP) ## 100,000 seeds (hours on 2 cores; START=S to resume)
 	$(PY) -m tests.simulation --seeds 100000 --start $(or $(START),0) --jobs $(SIM_JOBS)
 
 .PHONY: flake-hunt
-flake-hunt: $(STAMP) system-deps ## Integration + e2e tiers RUNS times (default 5, PARALLEL at once) beside a busy loop per core; lists every test that failed (ARGS=--load W | paths | -- pytest args)
+flake-hunt: $(STAMP) system-deps helm-build ## Integration + e2e tiers RUNS times (default 5, PARALLEL at once) beside a busy loop per core; lists every test that failed (ARGS=--load W | paths | -- pytest args)
 	$(PY) -m tests.devenv.flakehunt --runs $(or $(RUNS),5) --parallel $(or $(PARALLEL),1) $(ARGS)
 
 .PHONY: lint
@@ -142,13 +142,17 @@ bench-recovery: $(STAMP) native-deps ## Benchmark: lost instance -> resumed on a
 	$(PY) -m tests.bench_recovery
 
 .PHONY: coverage
-coverage: $(STAMP) system-deps kube-build ## Line coverage of controller/ over the whole suite, subprocesses included (the operator, the plugin): report in .coverage-report.txt
+coverage: $(STAMP) system-deps kube-build helm-build ## Line coverage of controller/ over the whole suite, subprocesses included (the operator, the plugin): report in .coverage-report.txt
 	rm -rf .coverage-data && mkdir -p .coverage-data
 	COVERAGE_FILE=$(CURDIR)/.coverage-data/.coverage $(PY) -m coverage run -m pytest tests $(PYTEST_PARALLEL) -p no:cacheprovider $(ARGS)
 	COVERAGE_FILE=.coverage-data/.coverage $(PY) -m coverage combine --quiet .coverage-data
 	COVERAGE_FILE=.coverage-data/.coverage $(PY) -m coverage report | tee .coverage-report.txt | tail -1
 
 .PHONY: kube-build
+.PHONY: helm-build
+helm-build: $(STAMP) ## Build (or reuse the cached) helm 3 and helm 4 for the chart's tests (Go module proxy, pinned in versions.yaml)
+	$(PY) -m tests.devenv.helmbuild
+
 kube-build: $(STAMP) ## Build (or reuse the cached) kube-apiserver and etcd
 	$(PY) -m tests.devenv.kubebuild
 
@@ -170,9 +174,9 @@ resolve-digests: $(STAMP) ## Release: pin versions.yaml's images (and deploy/bas
 
 CHECKOV_VENV ?= $(HOME)/.cache/taobrev-operator/checkov-venv
 .PHONY: policy
-policy: $(STAMP) ## checkov on the rendered deploy/ kustomizations (checkov in its own cached venv; accepted skips in .checkov.yaml)
+policy: $(STAMP) helm-build ## checkov on the rendered deploy/ kustomizations (checkov in its own cached venv; accepted skips in .checkov.yaml)
 	@CHECKOV_VENV=$(CHECKOV_VENV) $(PY) -m tests.devenv.checkov >/dev/null
-	$(PY) deploy/tools/policy_check.py --checkov $(CHECKOV_VENV)/bin/checkov
+	$(PY) deploy/tools/policy_check.py --checkov $(CHECKOV_VENV)/bin/checkov --helm "$$($(PY) -m tests.devenv.helmbuild | head -1)"
 
 .PHONY: lock
 lock: ## Re-resolve requirements/constraints.txt from pyproject.toml (needs network to PyPI)

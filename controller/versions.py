@@ -77,11 +77,18 @@ class GoPins(_Frozen):
     toolchain: str
 
 
+class HelmPins(_Frozen):
+    # helm.sh/helm/v3 and helm.sh/helm/v4 module versions (cmd/helm), built by tests/devenv/helmbuild.py.
+    v3: str
+    v4: str
+
+
 class Versions(_Frozen):
     images: Images
     brev: BrevPins
     kubernetes: KubernetesPins
     go: GoPins
+    helm: HelmPins
 
 
 def versions_path() -> Path:

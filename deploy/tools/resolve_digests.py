@@ -4,10 +4,10 @@
 Release-time tool (`make resolve-digests`): for every `images.<name>` entry with `image` + `digest`
 it asks the image's registry (OCI distribution API, anonymous pull token) for the manifest digest
 of the tag, then writes `digest:` in versions.yaml and, for the operator image, in
-deploy/base/kustomization.yaml. It needs network access to those registries; without it, it
-fails naming the registry and changes nothing. Nothing is written unless every image resolved.
-The operator image must have been pushed (and be anonymously pullable) before it can resolve;
-`--only aws_cli --only python_base` resolves the others first.
+deploy/base/kustomization.yaml and the Helm chart's values.yaml. It needs network access to those
+registries; without it, it fails naming the registry and changes nothing. Nothing is written
+unless every image resolved. The operator image must have been pushed (and be anonymously
+pullable) before it can resolve; `--only aws_cli --only python_base` resolves the others first.
 """
 
 from __future__ import annotations
@@ -121,7 +121,7 @@ def resolve(ref: str) -> str:
 def set_digest(text: str, image: str, digest: str) -> str:
     """Rewrite the `digest:` line that follows `image: <image>` (comments and layout kept)."""
     pattern = re.compile(
-        rf"^(?P<indent>[ ]*)(?:- )?(?:image|newName): {re.escape(image)}[ ]*\n"
+        rf"^(?P<indent>[ ]*)(?:- )?(?:image|newName|repository): {re.escape(image)}[ ]*\n"
         rf"(?:(?P=indent)(?!digest:)\S.*\n)*?"
         rf"(?P=indent)digest: \S+[ ]*$",
         re.MULTILINE,
@@ -140,6 +140,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--versions", type=Path, default=REPO / "versions.yaml")
     parser.add_argument("--kustomization", type=Path, default=REPO / "deploy" / "base" / "kustomization.yaml")
+    parser.add_argument(
+        "--chart-values", type=Path, default=REPO / "deploy" / "helm" / "taobrev-operator" / "values.yaml"
+    )
     parser.add_argument("--only", action="append", default=[], metavar="NAME", help="an images.<NAME> entry")
     args = parser.parse_args(argv)
 
@@ -157,17 +160,20 @@ def main(argv: list[str] | None = None) -> int:
         digests = {name: resolve(entry["image"]) for name, entry in wanted.items()}
         versions_text = args.versions.read_text()
         kustomization_text = args.kustomization.read_text()
+        chart_text = args.chart_values.read_text()
         for name, digest in digests.items():
             versions_text = set_digest(versions_text, wanted[name]["image"], digest)
             if name == "operator":
                 kustomization_text = set_digest(
                     kustomization_text, kustomize_image(wanted[name]["image"]), digest
                 )
+                chart_text = set_digest(chart_text, kustomize_image(wanted[name]["image"]), digest)
     except ResolveError as e:
         print(f"resolve-digests: {e}\nnothing was changed.", file=sys.stderr)
         return 1
     args.versions.write_text(versions_text)
     args.kustomization.write_text(kustomization_text)
+    args.chart_values.write_text(chart_text)
     for name, digest in digests.items():
         print(f"images.{name}: {wanted[name]['image']}@{digest}")
     return 0

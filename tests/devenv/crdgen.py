@@ -31,6 +31,7 @@ from controller.api.models import TaoBrevJobSpec
 from controller.api.status import TaoBrevJobStatus
 from controller.lifecycle.phases import Phase
 from controller.versions import load_versions
+from tests.devenv import chartgen
 
 GROUP = "taobrev.io"
 VERSION = "v1alpha1"
@@ -393,9 +394,20 @@ def main(argv: list[str] | None = None) -> int:
         for path, text in files:
             path.write_text(text)
             print(f"wrote {path}")
+        if args.path == CRD_PATH:  # the Helm chart's copies of the CRDs (and its other generated parts)
+            for path in chartgen.write():
+                print(f"wrote {path}")
         return 0
     if args.check:
-        return max(_check(path, text) for path, text in files)
+        status = max(_check(path, text) for path, text in files)
+        if args.path == CRD_PATH:
+            for path in chartgen.drifted():
+                print(
+                    f"{path} is out of date: run `make crds` (python -m tests.devenv.crdgen --write)",
+                    file=sys.stderr,
+                )
+                status = 1
+        return status
     sys.stdout.write(files[0][1])
     return 0
 

@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from tests.devenv import checkov as checkov_install
+from tests.fixtures.helm import helm_binary
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
@@ -34,9 +35,14 @@ def checkov() -> str:
     return str(exe)
 
 
-def policy(checkov: str, deploy: Path) -> subprocess.CompletedProcess[str]:
+@pytest.fixture(scope="module")
+def helm() -> str:
+    return str(helm_binary("v3"))
+
+
+def policy(checkov: str, deploy: Path, helm: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, str(TOOL), "--checkov", checkov, "--deploy", str(deploy)],
+        [sys.executable, str(TOOL), "--checkov", checkov, "--deploy", str(deploy), "--helm", helm],
         capture_output=True,
         text=True,
         check=False,
@@ -44,20 +50,23 @@ def policy(checkov: str, deploy: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_checkov_finds_no_failure_in_the_rendered_deploy_tree(checkov: str) -> None:
-    """deploy/, deploy/base, base + each opt-in component and the Dockerfile: 0 failed checks;
-    the one accepted Kubernetes finding is the annotated opt-in binding."""
-    result = policy(checkov, DEPLOY)
+def test_checkov_finds_no_failure_in_the_rendered_deploy_tree(checkov: str, helm: str) -> None:
+    """deploy/, deploy/base, base + each opt-in component, the Helm chart (defaults, and every
+    option on) and the Dockerfile: 0 failed checks; the one accepted Kubernetes finding is the
+    annotated opt-in binding (in the kustomize component and in the chart's rendering)."""
+    result = policy(checkov, DEPLOY, helm)
     assert result.returncode == 0, result.stdout + result.stderr
     assert "kubernetes scan results" in result.stdout
     assert "dockerfile scan results" in result.stdout
     assert "Failed checks: 1" not in result.stdout
     assert result.stdout.count("Failed checks: 0") == 2, result.stdout
-    assert "Skipped checks: 1" in result.stdout
+    # The opt-in cluster-wide binding (the component; the chart with every option on) and the
+    # chart's two job-namespace RoleBindings, each annotated with its reason.
+    assert "Skipped checks: 4" in result.stdout
 
 
 def test_cluster_wide_secret_read_in_the_default_install_fails_the_policy(
-    checkov: str, tmp_path: Path
+    checkov: str, helm: str, tmp_path: Path
 ) -> None:
     """The check can fail: a copy of deploy/ whose base binds the job-Secrets ClusterRole
     cluster-wide (what the default did before) fails CKV2_K8S_5."""
@@ -70,7 +79,23 @@ def test_cluster_wide_secret_read_in_the_default_install_fails_the_policy(
     rbac = broken / "base" / "rbac.yaml"
     rbac.write_text(rbac.read_text() + "---\n" + yaml.safe_dump(binding))
 
-    result = policy(checkov, broken)
+    result = policy(checkov, broken, helm)
 
     assert result.returncode != 0, result.stdout
     assert "CKV2_K8S_5" in result.stdout
+
+
+def test_the_charts_rendering_is_checked(checkov: str, helm: str, tmp_path: Path) -> None:
+    """The chart is in the scan: a copy whose cluster-wide binding lost its accepted-finding
+    annotation fails CKV2_K8S_5 (the kustomize component keeps its annotation)."""
+    broken = tmp_path / "deploy"
+    shutil.copytree(DEPLOY, broken, ignore=shutil.ignore_patterns("examples"))
+    template = broken / "helm" / "taobrev-operator" / "templates" / "cluster-wide-secrets.yaml"
+    text = template.read_text()
+    assert "checkov.io/skip1: CKV2_K8S_5" in text
+    template.write_text(text.replace("checkov.io/skip1:", "example.com/not-a-skip:"))
+
+    result = policy(checkov, broken, helm)
+
+    assert result.returncode != 0, result.stdout
+    assert "FAILED for resource: ClusterRoleBinding.default.taobrev-operator-job-secrets" in result.stdout

@@ -87,9 +87,11 @@ def registry() -> Iterator[str]:
 
 
 def release_tree(tmp_path: Path, registry: str) -> tuple[Path, Path]:
-    """Copies of versions.yaml and deploy/base/kustomization.yaml whose images live on `registry`."""
+    """Copies of versions.yaml, deploy/base/kustomization.yaml and the Helm chart's values.yaml
+    (next to the kustomization) whose images live on `registry`."""
     versions = (REPO / "versions.yaml").read_text()
     kustomization = (REPO / "deploy" / "base" / "kustomization.yaml").read_text()
+    chart_values = (REPO / "deploy" / "helm" / "taobrev-operator" / "values.yaml").read_text()
     images = yaml.safe_load(versions)["images"]
     for name, digest in SERVED.items():
         old_name, _, tag = images[name]["image"].rpartition(":")
@@ -98,6 +100,10 @@ def release_tree(tmp_path: Path, registry: str) -> tuple[Path, Path]:
         FakeRegistry.manifests[f"{repo}:{tag}"] = digest
         if name == "operator":
             kustomization = kustomization.replace(f"newName: {old_name}\n", f"newName: {registry}/{repo}\n")
+            chart_values = chart_values.replace(
+                f"repository: {old_name}\n", f"repository: {registry}/{repo}\n"
+            )
+    (tmp_path / "values.yaml").write_text(chart_values)
     (tmp_path / "versions.yaml").write_text(versions)
     (tmp_path / "kustomization.yaml").write_text(kustomization)
     return tmp_path / "versions.yaml", tmp_path / "kustomization.yaml"
@@ -112,6 +118,8 @@ def run_tool(versions: Path, kustomization: Path, *extra: str) -> subprocess.Com
             str(versions),
             "--kustomization",
             str(kustomization),
+            "--chart-values",
+            str(kustomization.with_name("values.yaml")),
             *extra,
         ],
         capture_output=True,
@@ -137,6 +145,10 @@ def test_every_pinned_image_gets_the_digest_its_registry_serves(registry: str, t
     assert after.images.aws_cli == f"{before['images']['aws_cli']['image']}@{SERVED['aws_cli']}"
     (entry,) = yaml.safe_load(kustomization.read_text())["images"]
     assert entry["digest"] == SERVED["operator"]
+    assert (
+        yaml.safe_load(kustomization.with_name("values.yaml").read_text())["image"]["digest"]
+        == SERVED["operator"]
+    )
     # Multi-arch tags resolve to their index, as `docker pull <tag>` would.
     assert FakeRegistry.seen_accept
     assert all(a.startswith("application/vnd.oci.image.index.v1+json") for a in FakeRegistry.seen_accept)
