@@ -43,7 +43,11 @@ class Settings(BaseModel):
         "`start`, `refresh`, `search`; ssh to instances is not counted); 0 = no limit",
     )
     brev_burst: int = Field(
-        10, ge=1, le=1000, description="calls above brev_rate allowed at once after a quiet spell"
+        5,
+        ge=1,
+        le=1000,
+        description="calls allowed at once after a quiet spell: any window of W seconds sees at most "
+        "brev_burst + brev_rate x W calls (keep brev_burst + brev_rate under Brev's limit per second)",
     )
     brev_backoff_max: float = Field(
         60.0,

@@ -346,13 +346,13 @@ class BrevCLI:
         (the caller owns what a failed change may have done)."""
         tries = 1 + (_READ_RETRIES if verb in _READS else 0)
         for attempt in range(tries):
-            await self.pace.slot()
+            granted = await self.pace.slot()
             result = await self._runner.run(argv, verb=verb, timeout=timeout, stdin=stdin)
             throttle = throttle_of(result.output) if result.returncode != 0 else None
             if throttle is None:
                 self.pace.answered()
                 return result
-            delay = self.pace.throttled(verb, throttle)
+            delay = self.pace.throttled(verb, throttle, granted)
             log.warning(
                 "brev_throttled",
                 verb=verb,

@@ -59,7 +59,7 @@ def throttle_of(text: str) -> Throttle | None:
 @dataclass(frozen=True)
 class PacePolicy:
     rate: float = 5.0  # calls per second; 0: no limit
-    burst: int = 10
+    burst: int = 5  # any window of W seconds sees at most burst + rate x W calls
     backoff_base: float = 1.0
     backoff_max: float = 60.0
 
@@ -88,11 +88,12 @@ class BrevPace:
         self._stamp = clock()
         self._quiet_until = 0.0
         self._streak = 0
+        self._last_throttle = float("-inf")
         self._lock = asyncio.Lock()
         self.throttles = 0
 
     async def slot(self) -> float:
-        """Wait for this call's turn; the seconds waited."""
+        """Wait for this call's turn; when it was granted (hand it to `throttled`)."""
         start = self._clock()
         async with self._lock:
             while True:
@@ -107,18 +108,22 @@ class BrevPace:
                     self._tokens = max(0.0, self._tokens - 1.0)
                     break
                 await self._sleep(max(_EPSILON, (1.0 - self._tokens) / self.policy.rate))
-        waited = self._clock() - start
+        granted = self._clock()
         if self._on_wait is not None:
-            self._on_wait(waited)
-        return waited
+            self._on_wait(granted - start)
+        return granted
 
     def _refill(self, now: float) -> None:
         self._tokens = min(float(self.policy.burst), self._tokens + (now - self._stamp) * self.policy.rate)
         self._stamp = now
 
-    def throttled(self, verb: str, throttle: Throttle) -> float:
-        """Brev refused or failed under load: every caller waits the cool-down; its length."""
-        self._streak += 1
+    def throttled(self, verb: str, throttle: Throttle, granted: float) -> float:
+        """Brev refused or failed under load: every caller waits the cool-down; its length. The
+        streak grows once per wave: calls granted before the last throttle were sent into the
+        same load and say nothing new (six refusals of one burst are one, not 2**5 s)."""
+        if granted > self._last_throttle:
+            self._streak += 1
+            self._last_throttle = self._clock()
         self.throttles += 1
         p = self.policy
         if throttle.retry_after is not None:

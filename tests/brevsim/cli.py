@@ -907,6 +907,19 @@ COMMANDS: dict[str, tuple[Any, tuple[Flag, ...], str, str]] = {
 ALIASES = {"provision": "create", "list": "ls", "set": "org"}
 # Commands that read stdin as instance names/types (and so panic on a closed fd 0).
 NO_AUTH = {"search", "login", "logout"}
+# Commands that call Brev's API, and the path their first request names (api_rate_limit).
+API_URL = "https://brevapi.us-west-2-prod.control-plane.brev.dev"
+API_CALLS = {
+    "ls": "organizations/{org}/workspaces",
+    "create": "organizations/{org}/workspaces",
+    "delete": "workspaces/{id}",
+    "stop": "workspaces/{id}/stop",
+    "start": "workspaces/{id}/start",
+    "refresh": "organizations/{org}/workspaces",
+    "search": "v1/instance/types",
+    "exec": "organizations/{org}/workspaces",
+    "login": "me",
+}
 
 
 def run(ctx: Ctx, argv: list[str]) -> None:
@@ -935,6 +948,13 @@ def run(ctx: Ctx, argv: list[str]) -> None:
         return
     if canonical not in NO_AUTH:
         ctx.auth.standard_login_stray_line()
+    limit = ctx.store.fault("api_rate_limit")
+    if limit is not None and canonical in API_CALLS and not ctx.store.admit_api_call(float(limit)):
+        # pkg/store/http.go: a body that is no JSON error list prints as `<url> <status> <body>`.
+        raise CLIError(
+            f"{API_URL}/api/{API_CALLS[canonical]} 429 Too Many Requests "
+            '{"message":"rate limit exceeded, slow down"}'
+        )
     fn(ctx, p)
 
 

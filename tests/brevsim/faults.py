@@ -89,6 +89,13 @@ _FAULTS: tuple[Knob, ...] = (
         0,
         "the next N `aws s3 sync` calls TO a `.../checkpoints/` destination fail with an S3 error",
     ),
+    Knob(
+        "api_rate_limit",
+        None,
+        "calls per nominal second Brev's API accepts from all CLI processes together (ls, create, "
+        "delete, stop, start, refresh, search, exec's lookup, login); past it a call fails with "
+        "`<url> 429 Too Many Requests {...}` (exit 1) and is not counted",
+    ),
     Knob("restore_finds_nothing", False, "targeted: `aws s3 sync` FROM `.../checkpoints/` copies nothing"),
     Knob(
         "instance_durations",

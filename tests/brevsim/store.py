@@ -142,6 +142,19 @@ class Store:
             self._faults = None
             return hit
 
+    def admit_api_call(self, limit: float) -> bool:
+        """The `api_rate_limit` window (one nominal second, shared by every CLI process): whether
+        one more call fits; a refused call is not counted (as a server that answered 429)."""
+        window = self.speed
+        with flocked(self.root / "ratelimit.lock"):
+            now = time.time()
+            admitted = [t for t in read_json(self.root / "ratelimit.json", []) if t > now - window]
+            if len(admitted) >= limit:
+                return False
+            admitted.append(now)
+            write_json(self.root / "ratelimit.json", admitted)
+            return True
+
     # -- instance database -------------------------------------------------------------------
     def read(self) -> Json:
         db = read_json(self.db_path, None)

@@ -87,24 +87,39 @@ def test_no_window_ever_sees_more_than_burst_plus_rate_times_its_length(
 def test_a_429_makes_every_caller_wait_a_doubling_jittered_cool_down_until_an_answer() -> None:
     t = VirtualTime()
     p = pace(PacePolicy(rate=100.0, burst=100, backoff_base=1.0, backoff_max=8.0), t)
-    first = p.throttled("ls", Throttle("rate_limited"))
-    second = p.throttled("create", Throttle("server_error"))
-    third = p.throttled("ls", Throttle("rate_limited"))
+
+    def later() -> float:  # each call sent after the last refusal: a new wave
+        t.now += 0.001
+        return t.now
+
+    first = p.throttled("ls", Throttle("rate_limited"), later())
+    second = p.throttled("create", Throttle("server_error"), later())
+    third = p.throttled("ls", Throttle("rate_limited"), later())
     assert 0.5 <= first <= 1.0 and 1.0 <= second <= 2.0 and 2.0 <= third <= 4.0
     delays = [first, second, third]
     for _ in range(5):
-        delays.append(p.throttled("ls", Throttle("rate_limited")))
+        delays.append(p.throttled("ls", Throttle("rate_limited"), later()))
     assert 4.0 <= delays[-1] <= 8.0
     # Anyone's next call waits the longest out, then one token at the rate (the bucket restarts empty).
-    assert grants(p, t, 1) == [pytest.approx(max(delays) + 0.01)]
+    assert grants(p, t, 1) == [pytest.approx(max(delays) + 0.01, abs=0.01)]
     p.answered()
-    assert 0.5 <= p.throttled("ls", Throttle("rate_limited")) <= 1.0  # the streak ended
+    assert 0.5 <= p.throttled("ls", Throttle("rate_limited"), later()) <= 1.0  # the streak ended
+
+
+def test_refusals_of_one_wave_grow_the_cool_down_once() -> None:
+    t = VirtualTime()
+    p = pace(PacePolicy(rate=0.0, burst=1, backoff_base=1.0, backoff_max=60.0), t)
+    sent = t.now  # six calls granted together, all refused
+    delays = [p.throttled("ls", Throttle("rate_limited"), sent) for _ in range(6)]
+    assert all(0.5 <= d <= 1.0 for d in delays)
+    t.now += 1.0
+    assert 1.0 <= p.throttled("ls", Throttle("rate_limited"), t.now) <= 2.0  # the next wave doubles
 
 
 def test_retry_after_wins_and_the_bucket_restarts_empty() -> None:
     t = VirtualTime()
     p = pace(PacePolicy(rate=1.0, burst=10), t)
-    assert p.throttled("ls", Throttle("rate_limited", retry_after=3.0)) == 3.0
+    assert p.throttled("ls", Throttle("rate_limited", retry_after=3.0), t.now) == 3.0
     # No burst into an API that just refused: the first call at 3 s, then one per second.
     assert grants(p, t, 3) == pytest.approx([4.0, 5.0, 6.0])
 
@@ -113,7 +128,7 @@ def test_no_limit_still_honours_a_cool_down() -> None:
     t = VirtualTime()
     p = pace(PacePolicy(rate=0.0, burst=1), t)
     assert grants(p, t, 50) == [0.0] * 50
-    p.throttled("delete", Throttle("server_error", retry_after=2.0))
+    p.throttled("delete", Throttle("server_error", retry_after=2.0), t.now)
     assert grants(p, t, 2) == [2.0, 2.0]
 
 
