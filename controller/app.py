@@ -35,6 +35,7 @@ from controller.fleet.ledger import Fleet, quotas_from
 from controller.fleet.orphans import Policy
 from controller.fleet.retained import RetainedStore
 from controller.fleet.sweeper import Sweeper
+from controller.fleet.ttl import FinishedReaper
 from controller.kube.access import KubeAccess, api_client, resolve_connection
 from controller.kube.secret_arrivals import SecretArrivals
 from controller.lifecycle.machine import decide
@@ -77,6 +78,8 @@ class App:
     sweeper: Sweeper | None = None
     # Notifications of job transitions (controller/notify); its task is started by the kopf startup handler.
     notifier: Notifier | None = None
+    # spec.ttlSecondsAfterFinished (controller/fleet/ttl.py): fed by the watch, its task started at startup.
+    reaper: FinishedReaper | None = None
 
 
 def build(settings: Settings, events: EventSink) -> App:
@@ -202,6 +205,7 @@ def build(settings: Settings, events: EventSink) -> App:
     if notifier is not None:
         notifier.follow(app.leadership)  # only the leader sends
         app.notifier = notifier
+    app.reaper = FinishedReaper(kube.delete_job, app.leadership.is_leading)
     app.sweeper = Sweeper(
         brev=brev,
         directory=directory,

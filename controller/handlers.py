@@ -34,7 +34,7 @@ from controller.api.naming import CANCEL_ANNOTATION
 from controller.brev.childwatch import raise_open_files_limit, use_pidfd_watcher
 from controller.fleet.leadership import NotLeading, lead_or_stop
 from controller.kube.access import GROUP, PLURAL, VERSION, resolve_connection
-from controller.kube.bodies import shed_unused
+from controller.kube.bodies import shed_unused, ttl_fields
 from controller.observability.health import serve_health
 from controller.observability.logs import redact_text
 from controller.observability.metrics import serve_metrics
@@ -134,6 +134,8 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         memo["sweeper"] = asyncio.create_task(app.sweeper.run(), name="orphan sweeper")
     if app.notifier is not None:
         memo["notifier"] = asyncio.create_task(app.notifier.run(), name="notifier")
+    if app.reaper is not None:
+        memo["reaper"] = asyncio.create_task(app.reaper.run(), name="ttl reaper")
 
 
 @kopf.on.login()
@@ -164,7 +166,7 @@ async def login(**_: Any) -> kopf.AiohttpSession:
 @kopf.on.cleanup()
 async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     app = memo.get("app")
-    for name in ("notifier", "sweeper", "login", "election"):
+    for name in ("reaper", "notifier", "sweeper", "login", "election"):
         task = memo.get(name)
         if task is not None:
             task.cancel()
@@ -196,8 +198,12 @@ async def leader_probe(memo: kopf.Memo, **_: Any) -> bool:
 # nobody reads from what kopf retains per running job (controller/kube/bodies.py). Returns None: indexes
 # nothing. Async, so it runs on the loop (a sync handler would hop to a thread per event).
 @kopf.index(*RESOURCE, id="shed-unused-metadata")
-async def shed_unused_metadata(body: kopf.Body, **_: Any) -> None:
+async def shed_unused_metadata(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     shed_unused(body)
+    app = memo.get("app")
+    if app is not None and app.reaper is not None:
+        # spec.ttlSecondsAfterFinished: every event reschedules or drops the job (no timer of its own).
+        app.reaper.observe(*ttl_fields(body))
 
 
 # Only objects carrying the cancel annotation reach this handler (kopf filters before calling):

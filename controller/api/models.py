@@ -825,6 +825,17 @@ class TaoBrevJobSpec(_SpecModel):
     debug: DebugSpec | None = Field(
         default=None, description="Help for investigating a failed run (off by default)."
     )
+    ttl_seconds_after_finished: int | None = Field(
+        default=None,
+        ge=0,
+        le=31_536_000,
+        description=(
+            "Delete the TaoBrevJob this many seconds after it finished (status.finishedAt), as the "
+            "Kubernetes Job field does; unset: kept until deleted. Leave it unset under Argo CD or "
+            "Flux: they re-create an object deleted from under them, and the new object is a new run. "
+            "An instance a Retain job keeps stays in its retained record."
+        ),
+    )
 
     @model_validator(mode="after")
     def _no_env_collision(self) -> Self:

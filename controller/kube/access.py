@@ -333,6 +333,30 @@ class KubeAccess:
 
         return await asyncio.to_thread(_missing_as, None, _read, where)
 
+    async def delete_job(self, namespace: str, name: str, uid: str) -> bool:
+        """Delete the TaoBrevJob `uid` (a precondition: a new object of the same name is never
+        deleted for it); False when it is already gone or replaced (404, 409)."""
+        where = f"deleting TaoBrevJob {namespace}/{name}"
+
+        def _delete() -> bool:
+            try:
+                self._custom.delete_namespaced_custom_object(
+                    GROUP,
+                    VERSION,
+                    namespace,
+                    PLURAL,
+                    name,
+                    body={"preconditions": {"uid": uid}},
+                    _request_timeout=self._timeout,
+                )
+            except ApiException as exc:
+                if exc.status == 409:  # the precondition failed: another object by now
+                    return False
+                raise
+            return True
+
+        return await asyncio.to_thread(_missing_as, False, _delete, where)
+
     async def list_jobs(
         self, namespaces: Sequence[str] = (), *, page_size: int = _LIST_PAGE
     ) -> list[dict[str, Any]]:

@@ -12,7 +12,10 @@ storage change, never the whole body.
 from __future__ import annotations
 
 from collections.abc import Mapping, MutableMapping
+from datetime import datetime
 from typing import Any
+
+from controller.api.timestamps import parse_time
 
 UNUSED_METADATA = ("managedFields",)
 
@@ -23,3 +26,26 @@ def shed_unused(body: Mapping[str, Any]) -> None:
     if isinstance(meta, MutableMapping):
         for key in UNUSED_METADATA:
             meta.pop(key, None)
+
+
+def ttl_fields(body: Mapping[str, Any]) -> tuple[str, str, str, datetime | None, int | None]:
+    """(namespace, name, uid, status.finishedAt, spec.ttlSecondsAfterFinished) of a watched body,
+    read without parsing the whole spec (every watch event of every job passes here)."""
+    meta = body.get("metadata") or {}
+    spec = body.get("spec") or {}
+    status = body.get("status") or {}
+    ttl = spec.get("ttlSecondsAfterFinished") if isinstance(spec, Mapping) else None
+    finished = status.get("finishedAt") if isinstance(status, Mapping) else None
+    at: datetime | None = None
+    if isinstance(ttl, int) and not isinstance(ttl, bool) and ttl >= 0:
+        try:
+            at = parse_time(finished)
+        except ValueError:
+            at = None
+    return (
+        str(meta.get("namespace") or ""),
+        str(meta.get("name") or ""),
+        str(meta.get("uid") or ""),
+        at,
+        ttl if at is not None else None,
+    )

@@ -202,6 +202,7 @@ def test_operator_cluster_role_is_exactly_what_kopf_and_the_reconciler_use() -> 
         ("taobrev.io", "taobrevjobs", "list"),
         ("taobrev.io", "taobrevjobs", "watch"),
         ("taobrev.io", "taobrevjobs", "patch"),
+        ("taobrev.io", "taobrevjobs", "delete"),  # spec.ttlSecondsAfterFinished only (fleet/ttl.py)
         ("taobrev.io", "taobrevjobs/status", "get"),
         ("taobrev.io", "taobrevjobs/status", "patch"),
         ("taobrev.io", "taobrevnotifiers", "list"),  # notifications: a job's notifiers
