@@ -12,6 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from controller.observability.job_metrics import JobGauges
 from controller.observability.logs import forget_registered_secrets, register_secret
 from controller.observability.metrics import PHASES, Recorder, RedactingRegistry
+from controller.observability.node_costs import NodeCost
 
 
 class FakeClock:
@@ -79,7 +80,9 @@ def test_exposed_names_types_and_labels(registry: CollectorRegistry, rec: Record
     rec.lane_state("pull", in_flight=64, waiting=3)
     rec.lane_waited("pull", 12.0, obtained=False)
     rec.queued({("ns", "NamespaceInstanceLimit"): 2})
+    rec.node_costs([NodeCost("i-1", "tbj-abc", "g6e.xlarge", "aws", 1, 1.86)], ["i-1"])
 
+    node = {"instance", "node", "instance_type", "region", "provider_id", "provider"}  # OpenCost's + provider
     expected = {
         "taobrev_job_phase": ("gauge", {"namespace", "name", "phase"}),
         "taobrev_job_phase_entered_timestamp_seconds": ("gauge", {"namespace", "name", "phase"}),
@@ -110,6 +113,9 @@ def test_exposed_names_types_and_labels(registry: CollectorRegistry, rec: Record
         "taobrev_orphans_deleted": ("counter", {"reason"}),
         "taobrev_orphan_sweeps": ("counter", {"result"}),
         "taobrev_queued_jobs": ("gauge", {"namespace", "reason"}),
+        "node_total_hourly_cost": ("gauge", node),
+        "node_gpu_hourly_cost": ("gauge", node),
+        "node_gpu_count": ("gauge", node),
     }
     text = generate_latest(registry).decode()
     # prometheus_client also exposes <counter|histogram>_created gauges (the Deployment turns them
