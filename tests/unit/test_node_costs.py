@@ -6,7 +6,9 @@ on a standby, none for an unpriced type."""
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Sequence
+from pathlib import Path
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
@@ -171,3 +173,18 @@ def test_series_stay_bounded_over_many_instances() -> None:
         rows = [NodeCost(f"i-{wave}-{n}", f"tbj-{wave}-{n}", "quad", "hyperstack", 4, 8.0) for n in range(20)]
         recorder.node_costs(rows, (r.instance_id for r in rows))
     assert {f: len(v) for f, v in series(registry).items()} == dict.fromkeys(FAMILIES, 20)
+
+
+def test_the_metrics_reference_documents_the_node_gauges_as_exposed() -> None:
+    """docs/observability.md's OpenCost table names each node gauge with its exposed type and labels."""
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "observability.md").read_text()
+    rows = re.findall(r"^\| `(node_[a-z_]+)` \| (\w+) \| ([^|]*) \|", doc, re.MULTILINE)
+    documented = {name: (kind, {x.strip() for x in labels.split(",")}) for name, kind, labels in rows}
+    registry = CollectorRegistry()
+    Recorder(registry).node_costs([NodeCost("i-1", "tbj-a", "quad", "hyperstack", 4, 8.0)], ["i-1"])
+    exposed = {
+        f.name: (f.type, {k for s in f.samples for k in s.labels})
+        for f in text_string_to_metric_families(generate_latest(registry).decode())
+        if f.name.startswith("node_")
+    }
+    assert documented == exposed
