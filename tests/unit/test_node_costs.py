@@ -21,8 +21,10 @@ from controller.fleet.leadership import SoleLeader
 from controller.fleet.node_cost_feed import NodeCostFeed
 from controller.observability.metrics import Recorder
 from controller.observability.node_costs import LABELS, NodeCost, priced
+from tests import status_paths
 from tests.fakes.brev import FakeBrev
 from tests.fakes.clock import FakeClock
+from tests.fakes.harness import Harness
 
 CLUSTER = "cluster-a"
 DEPLOYMENT = naming.DEFAULT_DEPLOYMENT
@@ -188,3 +190,22 @@ def test_the_metrics_reference_documents_the_node_gauges_as_exposed() -> None:
         if f.name.startswith("node_")
     }
     assert documented == exposed
+
+
+def test_a_jobs_confirmed_deletion_drops_its_instances_series_without_waiting_for_a_listing() -> None:
+    """The real Reconciler over the fakes, with no feed running: only the pass that records
+    `deletedAt` can take the series away."""
+    h = Harness()
+
+    async def drive() -> str:
+        await h.run_until(lambda h: bool(status_paths.instance(h.status).get("id")))
+        inst = status_paths.instance(h.status)
+        iid = str(inst["id"])
+        h.recorder.node_costs([NodeCost(iid, str(inst["name"]), "g6.xlarge", "aws", 1, 1.5)], [iid])
+        assert h.recorder.node_ids() == {iid}
+        await h.run(seconds=7200)
+        return str(status_paths.instance(h.status).get("deletedAt") or "")
+
+    deleted_at = asyncio.run(drive())
+    assert h.finished and deleted_at
+    assert h.recorder.node_ids() == set()
