@@ -47,6 +47,7 @@ class NodeCostFeed:
         self._leadership = leadership
         self._mark = naming.owner_mark(cluster_id, deployment)
         self._interval = interval
+        self._unpriced = 0  # said once per change, not every refresh
 
     def _ours(self, name: str) -> bool:
         return naming.mark_of(name) == self._mark
@@ -77,7 +78,10 @@ class NodeCostFeed:
             catalog = ()
         rows = priced(listing, catalog, self._ours)
         unpriced = sum(1 for i in listing if self._ours(i.name)) - len(rows)
-        if unpriced:
-            log.info("node_costs_unpriced_instances", count=unpriced)
+        if unpriced != self._unpriced:
+            log.info(
+                "node_costs_unpriced_instances", count=unpriced, hint="no price in `brev search`: no series"
+            )
+            self._unpriced = unpriced
         self._recorder.node_costs(rows, (i.id for i in listing))
         return len(rows)
