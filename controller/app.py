@@ -32,6 +32,7 @@ from controller.effects.directory import InstanceDirectory
 from controller.effects.pricing import PriceBook
 from controller.fleet.leadership import KubeLeaseStore, LeaderElector, Leadership, SoleLeader, identity
 from controller.fleet.ledger import Fleet, quotas_from
+from controller.fleet.node_cost_feed import NodeCostFeed
 from controller.fleet.orphans import Policy
 from controller.fleet.retained import RetainedStore
 from controller.fleet.sweeper import Sweeper
@@ -80,6 +81,8 @@ class App:
     notifier: Notifier | None = None
     # spec.ttlSecondsAfterFinished (controller/fleet/ttl.py): fed by the watch, its task started at startup.
     reaper: FinishedReaper | None = None
+    # OpenCost's node gauges (controller/fleet/node_cost_feed.py); started by the kopf startup handler.
+    node_costs: NodeCostFeed | None = None
 
 
 def build(settings: Settings, events: EventSink) -> App:
@@ -220,6 +223,15 @@ def build(settings: Settings, events: EventSink) -> App:
         grace=settings.orphan_grace,
         listing_max_age=settings.listing_max_age,
         namespaces=settings.namespaces,
+    )
+    app.node_costs = NodeCostFeed(
+        directory=directory,
+        prices=prices,
+        recorder=recorder,
+        leadership=app.leadership,
+        cluster_id=settings.resolved_cluster_id(),
+        deployment=settings.resolved_deployment_id(),
+        interval=settings.node_cost_interval,
     )
     return app
 

@@ -132,6 +132,8 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         memo["login"] = asyncio.create_task(app_module.login_when_leading(app), name="brev login")
     if app.sweeper is not None:
         memo["sweeper"] = asyncio.create_task(app.sweeper.run(), name="orphan sweeper")
+    if app.node_costs is not None:
+        memo["node_costs"] = asyncio.create_task(app.node_costs.run(), name="node cost gauges")
     if app.notifier is not None:
         memo["notifier"] = asyncio.create_task(app.notifier.run(), name="notifier")
     if app.reaper is not None:
@@ -166,7 +168,7 @@ async def login(**_: Any) -> kopf.AiohttpSession:
 @kopf.on.cleanup()
 async def cleanup(memo: kopf.Memo, **_: Any) -> None:
     app = memo.get("app")
-    for name in ("reaper", "notifier", "sweeper", "login", "election"):
+    for name in ("reaper", "notifier", "node_costs", "sweeper", "login", "election"):
         task = memo.get(name)
         if task is not None:
             task.cancel()

@@ -689,6 +689,8 @@ class Reconciler:
                 instance=new.instance.name or "-",
                 message=new.message,
             )
+        for gone in _deleted_ids(new) - _deleted_ids(old):
+            self._recorder.node_deleted(gone)  # its OpenCost series go now, not at the next listing
         if new.run_outcome and not old.finished_at and new.finished_at:
             self._recorder.outcome(str(new.run_outcome), new.reason or "")
             exited = new.run.exited_at
@@ -706,6 +708,11 @@ class Reconciler:
             self._recorder.instance_uptime(
                 ref.namespace, ref.name, new.instance.name, (now - created).total_seconds()
             )
+
+
+def _deleted_ids(status: TaoBrevJobStatus) -> set[str]:
+    """Brev ids of the instances whose deletion the status confirms."""
+    return {a.instance.id for a in status.attempts if a.instance.id and a.instance.deleted_at}
 
 
 def _may_admit(spec: TaoBrevJobSpec | None, verdict: Verdict | None) -> bool:

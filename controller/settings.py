@@ -295,6 +295,13 @@ class Settings(BaseModel):
         le=7 * 86400,
         description="seconds an instance must stay unreferenced (from first seen) before it is an orphan",
     )
+    node_cost_interval: float = Field(
+        60.0,
+        ge=0.1,
+        le=3600,
+        description="seconds between refreshes of the OpenCost node gauges (node_total_hourly_cost ...) "
+        "from the shared `brev ls` (leader only; docs/opencost.md)",
+    )
 
     # --- notifications (controller/notify, docs/notifications.md)
     notify: bool = Field(True, description="send notifications to TaoBrevNotifiers; false: none are sent")

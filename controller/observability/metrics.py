@@ -23,6 +23,7 @@ from prometheus_client.metrics_core import Metric
 from controller.lifecycle.phases import Phase
 from controller.observability.job_metrics import JobGauges
 from controller.observability.logs import redact_text
+from controller.observability.node_costs import NodeCost, NodeCosts
 
 # The status.phase values of the TaoBrevJob API, in lifecycle order (SPEC.md).
 PHASES: Final = tuple(str(p) for p in Phase)
@@ -84,6 +85,8 @@ class Recorder:
         # Per-job series (namespace, name): one small record per job
         # (controller/observability/job_metrics.py).
         self._jobs = JobGauges(registry, PHASES)
+        # OpenCost's node gauges, one series per live instance (controller/observability/node_costs.py).
+        self._nodes = NodeCosts(registry)
         self._phase_transitions = Counter(
             "taobrev_job_phase_transitions",
             f"Phase transitions of TaoBrevJobs; from_phase={NO_PHASE!r} for a job's first phase.",
@@ -244,6 +247,20 @@ class Recorder:
 
     def leader(self, leading: bool) -> None:
         self._leader.set(1 if leading else 0)
+        if not leading:
+            self._nodes.clear()  # only the leader exports them: two replicas would double sums
+
+    # -- OpenCost node gauges (controller/fleet/node_cost_feed.py) -------------------------------
+
+    def node_costs(self, rows: Iterable[NodeCost], listed: Iterable[str]) -> None:
+        """The live instances from one listing (`listed`: every id it showed)."""
+        self._nodes.replace(rows, listed)
+
+    def node_deleted(self, instance_id: str) -> None:
+        self._nodes.drop(instance_id)
+
+    def node_ids(self) -> set[str]:
+        return self._nodes.ids()
 
     # -- brev CLI and reconcile loop -------------------------------------------------------------
 

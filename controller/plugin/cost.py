@@ -1,13 +1,16 @@
-"""`kubectl taobrev cost [NAME] [-A] [--since D] [--by namespace|job]`: billed time and dollars
-per job or per namespace over a period, from the jobs' statuses (controller/plugin/costing.py)."""
+"""`kubectl taobrev cost [NAME] [-A] [--since D] [--by namespace|job] [-o json|yaml|focus]`: billed
+time and dollars per job or per namespace over a period, from the jobs' statuses
+(controller/plugin/costing.py); `-o focus`: the finished attempts as FOCUS CSV rows
+(controller/plugin/focus.py)."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from datetime import datetime
 from typing import Any
 
-from controller.plugin import costing
+from controller.plugin import costing, focus
 from controller.plugin.kubectl import Kubectl, PluginError, add_connection_flags
 from controller.plugin.output import document, duration, format_time, table
 
@@ -23,11 +26,20 @@ EXAMPLES = """how it counts:
   its owner's bill, not the job's. Jobs deleted from the cluster took their status with them:
   for those, read the taobrev_job_estimated_cost_dollars metric's history.
 
+-o focus:
+  A CSV of FOCUS 1.2 cost and usage rows (every Mandatory column), one per finished attempt
+  that ended in the period, for FinOps tools: ChargePeriodStart/End = billedFrom/deletedAt,
+  BilledCost = EffectiveCost = ListCost = the estimated dollars (list price, not Brev's
+  invoice), PricingQuantity in Hours, ResourceId = Brev's instance id, SkuId = the instance
+  type, Tags = {"taobrev.io/namespace": ..., "taobrev.io/job": ..., "taobrev.io/attempt": ...}.
+  Attempts whose price is unknown have no row (stderr says how many). --by does not apply.
+
 examples:
   kubectl taobrev cost                          # this namespace's jobs, last 7 days
   kubectl taobrev cost -A --by namespace --since 30d
   kubectl taobrev cost train-7 --since all
   kubectl taobrev cost -A --since 2026-12-01 -o json
+  kubectl taobrev cost -A --since 30d -o focus > brev-focus.csv
 
 exit codes: 0 ok (also when nothing billed), 1 error
 """
@@ -46,7 +58,12 @@ def register(sub: Any) -> None:
         help="period start: 24h, 7d, 2w, an RFC3339 time, a date, or all (default 7d)",
     )
     parser.add_argument("--by", choices=("job", "namespace"), default="job", help="one row per (default job)")
-    parser.add_argument("-o", "--output", choices=("json", "yaml"), help="output format (default: a table)")
+    parser.add_argument(
+        "-o",
+        "--output",
+        choices=("json", "yaml", "focus"),
+        help="output format (default: a table; focus: CSV)",
+    )
     parser.set_defaults(run=run)
 
 
@@ -93,7 +110,16 @@ def run(args: argparse.Namespace, kubectl: Kubectl, now: datetime) -> int:
     except costing.PeriodError as exc:
         raise PluginError(str(exc)) from exc
     items = [kubectl.job(args.name)] if args.name else kubectl.jobs(all_namespaces=args.all_namespaces)
-    if args.output in ("json", "yaml"):
+    if args.output == "focus":
+        out = focus.export(items, since, now)
+        sys.stdout.write(focus.to_csv(out.rows))
+        if out.unpriced:
+            print(
+                f"{out.unpriced} finished attempt(s) left out: their instance type's price was never "
+                "known (FOCUS costs cannot be unknown, and unknown is not $0)",
+                file=sys.stderr,
+            )
+    elif args.output in ("json", "yaml"):
         print(document(report(items, since, now, args.by), args.output))
     else:
         print(render(items, since, now, args.by))

@@ -54,3 +54,9 @@ class NullRecorder(Recorder):
 
     def job_billing(self, *args: Any, **kwargs: Any) -> None:
         return None
+
+    def node_costs(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    def node_deleted(self, *args: Any, **kwargs: Any) -> None:
+        return None

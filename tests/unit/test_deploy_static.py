@@ -16,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from controller.observability.logs import redact_text
 from controller.observability.metrics import Recorder
+from controller.observability.node_costs import NodeCost
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
@@ -563,6 +564,8 @@ def exposed_metric_names() -> set[str]:
     rec.reconcile_duration(0.1)
     rec.instance_uptime("n", "j", "i", 1.0)
     rec.exit_to_teardown(1.0)
+    rec.job_billing("n", "j", 1.0, 0.01)
+    rec.node_costs([NodeCost("i-1", "i", "t", "aws", 1, 1.0)], ["i-1"])
     return {
         s.name for f in text_string_to_metric_families(generate_latest(registry).decode()) for s in f.samples
     }
@@ -576,7 +579,8 @@ def test_alerts_and_dashboard_only_use_exposed_metrics() -> None:
     dashboard = json.loads((DEPLOY / "monitoring" / "dashboards" / "taobrev-operator.json").read_text())
     panels = [p for p in dashboard["panels"] if p["type"] != "row"]
     exprs += [t["expr"] for p in panels for t in p["targets"]]
-    used = {m for e in exprs for m in re.findall(r"\btaobrev_[a-z_]+", e)}
+    # Ours, and OpenCost's node gauges we export (node_costs.py).
+    used = {m for e in exprs for m in re.findall(r"\b(?:taobrev|node)_[a-z_]+", e)}
     assert used, "no metric referenced"
     assert used <= names, used - names
     alerts = {r["alert"] for g in rule["spec"]["groups"] for r in g["rules"]}

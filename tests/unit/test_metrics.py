@@ -12,6 +12,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from controller.observability.job_metrics import JobGauges
 from controller.observability.logs import forget_registered_secrets, register_secret
 from controller.observability.metrics import PHASES, Recorder, RedactingRegistry
+from controller.observability.node_costs import NodeCost
 
 
 class FakeClock:
@@ -69,6 +70,8 @@ def test_exposed_names_types_and_labels(registry: CollectorRegistry, rec: Record
     rec.job_state("ns", "job", phase="Provisioning", timeout_seconds=1800, outcome="Failed", ended_at=5.0)
     rec.outcome("Failed", "ProvisioningTimeout")
     rec.brev_call("create", "ok", 12.5)
+    rec.brev_paced(0.2)
+    rec.brev_throttled("ls", "rate_limited", 0.8)
     rec.reconcile_error("BrevUnavailable")
     rec.reconcile_duration(0.02)
     rec.instance_uptime("ns", "job", "tbj-abc", 30.0)
@@ -79,7 +82,9 @@ def test_exposed_names_types_and_labels(registry: CollectorRegistry, rec: Record
     rec.lane_state("pull", in_flight=64, waiting=3)
     rec.lane_waited("pull", 12.0, obtained=False)
     rec.queued({("ns", "NamespaceInstanceLimit"): 2})
+    rec.node_costs([NodeCost("i-1", "tbj-abc", "g6e.xlarge", "aws", 1, 1.86)], ["i-1"])
 
+    node = {"instance", "node", "instance_type", "region", "provider_id", "provider"}  # OpenCost's + provider
     expected = {
         "taobrev_job_phase": ("gauge", {"namespace", "name", "phase"}),
         "taobrev_job_phase_entered_timestamp_seconds": ("gauge", {"namespace", "name", "phase"}),
@@ -90,6 +95,8 @@ def test_exposed_names_types_and_labels(registry: CollectorRegistry, rec: Record
         "taobrev_job_outcomes": ("counter", {"outcome", "reason"}),
         "taobrev_brev_cli_calls": ("counter", {"verb", "result"}),
         "taobrev_brev_cli_call_duration_seconds": ("histogram", {"verb"}),
+        "taobrev_brev_api_pace_wait_seconds": ("histogram", set()),
+        "taobrev_brev_api_throttled": ("counter", {"verb", "kind"}),
         "taobrev_reconcile_errors": ("counter", {"reason"}),
         "taobrev_reconcile_duration_seconds": ("histogram", set()),
         "taobrev_instance_uptime_seconds": ("gauge", {"namespace", "name", "instance"}),
@@ -110,6 +117,9 @@ def test_exposed_names_types_and_labels(registry: CollectorRegistry, rec: Record
         "taobrev_orphans_deleted": ("counter", {"reason"}),
         "taobrev_orphan_sweeps": ("counter", {"result"}),
         "taobrev_queued_jobs": ("gauge", {"namespace", "reason"}),
+        "node_total_hourly_cost": ("gauge", node),
+        "node_gpu_hourly_cost": ("gauge", node),
+        "node_gpu_count": ("gauge", node),
     }
     text = generate_latest(registry).decode()
     # prometheus_client also exposes <counter|histogram>_created gauges (the Deployment turns them

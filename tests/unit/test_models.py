@@ -391,7 +391,7 @@ def test_api_field_names_match_the_contract() -> None:
     props = crdgen.openapi_schema()["properties"]["spec"]["properties"]
     assert set(props) == {
         "task", "instance", "data", "credentials", "timeouts", "recovery", "budget", "priority", "suspend",
-        "dryRun", "notify", "debug",
+        "dryRun", "notify", "debug", "ttlSecondsAfterFinished",
     }  # fmt: skip
     assert set(props["notify"]["properties"]) == {"notifiers", "namespaceNotifiers", "events"}
     assert set(props["debug"]["properties"]) == {"keepInstanceOnFailure"}
