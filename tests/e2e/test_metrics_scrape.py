@@ -190,13 +190,15 @@ def test_every_metric_in_the_deploy_readme_is_exposed_after_a_run(stack: Stack) 
         if during[name].samples or after[name].samples:
             assert seen == doc.labels, (name, sorted(seen), sorted(doc.labels))
     # A clean run produces a series for every metric but those counting trouble or waiting — the
-    # error counter, lanes out of slots, jobs held by a quota (none is set here) — the training
+    # error counter, lanes out of slots, Brev refusing calls, jobs held by a quota (none is set
+    # here) — the training
     # gauges, which exist only between an epoch's end and the run's (the default 30 s waits read no
     # epoch here; tests/e2e/test_progress.py scrapes them mid-run) — and the notifications (no
     # TaoBrevNotifier here). So the label check above covered all the others
     # (tests/unit/test_metrics.py and tests/unit/test_notify.py check those labels).
     silent = {n for n in docs if not (during[n].samples or after[n].samples)}
     quiet = {"taobrev_reconcile_errors_total", "taobrev_lane_busy_total", "taobrev_queued_jobs"}
+    quiet |= {"taobrev_brev_api_throttled_total"}  # Brev never refuses here
     quiet |= {"taobrev_job_progress_ratio", "taobrev_job_eta_seconds", "taobrev_job_loss"}
     quiet |= {n for n in docs if n.startswith(("taobrev_notification_", "taobrev_notifications_"))}
     assert silent <= quiet, silent
