@@ -32,6 +32,7 @@ from controller import app as app_module
 from controller.api.errors import PermanentError, TransientError
 from controller.api.naming import CANCEL_ANNOTATION
 from controller.brev.childwatch import raise_open_files_limit, use_pidfd_watcher
+from controller.fleet import kueue
 from controller.fleet.leadership import NotLeading, lead_or_stop
 from controller.kube.access import GROUP, PLURAL, VERSION, resolve_connection
 from controller.kube.bodies import shed_unused
@@ -208,6 +209,24 @@ async def cancel_requested(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     app = memo.get("app")
     if app is not None:
         app.reconciler.notice(JobRef.from_body(body))
+
+
+# Kueue's Workloads of our jobs (TAOBREV_KUEUE, docs/kueue.md): an eviction, or an admission of a
+# waiting job, wakes the owning job's pass as a cancel does; the pass reads the Workload itself.
+# Without Kueue installed kopf finds no such resource and watches nothing.
+@kopf.on.event(
+    kueue.GROUP,
+    kueue.VERSION,
+    kueue.WORKLOADS,
+    labels={kueue.MANAGED_BY_LABEL: kueue.MANAGED_BY},
+    id="kueue-workload",
+)
+async def workload_event(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    app = memo.get("app")
+    woken = kueue.wakes(body)
+    if app is not None and app.settings.kueue and woken is not None:
+        uid, state = woken
+        app.reconciler.wake(uid, evicted=state == kueue.State.EVICTED)
 
 
 FINALIZER_WAIT = 5.0  # s: how long a new object's first pass waits for kopf's finalizer patch

@@ -211,6 +211,18 @@ class Reconciler:
         if cancel is not None:
             cancel.set()
 
+    def wake(self, uid: str, *, evicted: bool) -> None:
+        """Kueue evicted (or admitted) the job's Workload (a watch event, controller/handlers.py):
+        cut short the pass or wait in flight, so an eviction stops the run within moments rather
+        than at the end of a long exit wait. An admission wakes only a job that waits for one."""
+        wake = self._cancels.get(uid)
+        if wake is None:
+            return
+        written = self._written.get(uid)
+        waiting = written is not None and (written.queued or recovery.awaiting_readmission(written.status()))
+        if evicted or waiting:
+            wake.set()
+
     async def rest(self, ref: JobRef, delay: float, wait: Callable[[float], Awaitable[object]]) -> None:
         """The daemon's wait between passes, `wait(delay)` (kopf's stopped.wait: the delay, or
         until the daemon is stopped), cut short by a cancel the last pass did not know of."""
@@ -245,7 +257,7 @@ class Reconciler:
             return await work
         work.cancel()
         await asyncio.wait({work})  # let it unwind (locks released, subprocess groups killed)
-        log.info("cancel requested (annotation); passing again", name=ref.name, namespace=ref.namespace)
+        log.info("woken (cancel annotation or Kueue); passing again", name=ref.name, namespace=ref.namespace)
         return 0.0
 
     async def _reconcile(self, ref: JobRef) -> float | None:

@@ -50,6 +50,9 @@ QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 PRIORITY_CLASS_LABEL = "kueue.x-k8s.io/priority-class"
 # Kueue's own label for the owning job's uid (jobframework sets it too): finds the Workload.
 JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"
+# On every Workload the operator makes: its watch (controller/handlers.py) filters on it.
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY = "taobrev-operator"
 GPU_RESOURCE = "taobrev.io/gpu"
 GPU_NAME_LABEL = "taobrev.io/gpu-name"
 PODSET = "instance"
@@ -139,7 +142,7 @@ def workload_body(namespace: str, job_name: str, uid: str, demand: Demand, image
         "metadata": {
             "name": workload_name(job_name, uid),
             "namespace": namespace,
-            "labels": {JOB_UID_LABEL: uid, "app.kubernetes.io/managed-by": "taobrev-operator"},
+            "labels": {JOB_UID_LABEL: uid, MANAGED_BY_LABEL: MANAGED_BY},
             "ownerReferences": [
                 {
                     "apiVersion": OWNER_API_VERSION,
@@ -213,6 +216,16 @@ class WorkloadView:
         why = self.message(QUOTA_RESERVED) if not self.true(QUOTA_RESERVED) else self.message(ADMITTED)
         head = f"waiting for Kueue (LocalQueue {queue}, Workload {self.name})"
         return f"{head}: {why}" if why else head
+
+
+def wakes(obj: Mapping[str, Any]) -> tuple[str, State] | None:
+    """(the owning job's uid, the Workload's state) when a watch event of it may change what
+    the job does now: an eviction (its run must stop) or an admission (its wait ends)."""
+    uid = _map(_map(obj, "metadata"), "labels").get(JOB_UID_LABEL)
+    state = WorkloadView.of(obj).state
+    if not uid or state not in (State.EVICTED, State.ADMITTED):
+        return None
+    return str(uid), state
 
 
 def _condition(kind: str, status: bool, reason: str, message: str, now: datetime) -> dict[str, Any]:

@@ -8,7 +8,7 @@ import zlib
 
 from controller.api import naming, reasons
 from controller.api.models import phase_timeout
-from controller.api.status import PreflightProblem, PreflightStatus
+from controller.api.status import PreflightProblem, PreflightStatus, ResultsSummary
 from controller.api.vocabulary import Outcome
 from controller.brev.client import DELETING, FAILURE, RUNNING, STOPPED, STOPPING, CreateRequest
 from controller.fleet import admission
@@ -362,6 +362,11 @@ def evict(p: Pass, why: str) -> None:
         p.actions.append(UploadResults(p.instance))
         p.requeue = 0.0
         return
+    if p.obs.upload is not None:  # recorded on the attempt: what the next one restores from
+        uri = p.spec.data.results_uri if p.spec is not None else None
+        p.s.upload.uploaded(
+            p.now, ResultsSummary(uri=uri, objects=p.obs.upload.objects, bytes=p.obs.upload.bytes)
+        )
     recovery.end_attempt(p, reasons.KUEUE_EVICTED, message)
 
 

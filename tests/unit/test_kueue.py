@@ -183,6 +183,7 @@ def evicted_and_stopped(spec: Any = SPEC) -> Any:
     assert d.status.phase is Phase.PROVISIONING and d.status.outcome is None
     assert d.status.attempts[0].ended_reason == reasons.KUEUE_EVICTED
     assert WHY in (d.status.attempts[0].ended_message or "")
+    assert d.status.attempts[0].upload.uploaded_at == T0 + P * 2
     return d
 
 
