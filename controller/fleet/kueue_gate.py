@@ -61,7 +61,10 @@ class KueueGate:
         spec: TaoBrevJobSpec,
         raw_spec: Mapping[str, Any],
     ) -> Admission:
-        """Admitted by Kueue now, or why not (its Workload created first if need be)."""
+        """Admitted by Kueue now, or why not (its Workload created first if need be). A suspended
+        job (spec.suspend) has no Workload made until it is resumed: it is in no queue."""
+        if spec.suspend:
+            return Admission(False, admission.SUSPENDED, admission.SUSPENDED_MESSAGE)
         queue = labels[kueue.QUEUE_LABEL]
         found = await self._store.get(namespace, kueue.workload_name(name, uid))
         if found is None:
