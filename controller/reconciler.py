@@ -637,9 +637,10 @@ class Reconciler:
             # Only a written (durable) status: a restart derives the same events from it.
             stored = ref.status.get(_NOTIFIED)
             self._notifier.observe(ref.namespace, ref.name, ref.uid, stored=stored, status=new, spec=spec)
-        if self._fleet is not None:
+        by_kueue = self._by_kueue(ref)
+        if self._fleet is not None and not by_kueue:  # in no built-in queue (Fleet's `excluded`)
             self._fleet.observe(ref.uid, new)
-        if not hold and self._kueue is not None and self._by_kueue(ref):
+        if not hold and self._kueue is not None and by_kueue:
             await self._kueue.settle(ref.namespace, ref.name, ref.uid, new)
         self._account(ref, old, new)
         if new.phase:

@@ -15,14 +15,12 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from controller.fleet import kueue as kq
 from tests.brevsim.model import NOMINAL
-from tests.devenv.controlplane import ControlPlane
 from tests.devenv.kueue import KueueProcess
 from tests.fixtures.operator import Stack
 from tests.status_paths import instance
@@ -32,15 +30,6 @@ from tests.status_paths import queue as queue_of
 # 10 s: a preempted job has something to resume from.
 SIMULATION = {"epochs": 3, "epoch_seconds": 1000}
 TEAM_A = [f"a{i}" for i in range(1, 6)]
-
-
-@pytest.fixture(scope="module")
-def kueue(control_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory) -> Iterator[KueueProcess]:
-    proc = KueueProcess(control_plane, tmp_path_factory.mktemp("kueue")).start()
-    try:
-        yield proc
-    finally:
-        proc.stop()
 
 
 @pytest.fixture
