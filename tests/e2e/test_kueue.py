@@ -26,9 +26,10 @@ from tests.fixtures.operator import Stack
 from tests.status_paths import instance
 from tests.status_paths import queue as queue_of
 
-# ~30 s of training per job (3 epochs x 1000 nominal s x speed 0.01), checkpoints synced every
-# 10 s: a preempted job has something to resume from.
-SIMULATION = {"epochs": 3, "epoch_seconds": 1000}
+# ~40 s of training per job (4 epochs x 1000 nominal s x speed 0.01), checkpoints synced every
+# 10 s: the urgent job comes once both running jobs have a checkpoint in S3, so the preempted one
+# resumes from one.
+SIMULATION = {"epochs": 4, "epoch_seconds": 1000}
 TEAM_A = [f"a{i}" for i in range(1, 6)]
 
 
@@ -118,6 +119,12 @@ def poll(stack: Stack, what: str, check: Any, timeout: float = 180) -> Any:
         time.sleep(0.3)
 
 
+def checkpointed(stack: Stack, name: str) -> bool:
+    """The periodic checkpoint sync copied something (<resultsUri>/checkpoints/<job id>/)."""
+    got = stack.s3.client().list_objects_v2(Bucket=stack.bucket, Prefix=f"{name}/checkpoints/")
+    return bool(got.get("Contents"))
+
+
 def admitted(s: dict[str, Any]) -> bool:
     return bool(queue_of(s).get("admittedAt"))
 
@@ -196,8 +203,8 @@ def test_kueue_admits_two_of_five_a_second_team_borrows_and_a_preempted_job_resu
     # An urgent team-a job: Kueue preempts a running team-a job, which stops through teardown.
     poll(
         stack,
-        "both admitted team-a jobs running",
-        lambda: all(statuses(stack)[n].get("phase") == "Running" for n in running),
+        "both admitted team-a jobs with a checkpoint synced to S3",
+        lambda: all(checkpointed(stack, n) for n in running),
     )
     apply(stack, job(stack, "urgent", "team-a", **{kq.PRIORITY_CLASS_LABEL: names["urgent"]}))
 
@@ -216,6 +223,7 @@ def test_kueue_admits_two_of_five_a_second_team_borrows_and_a_preempted_job_resu
     assert "Preempted to accommodate a workload" in first["endedMessage"], first["endedMessage"]
     assert first["upload"].get("uploadedAt"), first["upload"]
     assert second["restoredAt"], second
+    assert second["resumedFromEpoch"] >= 1 and second["resumedFrom"], second  # not from scratch
     assert done["urgent"]["attempts"][0]["instance"]["name"]
 
     check_the_record(stack, done, victim)
