@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -125,6 +126,27 @@ def checkpointed(stack: Stack, name: str) -> bool:
     return bool(got.get("Contents"))
 
 
+def event_time(event: dict[str, Any]) -> float:
+    stamp = event.get("eventTime") or event.get("firstTimestamp") or event.get("lastTimestamp")
+    return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
+
+
+def stopped_within(stack: Stack, job: str, seconds: float) -> bool:
+    """The job began to stop (its Warning EvictedByKueue) within `seconds` of Kueue's preemption
+    of its Workload (Kueue's own Event on it), not at the end of a long exit wait."""
+    got = json.loads(stack.kubectl("get", "events", "-n", stack.namespace, "-o", "json").stdout)["items"]
+    wl = [
+        e
+        for e in got
+        if e["involvedObject"]["name"].startswith(f"taobrevjob-{job}-") and e["reason"] == "Preempted"
+    ]
+    ours = [e for e in got if e["involvedObject"]["name"] == job and e["reason"] == "EvictedByKueue"]
+    assert wl and ours, [
+        (e["involvedObject"]["name"], e["reason"]) for e in got if job in e["involvedObject"]["name"]
+    ]
+    return min(map(event_time, ours)) - min(map(event_time, wl)) <= seconds
+
+
 def admitted(s: dict[str, Any]) -> bool:
     return bool(queue_of(s).get("admittedAt"))
 
@@ -214,6 +236,7 @@ def test_kueue_admits_two_of_five_a_second_team_borrows_and_a_preempted_job_resu
         return next((n for n, why in ended.items() if why == "EvictedByKueue"), None)
 
     victim = poll(stack, "a running team-a job evicted by Kueue", evicted)
+    assert stopped_within(stack, victim, seconds=10)  # the Workload watch woke it, no exit wait
     done = {n: stack.wait_finished(n, timeout=600) for n in [*TEAM_A, "b1", "urgent"]}
     assert {n: s["outcome"] for n, s in done.items()} == dict.fromkeys(done, "Succeeded")
 

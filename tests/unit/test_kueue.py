@@ -245,3 +245,18 @@ def test_an_eviction_after_the_run_ended_changes_nothing() -> None:
     assert d.status.run_outcome == "Succeeded" and kinds(d) == kinds(
         step(done, instance=inst(), now=T0 + P * 2)
     )
+
+
+def test_only_an_eviction_or_an_admission_of_a_workload_of_ours_wakes_its_job() -> None:
+    def labelled(*conditions: tuple[str, str, str], reserved: bool = False) -> dict[str, Any]:
+        wl = workload(*conditions, reserved=reserved)
+        wl["metadata"]["labels"] = {kueue.JOB_UID_LABEL: "uid-1"}
+        return wl
+
+    assert kueue.wakes(labelled(("Evicted", "True", "Preempted"), reserved=True)) == ("uid-1", State.EVICTED)
+    admitted = labelled(
+        ("QuotaReserved", "True", "QuotaReserved"), ("Admitted", "True", "Admitted"), reserved=True
+    )
+    assert kueue.wakes(admitted) == ("uid-1", State.ADMITTED)
+    assert kueue.wakes(labelled(("QuotaReserved", "False", "Pending"))) is None  # nothing to act on
+    assert kueue.wakes(workload(("Evicted", "True", "Preempted"))) is None  # no owner uid: not ours
