@@ -22,7 +22,7 @@ demo: $(STAMP) native-deps ## Run a sample TaoBrevJob end to end on the local st
 	$(PY) -m tests.devenv demo
 
 .PHONY: test
-test: $(STAMP) lint typecheck system-deps kube-build helm-build simulate-ci ## What CI runs: lint + typecheck + a simulation slice, then the whole test suite on TEST_WORKERS workers (builds/reuses kube-apiserver + etcd)
+test: $(STAMP) lint typecheck system-deps kube-build helm-build kueue-build simulate-ci ## What CI runs: lint + typecheck + a simulation slice, then the whole test suite on TEST_WORKERS workers (builds/reuses kube-apiserver + etcd)
 	$(PY) -m pytest tests $(PYTEST_PARALLEL)
 
 ##@ Development
@@ -80,7 +80,7 @@ test-integration: $(STAMP) system-deps helm-build ## Client + simulator + S3 as 
 	$(PY) -m pytest tests/integration $(PYTEST_PARALLEL)
 
 .PHONY: test-e2e
-test-e2e: $(STAMP) system-deps kube-build helm-build ## End-to-end against the real control plane and the operator process
+test-e2e: $(STAMP) system-deps kube-build helm-build kueue-build ## End-to-end against the real control plane and the operator process
 	$(PY) -m pytest tests/e2e $(PYTEST_PARALLEL)
 
 .PHONY: test-pid1
@@ -103,7 +103,7 @@ simulate-long: $(STAMP) ## 100,000 seeds (hours on 2 cores; START=S to resume)
 	$(PY) -m tests.simulation --seeds 100000 --start $(or $(START),0) --jobs $(SIM_JOBS)
 
 .PHONY: flake-hunt
-flake-hunt: $(STAMP) system-deps helm-build ## Integration + e2e tiers RUNS times (default 5, PARALLEL at once) beside a busy loop per core; lists every test that failed (ARGS=--load W | paths | -- pytest args)
+flake-hunt: $(STAMP) system-deps helm-build kueue-build ## Integration + e2e tiers RUNS times (default 5, PARALLEL at once) beside a busy loop per core; lists every test that failed (ARGS=--load W | paths | -- pytest args)
 	$(PY) -m tests.devenv.flakehunt --runs $(or $(RUNS),5) --parallel $(or $(PARALLEL),1) $(ARGS)
 
 .PHONY: lint
@@ -142,7 +142,7 @@ bench-recovery: $(STAMP) native-deps ## Benchmark: lost instance -> resumed on a
 	$(PY) -m tests.bench_recovery
 
 .PHONY: coverage
-coverage: $(STAMP) system-deps kube-build helm-build ## Line coverage of controller/ over the whole suite, subprocesses included (the operator, the plugin): report in .coverage-report.txt
+coverage: $(STAMP) system-deps kube-build helm-build kueue-build ## Line coverage of controller/ over the whole suite, subprocesses included (the operator, the plugin): report in .coverage-report.txt
 	rm -rf .coverage-data && mkdir -p .coverage-data
 	COVERAGE_FILE=$(CURDIR)/.coverage-data/.coverage $(PY) -m coverage run -m pytest tests $(PYTEST_PARALLEL) -p no:cacheprovider $(ARGS)
 	COVERAGE_FILE=.coverage-data/.coverage $(PY) -m coverage combine --quiet .coverage-data
@@ -155,6 +155,10 @@ helm-build: $(STAMP) ## Build (or reuse the cached) helm 3 and helm 4 for the ch
 
 kube-build: $(STAMP) ## Build (or reuse the cached) kube-apiserver and etcd
 	$(PY) -m tests.devenv.kubebuild
+
+.PHONY: kueue-build
+kueue-build: $(STAMP) ## Build (or reuse the cached) kueue-controller-manager for the Kueue e2e tests (docs/kueue.md; ~5 min on 2 cores the first time)
+	$(PY) -m tests.devenv.kueuebuild
 
 .PHONY: up
 up: $(STAMP) ## Start the local control plane (CRD installed) and print the kubeconfig path

@@ -30,6 +30,8 @@ from controller.brev.pace import BrevPace, PacePolicy
 from controller.effects.actions import ActionRunner
 from controller.effects.directory import InstanceDirectory
 from controller.effects.pricing import PriceBook
+from controller.fleet import kueue
+from controller.fleet.kueue_gate import KueueGate
 from controller.fleet.leadership import KubeLeaseStore, LeaderElector, Leadership, SoleLeader, identity
 from controller.fleet.ledger import Fleet, quotas_from
 from controller.fleet.node_cost_feed import NodeCostFeed
@@ -39,6 +41,7 @@ from controller.fleet.sweeper import Sweeper
 from controller.fleet.ttl import FinishedReaper
 from controller.kube.access import KubeAccess, api_client, resolve_connection
 from controller.kube.secret_arrivals import SecretArrivals
+from controller.kube.workloads import WorkloadStore
 from controller.lifecycle.machine import decide
 from controller.logapi.archive import Archive
 from controller.logapi.auth import Authorizer, RequestHeaderConfig, server_context, trust_front_proxy
@@ -170,6 +173,18 @@ def build(settings: Settings, events: EventSink) -> App:
         else None
     )
 
+    # Admission by a real Kueue for the jobs labelled with a queue (docs/kueue.md).
+    kueue_gate = (
+        KueueGate(
+            WorkloadStore(
+                api_client(resolve_connection(settings)), request_timeout=settings.kube_request_timeout
+            ),
+            clock=lambda: datetime.now(UTC),
+        )
+        if settings.kueue
+        else None
+    )
+
     def new_reconciler() -> Reconciler:
         # A fresh fleet per leadership term: the new leader starts from a listing (the API's
         # status.queue.admittedAt is the truth after a failover), never from an earlier term's memory.
@@ -179,6 +194,7 @@ def build(settings: Settings, events: EventSink) -> App:
                 settings.max_instances, settings.namespace_max_instances, settings.namespace_max_gpus
             ),
             namespaces=settings.namespaces,
+            excluded=kueue.managed_body if kueue_gate is not None else None,
         )
         return Reconciler(
             kube=kube,
@@ -194,6 +210,7 @@ def build(settings: Settings, events: EventSink) -> App:
             retained=retained,
             prices=prices,
             fleet=fleet,
+            kueue=kueue_gate,
             wake_queued=True,
             preflight=new_preflight if settings.preflight else None,
             notifier=notifier,

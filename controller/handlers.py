@@ -32,6 +32,7 @@ from controller import app as app_module
 from controller.api.errors import PermanentError, TransientError
 from controller.api.naming import CANCEL_ANNOTATION
 from controller.brev.childwatch import raise_open_files_limit, use_pidfd_watcher
+from controller.fleet import kueue
 from controller.fleet.leadership import NotLeading, lead_or_stop
 from controller.kube.access import GROUP, PLURAL, VERSION, resolve_connection
 from controller.kube.bodies import shed_unused, ttl_fields
@@ -108,6 +109,8 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         raise kopf.PermanentError(redact_text(str(exc))) from exc
     app = app_module.build(ours, _post_event)
     memo["app"] = app
+    if ours.kueue:
+        _watch_workloads()
     if ours.metrics_port:
         serve_metrics(app.registry, ours.metrics_host, ours.metrics_port)
     if ours.liveness_endpoint:
@@ -216,6 +219,32 @@ async def cancel_requested(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     app = memo.get("app")
     if app is not None:
         app.reconciler.notice(JobRef.from_body(body))
+
+
+# Kueue's Workloads of our jobs (TAOBREV_KUEUE, docs/kueue.md): an eviction, or an admission of a
+# waiting job, wakes the owning job's pass as a cancel does; the pass reads the Workload itself.
+# Registered by `startup` only with the integration on (kopf's resource observer starts after
+# the startup handlers): otherwise nothing watches Workloads. Without Kueue's CRDs kopf finds no
+# such resource and watches nothing either.
+async def workload_event(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    app = memo.get("app")
+    woken = kueue.wakes(body)
+    if app is not None and woken is not None:
+        uid, state = woken
+        app.reconciler.wake(uid, evicted=state == kueue.State.EVICTED)
+
+
+_WORKLOAD_WATCH: set[str] = set()  # registered once per process (tests run the operator again)
+
+
+def _watch_workloads() -> None:
+    if _WORKLOAD_WATCH:
+        return
+    _WORKLOAD_WATCH.add("kueue-workload")
+    labels = {kueue.MANAGED_BY_LABEL: kueue.MANAGED_BY}
+    kopf.on.event(kueue.GROUP, kueue.VERSION, kueue.WORKLOADS, labels=labels, id="kueue-workload")(
+        workload_event
+    )
 
 
 FINALIZER_WAIT = 5.0  # s: how long a new object's first pass waits for kopf's finalizer patch

@@ -17,7 +17,7 @@ import functools
 import pickle
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
@@ -34,13 +34,15 @@ from controller.brev.envfile import JobSecrets
 from controller.effects.actions import ActionRunner, JobContext
 from controller.effects.directory import InstanceDirectory
 from controller.effects.pricing import PriceBook
+from controller.fleet import kueue
 from controller.fleet.admission import Admission, JobFacts, gpus_of
+from controller.fleet.kueue_gate import KueueGate
 from controller.fleet.ledger import Fleet
 from controller.fleet.retained import RetainedStore
 from controller.fleet.retained_record import record_for
 from controller.kube.access import KubeAccess
 from controller.kube.secret_cache import SecretCache
-from controller.lifecycle import budget
+from controller.lifecycle import budget, recovery
 from controller.lifecycle.backoff import exponential
 from controller.lifecycle.conditions import is_admitted
 from controller.lifecycle.phases import Phase
@@ -87,6 +89,7 @@ class JobRef:
     has_finalizer: bool = True
     # The annotation taobrev.io/cancel's value (`kubectl taobrev cancel`), when set.
     cancel_requested: str | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
     def from_body(cls, body: Mapping[str, Any], *, deleting: bool | None = None) -> JobRef:
@@ -103,6 +106,7 @@ class JobRef:
             body=body,
             has_finalizer=FINALIZER in (meta.get("finalizers") or ()),
             cancel_requested=str(cancel) if cancel is not None else None,
+            labels=dict(meta.get("labels") or {}),
         )
 
 
@@ -134,6 +138,7 @@ class Reconciler:
         retained: RetainedStore | None = None,
         prices: PriceBook | None = None,
         fleet: Fleet | None = None,
+        kueue: KueueGate | None = None,
         wake_queued: bool = False,
         preflight: PreflightFactory | None = None,
         notifier: Notifier | None = None,
@@ -145,6 +150,8 @@ class Reconciler:
         self._preflight = preflight(self._load_secrets, self._secrets.get) if preflight else None
         # Admission under the quotas (None: none wired, every job is admitted at once).
         self._fleet = fleet
+        # Admission by a real Kueue for jobs labelled with a queue (None: TAOBREV_KUEUE=false).
+        self._kueue = kueue
         # A queued job's pass waits (unlocked) for a released slot instead of the whole poll
         # interval: the fleet wakes it when a job holding a slot finishes.
         self._wake_queued = wake_queued
@@ -188,6 +195,8 @@ class Reconciler:
             self._notifier.forget(ref.uid)
         if self._fleet is not None:
             self._fleet.forget(ref.uid)
+        if self._kueue is not None:
+            self._kueue.forget(ref.uid)
         if self._preflight is not None:
             self._preflight.forget(ref.uid)
         self._recorder.job_forgotten(ref.namespace, ref.name)
@@ -201,6 +210,18 @@ class Reconciler:
         cancel = self._cancels.get(ref.uid)
         if cancel is not None:
             cancel.set()
+
+    def wake(self, uid: str, *, evicted: bool) -> None:
+        """Kueue evicted (or admitted) the job's Workload (a watch event, controller/handlers.py):
+        cut short the pass or wait in flight, so an eviction stops the run within moments rather
+        than at the end of a long exit wait. An admission wakes only a job that waits for one."""
+        wake = self._cancels.get(uid)
+        if wake is None:
+            return
+        written = self._written.get(uid)
+        waiting = written is not None and (written.queued or recovery.awaiting_readmission(written.status()))
+        if evicted or waiting:
+            wake.set()
 
     async def rest(self, ref: JobRef, delay: float, wait: Callable[[float], Awaitable[object]]) -> None:
         """The daemon's wait between passes, `wait(delay)` (kopf's stopped.wait: the delay, or
@@ -236,7 +257,7 @@ class Reconciler:
             return await work
         work.cancel()
         await asyncio.wait({work})  # let it unwind (locks released, subprocess groups killed)
-        log.info("cancel requested (annotation); passing again", name=ref.name, namespace=ref.namespace)
+        log.info("woken (cancel annotation or Kueue); passing again", name=ref.name, namespace=ref.namespace)
         return 0.0
 
     async def _reconcile(self, ref: JobRef) -> float | None:
@@ -332,7 +353,7 @@ class Reconciler:
         queued = admission is not None and not admission.admitted
         secrets, blocker, trouble = await self._pass_secrets(ref, spec, status, queued)
         obs = (await self._observe(status, ref, blocker)).with_(
-            failure=trouble, admission=admission, preflight=verdict
+            failure=trouble, admission=admission, preflight=verdict, evicted=await self._evicted(ref, status)
         )
         requeue: float | None = None
         held: TaoBrevJobStatus | None = None  # the status last written, while a newer one is held back
@@ -449,11 +470,34 @@ class Reconciler:
             return None
         return await self._preflight.verdict(ref.namespace, spec, status.job_id, ref.uid)
 
+    def _by_kueue(self, ref: JobRef) -> bool:
+        return self._kueue is not None and kueue.managed_body(
+            {"metadata": {"labels": ref.labels}, "spec": ref.spec}
+        )
+
+    async def _evicted(self, ref: JobRef, status: TaoBrevJobStatus) -> str | None:
+        """Kueue's eviction message for an admitted Kueue-managed job whose attempt still runs."""
+        if self._kueue is None or not self._by_kueue(ref) or ref.deleting or status.run_outcome:
+            return None
+        if status.phase in (None, Phase.PENDING, Phase.UPLOADING, Phase.DELETED):
+            return None
+        if status.current.ended_at is not None or recovery.awaiting_readmission(status):
+            return None
+        return await self._kueue.evicted(ref.namespace, ref.name, ref.uid)
+
     async def _admission(
         self, ref: JobRef, spec: TaoBrevJobSpec | None, status: TaoBrevJobStatus
     ) -> Admission | None:
-        """The fleet's verdict for a Pending job that is not admitted yet and could be now."""
-        if self._fleet is None or spec is None or ref.deleting or not ref.has_finalizer:
+        """The fleet's (or Kueue's) verdict for a Pending job that is not admitted yet and could be
+        now, or for a job Kueue evicted that waits to be admitted again."""
+        if spec is None or ref.deleting or not ref.has_finalizer:
+            return None
+        if self._kueue is not None and self._by_kueue(ref):
+            pending = status.phase == Phase.PENDING and not status.run_outcome and not is_admitted(status)
+            if not (pending or recovery.awaiting_readmission(status)):
+                return None
+            return await self._kueue.verdict(ref.namespace, ref.name, ref.uid, ref.labels, spec, ref.spec)
+        if self._fleet is None:
             return None
         if status.phase != Phase.PENDING or status.run_outcome or is_admitted(status):
             return None
@@ -593,8 +637,11 @@ class Reconciler:
             # Only a written (durable) status: a restart derives the same events from it.
             stored = ref.status.get(_NOTIFIED)
             self._notifier.observe(ref.namespace, ref.name, ref.uid, stored=stored, status=new, spec=spec)
-        if self._fleet is not None:
+        by_kueue = self._by_kueue(ref)
+        if self._fleet is not None and not by_kueue:  # in no built-in queue (Fleet's `excluded`)
             self._fleet.observe(ref.uid, new)
+        if not hold and self._kueue is not None and by_kueue:
+            await self._kueue.settle(ref.namespace, ref.name, ref.uid, new)
         self._account(ref, old, new)
         if new.phase:
             self._gauges(ref, new, spec)

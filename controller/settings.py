@@ -248,6 +248,12 @@ class Settings(BaseModel):
         ge=0,
         description="default per-namespace cap on GPUs (annotation taobrev.io/max-gpus overrides)",
     )
+    kueue: bool = Field(
+        False,
+        description="admission of jobs labelled kueue.x-k8s.io/queue-name by a real Kueue: each gets "
+        "a Workload it owns, and nothing is created before Kueue admits it (docs/kueue.md); others "
+        "keep the built-in quotas",
+    )
     # --- leader election (controller/fleet/leadership.py; client-go's defaults 15 s / 10 s / 2 s)
     leader_election: bool = Field(
         True, description="elect one acting replica through a Lease; false only for a lone local run"

@@ -73,6 +73,10 @@ class KubernetesPins(_Frozen):
     kubectl_pypi: str
 
 
+class KueuePins(_Frozen):
+    version: str
+
+
 class GoPins(_Frozen):
     toolchain: str
 
@@ -87,6 +91,7 @@ class Versions(_Frozen):
     images: Images
     brev: BrevPins
     kubernetes: KubernetesPins
+    kueue: KueuePins
     go: GoPins
     helm: HelmPins
 

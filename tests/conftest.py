@@ -3,7 +3,8 @@
 - cluster: the real local control plane (kube-apiserver + etcd + kubectl), a namespace per test;
 - s3: moto in server mode on loopback;
 - brevsim: the Brev CLI simulator (bin dir to put first on PATH, fault injection, call record);
-- operator: the operator as a separate process against all of the above.
+- operator: the operator as a separate process against all of the above;
+- kueue: the real kueue-controller-manager against the control plane (on demand).
 
 It also holds the unit tier to its promise (no I/O, seconds): while a test under tests/unit is set
 up and runs, starting a program or touching the network raises `UnitTierIOError`. The
@@ -24,6 +25,7 @@ pytest_plugins = [
     "tests.fixtures.brevsim",
     "tests.fixtures.operator",
     "tests.fixtures.webhook",
+    "tests.fixtures.kueue",
 ]
 
 UNIT_DIR = Path(__file__).resolve().parent / "unit"

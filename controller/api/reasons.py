@@ -76,6 +76,9 @@ RECOVERING = "Recovering"
 ATTEMPT_STARTED = "AttemptStarted"
 CHECKPOINT_SYNC_FAILED = "CheckpointSyncFailed"
 CHECKPOINT_RESTORED = "CheckpointRestored"
+# Kueue evicted the admitted job (preemption, a stopped or deleted queue; docs/kueue.md): the
+# attempt stops through teardown and the job waits, nothing created, until Kueue admits it again.
+KUEUE_EVICTED = "EvictedByKueue"
 
 # --- pre-flight (controller/preflight/checker.py): why a Pending job waits instead of creating --------
 # In status.reason, the Ready condition and a Warning Event while the job waits; the outcome's

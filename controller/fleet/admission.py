@@ -44,7 +44,9 @@ NAMESPACE_GPU_LIMIT = "NamespaceGPULimit"
 NOT_ADMITTED = "NotAdmitted"
 NOT_QUEUED = "NotQueued"
 NOT_SUSPENDED = "NotSuspended"
-LIMIT_REASONS = (CLUSTER_INSTANCE_LIMIT, NAMESPACE_INSTANCE_LIMIT, NAMESPACE_GPU_LIMIT)
+# Its Workload waits for Kueue (TAOBREV_KUEUE and the label kueue.x-k8s.io/queue-name; docs/kueue.md).
+WAITING_FOR_KUEUE = "WaitingForKueue"
+LIMIT_REASONS = (CLUSTER_INSTANCE_LIMIT, NAMESPACE_INSTANCE_LIMIT, NAMESPACE_GPU_LIMIT, WAITING_FOR_KUEUE)
 
 # Namespace annotations that override the operator's per-namespace defaults.
 MAX_INSTANCES_ANNOTATION = "taobrev.io/max-instances"

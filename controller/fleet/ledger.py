@@ -67,8 +67,11 @@ class Fleet:
         relist_after: float = 60.0,
         namespace_ttl: float = 10.0,
         clock: Callable[[], float] = time.monotonic,
+        excluded: Callable[[Mapping[str, Any]], bool] | None = None,
     ) -> None:
         self._source = source
+        # Jobs another admission owns (Kueue's: controller/fleet/kueue_gate.py): in no built-in queue.
+        self._excluded = excluded
         self._defaults = quotas
         self._namespaces = tuple(namespaces)
         self._relist_after = relist_after
@@ -203,6 +206,8 @@ class Fleet:
 
     async def _relist(self) -> None:
         bodies = await self._source.list_jobs(self._namespaces)
+        if self._excluded is not None:
+            bodies = [b for b in bodies if not self._excluded(b)]
         listed = {f.uid: self._sticky(f) for f in map(JobFacts.from_body, bodies) if f.uid}
         for uid in set(self._admitted) - set(listed):
             self._admitted.discard(uid)

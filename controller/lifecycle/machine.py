@@ -54,6 +54,7 @@ from controller.lifecycle.identities import same_reach
 from controller.lifecycle.phases import PHASES, TRANSITIONS, Phase
 from controller.lifecycle.run_phases import (
     assign_names,
+    evict,
     pending,
     process_silence,
     provisioning,
@@ -169,7 +170,7 @@ def decide(
     if not _handle_failure(p):
         recovery.track(p)
         recovery.check_budget(p)
-        _step(p, namespace=namespace, name=name, uid=uid)
+        _evicted_or_step(p, namespace=namespace, name=name, uid=uid)
     return _finish(p, generation, requeue=p.requeue)
 
 
@@ -237,6 +238,26 @@ def _handle_failure(p: Pass) -> bool:  # noqa: PLR0911, PLR0912 - one branch per
             f"remove ~/taobrev/{p.s.job_id} on it by hand",
         )
     return True
+
+
+def _evicted_or_step(p: Pass, *, namespace: str, name: str, uid: str) -> None:
+    if not _evicted(p):
+        _step(p, namespace=namespace, name=name, uid=uid)
+
+
+def _evicted(p: Pass) -> bool:
+    """Kueue evicted the admitted job while its attempt runs: stop it (run_phases.evict). True when
+    that took the pass; before the run began the attempt ends here and the phase's step goes on."""
+    why = p.obs.evicted
+    if why is None or p.s.run_outcome or p.phase in (Phase.PENDING, Phase.UPLOADING, Phase.DELETED):
+        return False
+    if not p.s.attempts or p.s.current.ended_at is not None or recovery.awaiting_readmission(p.s):
+        return False  # stopped already: its instance is being deleted, or it waits for Kueue
+    if p.phase == Phase.RUNNING:
+        evict(p, why)
+        return True
+    recovery.end_attempt(p, reasons.KUEUE_EVICTED, f"evicted by Kueue: {why}")
+    return False
 
 
 def _create_failed(p: Pass, f: ActionFailure) -> None:

@@ -31,6 +31,7 @@ from datetime import datetime
 from controller.api import naming, reasons
 from controller.api.status import (
     CheckpointStatus,
+    TaoBrevJobStatus,
 )
 from controller.api.vocabulary import Outcome
 from controller.brev.client import STOPPED, STOPPING
@@ -62,6 +63,11 @@ def attempt_no(p: Pass) -> int:
     return p.s.attempt or 1
 
 
+def _evictions(status: TaoBrevJobStatus) -> int:
+    """Attempts Kueue's evictions ended: not the job's failures, so they spend no attempt."""
+    return sum(1 for a in status.attempts or () if a.ended_reason == reasons.KUEUE_EVICTED)
+
+
 def may_retry(p: Pass) -> bool:
     """Another attempt may follow this one: recovery applies, the run has not ended, the job is
     not being deleted, attempts are left, and so is budget. Without budget the run ends with
@@ -74,7 +80,7 @@ def may_retry(p: Pass) -> bool:
         and p.spec is not None
         and not p.s.run_outcome
         and not p.obs.deleting
-        and attempt_no(p) < p.spec.recovery.max_attempts
+        and attempt_no(p) - _evictions(p.s) < p.spec.recovery.max_attempts
         and over_budget(p) is None
     )
 
@@ -131,6 +137,22 @@ def release_previous(p: Pass, released: bool) -> None:
 
 def ended_not_switched(p: Pass) -> bool:
     return p.s.current.ended_at is not None and p.s.run_outcome is None
+
+
+def awaiting_readmission(status: TaoBrevJobStatus) -> bool:
+    """Kueue evicted the job, that attempt's instance is confirmed deleted and the next attempt has
+    asked Brev nothing yet: the job waits for Kueue to admit it again (docs/kueue.md). Also the
+    moment its Workload's quota reservation may go back to Kueue."""
+    attempts = status.attempts or []
+    if len(attempts) < 2 or status.run_outcome:
+        return False
+    previous, current = attempts[-2], attempts[-1]
+    return (
+        previous.ended_reason == reasons.KUEUE_EVICTED
+        and previous.instance.deleted_at is not None
+        and current.instance.create_requested_at is None
+        and current.ended_at is None
+    )
 
 
 def _next_attempt(p: Pass) -> None:

@@ -8,7 +8,7 @@ import zlib
 
 from controller.api import naming, reasons
 from controller.api.models import phase_timeout
-from controller.api.status import PreflightProblem, PreflightStatus
+from controller.api.status import PreflightProblem, PreflightStatus, ResultsSummary
 from controller.api.vocabulary import Outcome
 from controller.brev.client import DELETING, FAILURE, RUNNING, STOPPED, STOPPING, CreateRequest
 from controller.fleet import admission
@@ -250,6 +250,8 @@ def process_instance_loss(p: Pass) -> bool:
 
 
 def provisioning(p: Pass) -> None:
+    if recovery.awaiting_readmission(p.s) and not _readmitted(p):
+        return  # evicted by Kueue: nothing is created until it admits the job again
     if _check_timeout(p):
         _step_after_end(p)
         return
@@ -310,6 +312,62 @@ def _provisioning_absent(p: Pass) -> None:
         p.s.instance.create_sent(p.now, p.obs.identity, asked_before=p.asked_brev())
         p.actions.append(CreateInstance(_create_request(p)))
         p.events.append(EventNote("Normal", reasons.INSTANCE_CREATE_REQUESTED, f"brev create {p.instance}"))
+
+
+def _readmitted(p: Pass) -> bool:
+    """After a Kueue eviction (its instance confirmed deleted): has Kueue admitted the job again?
+    Then the next attempt's create follows, its Provisioning deadline counted from now; until then
+    the job waits with no deadline of ours (Kueue's queue holds it). None: no Kueue wired."""
+    verdict = p.obs.admission
+    if verdict is not None and not verdict.admitted:
+        evicted = p.s.attempts[-2].ended_message or "evicted by Kueue"
+        p.s.reason = reasons.KUEUE_EVICTED
+        p.s.message = clip(
+            f"{evicted}; instance deleted, nothing created until admitted again: {verdict.message}"
+        )
+        return False
+    p.s.phase_times = {**p.s.phase_times, str(Phase.PROVISIONING): p.now}
+    p.s.reason = reasons.RECOVERING
+    message = verdict.message if verdict is not None else "admitted"
+    p.s.message = clip(f"{message}; attempt {p.s.current.attempt}: creating instance {p.instance}")
+    again = clip(f"admitted again after an eviction: {message}")
+    p.events.append(EventNote("Normal", admission.ADMITTED, again))
+    return True
+
+
+def evict(p: Pass, why: str) -> None:
+    """Kueue evicted the running job: stop the container within the grace, upload what it made
+    (one attempt, as a retried exit code does: the next attempt's restore reads results and
+    checkpoints back), then this attempt ends. Its instance is deleted and confirmed in
+    Provisioning before the quota goes back to Kueue, and the next attempt waits for Kueue there."""
+    message = f"evicted by Kueue: {why}"
+    if p.obs.exit_code is not None and p.s.run.exit_code is None:
+        p.s.run.exited(p.obs.exit_code, p.obs.exit_finished_at or p.now)
+    stopped = p.s.run.exit_code is not None or p.obs.container_stopped
+    if not stopped and p.s.run.started_at is not None:
+        if p.s.run.ended_at is None:
+            p.events.append(EventNote("Warning", reasons.KUEUE_EVICTED, clip(f"{message}; stopping the run")))
+        p.s.run.ended(p.now)
+        if p.since(p.s.run.ended_at) <= p.tun.grace:
+            p.s.reason = reasons.KUEUE_EVICTED
+            p.s.message = clip(f"{message}; stopping container {p.s.job_id}")
+            p.actions.append(StopContainer(p.instance))
+            left = p.tun.grace - p.since(p.s.run.ended_at)
+            bound = max(min(1.0, p.tun.wait_timeout), min(p.tun.wait_timeout, left))
+            p.actions.append(WaitForExit(p.instance, timeout_seconds=bound, start_if_missing=False))
+            p.requeue = 0.0
+            return
+    if p.s.run.started_at is not None and p.obs.upload is None and not p.s.upload.attempts:
+        p.s.message = clip(f"{message}; uploading results and checkpoints before the instance goes")
+        p.actions.append(UploadResults(p.instance))
+        p.requeue = 0.0
+        return
+    if p.obs.upload is not None:  # recorded on the attempt: what the next one restores from
+        uri = p.spec.data.results_uri if p.spec is not None else None
+        p.s.upload.uploaded(
+            p.now, ResultsSummary(uri=uri, objects=p.obs.upload.objects, bytes=p.obs.upload.bytes)
+        )
+    recovery.end_attempt(p, reasons.KUEUE_EVICTED, message)
 
 
 def _start(p: Pass) -> None:

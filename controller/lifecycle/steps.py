@@ -112,6 +112,9 @@ class Observation:
     # the reconciler from the fleet under its lock). None: no admission control is wired (unit
     # tests of the machine alone); the job is admitted at once.
     admission: Admission | None = None
+    # Kueue's eviction message when it evicted this admitted job's Workload (docs/kueue.md): the run
+    # stops through teardown and the job waits to be admitted again. None: not evicted (or no Kueue).
+    evicted: str | None = None
     # The pre-flight's verdict for a Pending job (controller/preflight/checker.py). None: no pre-flight
     # wired (unit tests of the machine alone) or not due in this pass; the job goes on.
     preflight: Verdict | None = None

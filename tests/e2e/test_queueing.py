@@ -1,5 +1,7 @@
-"""Quotas and queueing end to end (issue 13.2): ten jobs under a namespace limit of 3
-(annotation taobrev.io/max-instances on the Namespace), applied at once.
+"""Quotas and queueing end to end (issue 13.2): ten jobs under a limit of 3, applied at once —
+on both admission paths (issue 29.1): the built-in queue (annotation taobrev.io/max-instances on
+the Namespace) and a real Kueue (TAOBREV_KUEUE=true, a ClusterQueue of 3 `taobrev.io/gpu`, the
+jobs labelled with its LocalQueue; docs/kueue.md).
 
 The jobs are applied while the operator is stopped, then it starts: its first listing sees all of
 them, so "admitted in order" has one right answer (a job that does not exist yet when a slot is
@@ -9,15 +11,25 @@ from the record of creates and deletes), the first three creates are the three h
 jobs, every job Succeeded. Queued jobs show Queued with their position (`kubectl get -o
 jsonpath`); a queued job that is deleted is gone without any brev call naming it; a suspended job
 is not admitted until `spec.suspend` is set to false.
+
+What differs between the paths is only what each can promise: Kueue states no place in the queue
+(its visibility API does), and it orders jobs of equal priority by their Workloads' creation,
+which the operator's concurrent first passes after a start make in no set order — so under Kueue
+every job gets its own priority (the same ranking), and the ClusterQueue is held
+(stopPolicy: Hold) until every Workload exists, as the built-in queue's first listing sees all.
 """
 
 from __future__ import annotations
 
 import json
 import time
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import pytest
+
+from controller.fleet import kueue as kq
 from tests.brevsim.model import NOMINAL
 from tests.fixtures.operator import Stack
 from tests.status_paths import instance
@@ -32,14 +44,107 @@ SUSPENDED = "q-suspended"
 SIMULATION = {"epochs": 3, "epoch_seconds": 100}
 
 
-def rank_key(name: str, created: dict[str, str]) -> tuple[int, str, str]:
-    return (-PRIORITY.get(name, 0), created[name], name)
+@dataclass
+class Route:
+    """One admission route: how the limit is set, what a held job shows, and the jobs' ranking."""
+
+    name: str
+    reason: str  # status.queue.reason of a job the limit holds
+    positions: bool  # whether status.queue.position says its place
+    priority: dict[str, int] = field(default_factory=lambda: dict(PRIORITY))
+    labels: dict[str, str] = field(default_factory=dict)
+    operator_env: dict[str, str] = field(default_factory=dict)
+
+    def impose(self, stack: Stack, limit: int) -> None:
+        if self.name == "builtin":
+            stack.kubectl("annotate", "namespace", stack.namespace, f"taobrev.io/max-instances={limit}")
+            return
+        v, ns = "kueue.x-k8s.io/v1beta2", stack.namespace
+        quota = [{"name": kq.GPU_RESOURCE, "nominalQuota": limit}]
+        items = [
+            {"apiVersion": v, "kind": "ResourceFlavor", "metadata": {"name": f"brev-{ns}"}},
+            {
+                "apiVersion": v,
+                "kind": "ClusterQueue",
+                "metadata": {"name": ns},
+                "spec": {
+                    "namespaceSelector": {},
+                    "stopPolicy": "Hold",
+                    "resourceGroups": [
+                        {
+                            "coveredResources": [kq.GPU_RESOURCE],
+                            "flavors": [{"name": f"brev-{ns}", "resources": quota}],
+                        }
+                    ],
+                },
+            },
+            {
+                "apiVersion": v,
+                "kind": "LocalQueue",
+                "metadata": {"name": "jobs", "namespace": ns},
+                "spec": {"clusterQueue": ns},
+            },
+        ]
+        stack.kubectl(
+            "apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items})
+        )
+
+    def release(self, stack: Stack, workloads: int) -> None:
+        """Kueue: once every queued job's Workload exists, the ClusterQueue admits (module doc)."""
+        if self.name == "builtin":
+            return
+        deadline = time.monotonic() + 60
+        while (
+            len(
+                json.loads(stack.kubectl("get", "workloads", "-n", stack.namespace, "-o", "json").stdout)[
+                    "items"
+                ]
+            )
+            < workloads
+        ):
+            assert time.monotonic() < deadline, "the operator did not create every Workload"
+            time.sleep(0.2)
+        patch = '{"spec":{"stopPolicy":"None"}}'
+        stack.kubectl("patch", "clusterqueue", stack.namespace, "--type", "merge", "-p", patch)
 
 
-def manifest(stack: Stack, name: str, **spec: Any) -> dict[str, Any]:
+def _kueue_route() -> Route:
+    # Every job its own priority, in the built-in ranking's order (module doc).
+    ranks = {n: 1000 - i + 100 * PRIORITY.get(n, 0) for i, n in enumerate(JOBS)}
+    return Route(
+        "kueue",
+        reason="WaitingForKueue",
+        positions=False,
+        priority={**ranks, DOOMED: -1, SUSPENDED: 100},
+        labels={kq.QUEUE_LABEL: "jobs"},
+        operator_env={"TAOBREV_KUEUE": "true"},
+    )
+
+
+@pytest.fixture(params=["builtin", "kueue"])
+def route(request: pytest.FixtureRequest) -> Route:
+    if request.param == "kueue":
+        request.getfixturevalue("kueue")  # the real kueue-controller-manager (tests/fixtures/kueue.py)
+        return _kueue_route()
+    return Route("builtin", reason="NamespaceInstanceLimit", positions=True)
+
+
+@pytest.fixture
+def operator_env(route: Route) -> dict[str, str]:
+    return route.operator_env
+
+
+def rank_key(name: str, created: dict[str, str], priority: dict[str, int]) -> tuple[int, str, str]:
+    return (-priority.get(name, 0), created[name], name)
+
+
+def manifest(stack: Stack, name: str, route: Route | None = None, **spec: Any) -> dict[str, Any]:
     m = stack.job_manifest(name, simulation=SIMULATION)
     m["spec"].update(spec)
     m["metadata"]["namespace"] = stack.namespace
+    if route is not None and route.labels:
+        m["metadata"]["labels"] = dict(route.labels)
+        m["spec"]["task"]["gpus"] = 1
     return m
 
 
@@ -74,12 +179,16 @@ def snapshot(stack: Stack) -> dict[str, dict[str, str]]:
     return rows
 
 
-def queue_settled(rows: dict[str, dict[str, str]], ranked: list[str]) -> bool:
-    """Three admitted, and every other non-suspended job queued at its place in rank order."""
+def queue_settled(rows: dict[str, dict[str, str]], ranked: list[str], route: Route) -> bool:
+    """Three admitted, and every other non-suspended job queued (at its place in rank order,
+    where the route states places)."""
     admitted = [n for n in ranked if rows.get(n, {}).get("admitted")]
     waiting = [n for n in ranked if n not in admitted]
     return len(admitted) == LIMIT and all(
-        rows[n]["queued"] == "True" and rows[n]["position"] == str(i) for i, n in enumerate(waiting, start=1)
+        rows[n]["queued"] == "True"
+        and rows[n]["reason"] == route.reason
+        and (not route.positions or rows[n]["position"] == str(i))
+        for i, n in enumerate(waiting, start=1)
     )
 
 
@@ -98,13 +207,14 @@ def max_overlap(intervals: list[tuple[float, float]]) -> int:
     return peak
 
 
-def apply_while_stopped(stack: Stack) -> list[str]:
+def apply_while_stopped(stack: Stack, route: Route) -> list[str]:
     """All jobs in one `kubectl apply` while the operator is down; the ten in rank order."""
     ns = stack.namespace
     stack.operator.stop()
-    items = [manifest(stack, n, **({"priority": PRIORITY[n]} if n in PRIORITY else {})) for n in JOBS]
-    items.append(manifest(stack, DOOMED, priority=-1))
-    items.append(manifest(stack, SUSPENDED, suspend=True, priority=100))
+    prio = route.priority
+    items = [manifest(stack, n, route, **({"priority": prio[n]} if n in prio else {})) for n in JOBS]
+    items.append(manifest(stack, DOOMED, route, priority=prio.get(DOOMED, -1)))
+    items.append(manifest(stack, SUSPENDED, route, suspend=True, priority=prio.get(SUSPENDED, 100)))
     stack.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": items}))
     created = {
         o["metadata"]["name"]: o["metadata"]["creationTimestamp"]
@@ -112,16 +222,17 @@ def apply_while_stopped(stack: Stack) -> list[str]:
     }
     stack.operator.start()
     stack.operator.wait_leading()
-    return sorted(JOBS, key=lambda n: rank_key(n, created))
+    route.release(stack, workloads=len(JOBS) + 1)  # all but the suspended job's
+    return sorted(JOBS, key=lambda n: rank_key(n, created, prio))
 
 
-def wait_settled(stack: Stack, queue: list[str]) -> tuple[dict[str, dict[str, str]], int]:
+def wait_settled(stack: Stack, queue: list[str], route: Route) -> tuple[dict[str, dict[str, str]], int]:
     """Until three are admitted and the rest show their places (the rows, and the peak of live
     instances seen meanwhile)."""
     deadline = time.monotonic() + 120
     rows = snapshot(stack)
     peak = 0
-    while not queue_settled(rows, queue):
+    while not queue_settled(rows, queue, route):
         assert time.monotonic() < deadline, f"queue never settled: {json.dumps(rows, indent=1)}"
         peak = max(peak, len(stack.live_instances()))
         time.sleep(0.2)
@@ -174,20 +285,25 @@ def check_the_record(stack: Stack, finished: dict[str, dict[str, Any]], ranked: 
         assert k < LIMIT + done_before, (name, k, done_before)
 
 
-def test_ten_jobs_under_a_limit_of_three_are_admitted_in_order_and_never_exceed_it(stack: Stack) -> None:
+def test_ten_jobs_under_a_limit_of_three_are_admitted_in_order_and_never_exceed_it(
+    stack: Stack, route: Route
+) -> None:
     ns = stack.namespace
-    stack.kubectl("annotate", "namespace", ns, f"taobrev.io/max-instances={LIMIT}")
-    ranked = apply_while_stopped(stack)
+    route.impose(stack, LIMIT)
+    ranked = apply_while_stopped(stack, route)
     queue = [*ranked, DOOMED]  # DOOMED ranks last; SUSPENDED is outside the queue
 
-    # Queued jobs show Queued, the limit and their place, through kubectl jsonpath.
-    rows, peak_before = wait_settled(stack, queue)
+    # Queued jobs show Queued, the limit (and their place), through kubectl jsonpath.
+    rows, peak_before = wait_settled(stack, queue, route)
     assert {n for n in queue if rows[n]["admitted"]} == set(ranked[:LIMIT])
     last = rows[DOOMED]
-    assert last["reason"] == "NamespaceInstanceLimit"
-    assert f"namespace {ns} may have {LIMIT} instance(s) at once" in last["message"]
-    assert f"annotation taobrev.io/max-instances on namespace {ns}" in last["message"]
-    assert f"{len(queue) - LIMIT}th in namespace {ns}'s queue" in last["message"]
+    assert last["reason"] == route.reason
+    if route.positions:
+        assert f"namespace {ns} may have {LIMIT} instance(s) at once" in last["message"]
+        assert f"annotation taobrev.io/max-instances on namespace {ns}" in last["message"]
+        assert f"{len(queue) - LIMIT}th in namespace {ns}'s queue" in last["message"]
+    else:
+        assert f"waiting for Kueue (LocalQueue jobs, Workload taobrevjob-{DOOMED}-" in last["message"]
     assert rows[SUSPENDED]["suspended"] == "True"
     assert rows[SUSPENDED]["admitted"] == ""
     assert "QUEUE" in stack.kubectl("get", "tbj", DOOMED, "-n", ns).stdout.splitlines()[0]
@@ -217,18 +333,26 @@ def test_ten_jobs_under_a_limit_of_three_are_admitted_in_order_and_never_exceed_
     assert queue_of(done)["admittedAt"]
 
 
-def test_a_job_a_quota_holds_past_queued_seconds_fails_quota_having_created_nothing(stack: Stack) -> None:
-    """spec.timeouts.queuedSeconds: the second job of a namespace limited to one instance waits
-    behind the first, then fails QueueTimeout with failureClass Quota; nothing was created for it."""
+def test_a_job_a_quota_holds_past_queued_seconds_fails_quota_having_created_nothing(
+    stack: Stack, route: Route
+) -> None:
+    """spec.timeouts.queuedSeconds: the second job under a limit of one instance waits behind the
+    first, then fails QueueTimeout with failureClass Quota; nothing was created for it."""
     ns = stack.namespace
-    stack.kubectl("annotate", "namespace", ns, "taobrev.io/max-instances=1")
-    stack.apply(stack.job_manifest("holder", simulation={"epochs": 3, "epoch_seconds": 2000}))  # ~60 s
+    route.impose(stack, 1)
+    route.release(stack, workloads=0)
+    holder = manifest(stack, "holder", route)
+    holder["spec"]["task"]["specContent"] = stack.job_manifest(
+        "holder",
+        simulation={"epochs": 3, "epoch_seconds": 2000},  # ~60 s
+    )["spec"]["task"]["specContent"]
+    stack.apply(holder)
 
     def admitted(o: dict[str, Any] | None) -> bool:
         return bool(queue_of((o or {}).get("status") or {}).get("admittedAt"))
 
     stack.wait_for("holder", admitted, "the holder admitted")
-    waiting = manifest(stack, "waiting")
+    waiting = manifest(stack, "waiting", route)
     waiting["spec"]["timeouts"] = {"queuedSeconds": 10}
     stack.apply(waiting)
     status = stack.wait_finished("waiting", timeout=120)
@@ -237,7 +361,7 @@ def test_a_job_a_quota_holds_past_queued_seconds_fails_quota_having_created_noth
         "QueueTimeout",
         "Quota",
     )
-    assert "NamespaceInstanceLimit" in status["message"] and "nothing was created" in status["message"]
+    assert route.reason in status["message"] and "nothing was created" in status["message"]
     assert stack.sim.created_count(instance(status)["name"]) == 0 if instance(status).get("name") else True
     assert stack.status("holder").get("outcome") is None, "the holder still runs"
     wide = stack.kubectl("get", "tbj", "waiting", "-n", ns, "-o", "wide").stdout

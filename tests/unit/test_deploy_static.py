@@ -212,6 +212,12 @@ def test_operator_cluster_role_is_exactly_what_kopf_and_the_reconciler_use() -> 
         ("apiextensions.k8s.io", "customresourcedefinitions", "list"),
         ("apiextensions.k8s.io", "customresourcedefinitions", "watch"),
         ("", "namespaces", "get"),  # kube-system only: the cluster id (below)
+        ("kueue.x-k8s.io", "workloads", "get"),  # TAOBREV_KUEUE: the job's Workload (docs/kueue.md)
+        ("kueue.x-k8s.io", "workloads", "create"),
+        ("kueue.x-k8s.io", "workloads", "list"),  # kopf's watch: an eviction wakes the job
+        ("kueue.x-k8s.io", "workloads", "watch"),
+        ("kueue.x-k8s.io", "workloads/status", "patch"),  # Finished, or the quota given back
+        ("kueue.x-k8s.io", "workloadpriorityclasses", "get"),
     }
     (ns_rule,) = [r for r in rules_of("ClusterRole", "taobrev-operator") if r["resources"] == ["namespaces"]]
     assert ns_rule["resourceNames"] == ["kube-system"]

@@ -40,6 +40,7 @@ NO_FAILURE = {
     reasons.ATTEMPT_STARTED,
     reasons.CHECKPOINT_SYNC_FAILED,
     reasons.CHECKPOINT_RESTORED,
+    reasons.KUEUE_EVICTED,
     reasons.PREFLIGHT_PASSED,
     reasons.DRY_RUN,
 }
