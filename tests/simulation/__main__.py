@@ -9,6 +9,8 @@ import time
 
 from tests.simulation.run import run_seed, run_seeds
 
+PROGRESS_EVERY = 1000
+
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.simulation")
@@ -26,10 +28,15 @@ def main() -> int:
     started = time.monotonic()
     seeds = range(args.start, args.start + args.seeds)
     failed = 0
-    for seed, violations in run_seeds(seeds, jobs=args.jobs):
+    for done, (seed, violations) in enumerate(run_seeds(seeds, jobs=args.jobs), start=1):
         if violations:
             failed += 1
             print(f"seed {seed}: {violations[0]}  (replay: make simulate SEED={seed})", flush=True)
+        if done % PROGRESS_EVERY == 0 and done < args.seeds:
+            # A long run says how far it got: stopped early, its count still stands.
+            took = time.monotonic() - started
+            line = f"simulation: {done} seeds from {args.start} (to {seed}): {failed} failed, {took:.0f} s"
+            print(line, flush=True)
     took = time.monotonic() - started
     first = args.start
     print(f"simulation: {args.seeds} seeds from {first}: {failed} failed, {took:.1f} s, {args.jobs} jobs")
