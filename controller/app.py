@@ -124,7 +124,10 @@ def build(settings: Settings, events: EventSink) -> App:
         binary=settings.brev_binary,
         expected_version=load_versions().brev.cli_version,
         pace=PacePolicy(
-            rate=settings.brev_rate, burst=settings.brev_burst, backoff_max=settings.brev_backoff_max
+            rate=settings.brev_rate,
+            burst=settings.brev_burst,
+            backoff_base=settings.brev_backoff_base,
+            backoff_max=settings.brev_backoff_max,
         ),
     )
     pace = BrevPace(cli_settings.pace, on_wait=recorder.brev_paced, on_throttle=recorder.brev_throttled)

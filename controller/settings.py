@@ -49,6 +49,12 @@ class Settings(BaseModel):
         description="calls allowed at once after a quiet spell: any window of W seconds sees at most "
         "brev_burst + brev_rate x W calls (keep brev_burst + brev_rate under Brev's limit per second)",
     )
+    brev_backoff_base: float = Field(
+        1.0,
+        ge=0.01,
+        le=60,
+        description="first cool-down after Brev answers 429 or 5xx (doubles per refusal in a row)",
+    )
     brev_backoff_max: float = Field(
         60.0,
         ge=1,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from annotated_types import Ge, Gt
+from annotated_types import Ge, Gt, Le
 from pydantic.alias_generators import to_camel
 from pydantic.fields import FieldInfo
 
@@ -49,7 +49,20 @@ SCALED_SETTINGS: tuple[str, ...] = (
     "pull_timeout",
     "probe_interval_max",
     "stop_grace",
+    "exit_answer_timeout",
+    "preflight_max_age",
+    "secret_poll_interval",
+    "orphan_sweep_interval",
+    "orphan_grace",
+    "brev_backoff_base",
+    "brev_backoff_max",
+    "node_cost_interval",
+    "notify_backoff_base",
+    "notify_backoff_max",
+    "notify_status_interval",
 )
+# Rates (per second) scaled by 1/F: the same calls per nominal second.
+SCALED_RATES: tuple[str, ...] = ("brev_rate",)
 
 # Timing settings deliberately NOT scaled, and why (printed with the results).
 UNSCALED_SETTINGS: dict[str, str] = {
@@ -57,6 +70,7 @@ UNSCALED_SETTINGS: dict[str, str] = {
     "liveness_grace": "bounds the operator's own event-loop lateness, which is not simulated",
     "liveness_pass_timeout": "0 = pull_timeout + exec_timeout, both scaled",
     "leader_election": "off: one replica (lease durations are whole seconds >= 2, not scalable to F)",
+    "leader_retry_period": "leader election is off (above)",
 }
 
 
@@ -67,6 +81,13 @@ def _floor(field: FieldInfo) -> float:
         if isinstance(meta, Gt):
             return float(meta.gt) + 0.01  # type: ignore[arg-type]
     return 0.0
+
+
+def _rate(field: FieldInfo, value: float) -> float:
+    for meta in field.metadata:
+        if isinstance(meta, Le):
+            return min(value, float(meta.le))  # type: ignore[arg-type]
+    return value
 
 
 @dataclass(frozen=True)
@@ -121,6 +142,9 @@ class Scale:
 
     def operator_env(self) -> dict[str, str]:
         env = {k.name: f"{k.used:.6g}" for k in self.settings()}
+        for name in SCALED_RATES:
+            field = Settings.model_fields[name]
+            env[PREFIX + name.upper()] = f"{_rate(field, float(field.default) / self.factor):.6g}"
         env[PREFIX + "LEADER_ELECTION"] = "false"
         return env
 

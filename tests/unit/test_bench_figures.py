@@ -270,3 +270,25 @@ def test_a_retried_job_is_billed_for_every_instance_it_had() -> None:
     ]
     assert attempts_of({"attempts": [{"attempt": 1, "instance": {"name": "tbj-y"}}]}) == [("tbj-y", "")]
     assert attempts_of({"phase": "Pending"}) == []  # before the first attempt: nothing was created
+
+
+def test_every_duration_setting_is_scaled_or_says_why_not() -> None:
+    """Compressed time hides real-time bugs only if every operator interval shrinks with the
+    simulator's durations: a new duration setting left at its real value would make the bench
+    measure the wrong ratio (issue 30's pace and node-cost intervals were)."""
+    import re
+
+    from controller.settings import Settings
+    from tests.bench.scale import SCALED_RATES, UNSCALED_SETTINGS
+
+    timing = re.compile(r"interval|timeout|grace|max_age|settle|backoff|period|_wait$")
+    durations = {
+        n
+        for n, f in Settings.model_fields.items()
+        if timing.search(n) and f.annotation in (float, float | None)
+    }
+    assert durations, "the pattern found no duration setting"
+    left = durations - set(SCALED_SETTINGS) - set(UNSCALED_SETTINGS) - set(SCALED_RATES)
+    assert not left, (
+        f"scale these in tests/bench/scale.py, or list them in UNSCALED_SETTINGS with why: {left}"
+    )
