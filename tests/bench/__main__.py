@@ -20,7 +20,14 @@ from tests.bench.background import NICE, Background, write_figures
 from tests.bench.figures import Figure
 from tests.bench.idle_cgroup import IdleCgroup
 from tests.bench.printer import scale_header, table
-from tests.bench.report import burst_figures, idle_figures, isolation_figures, rss_figures, slope_figures
+from tests.bench.report import (
+    burst_figures,
+    idle_figures,
+    isolation_figures,
+    limited_burst_figures,
+    rss_figures,
+    slope_figures,
+)
 from tests.bench.scale import Scale
 from tests.bench.stack import Bench
 
@@ -58,6 +65,12 @@ def parse(argv: list[str]) -> argparse.Namespace:
         help="Running counts of the memory slope; CPU window at the middle (50,100,200)",
     )
     ap.add_argument("--burst", type=int, help="jobs of the burst (100)")
+    ap.add_argument(
+        "--brev-limit",
+        type=float,
+        default=12.0,
+        help="Brev's rate limit (calls per nominal second) of the limited burst (12: above the pace's 5 + 5)",
+    )
     ap.add_argument("--idle-jobs", type=int, help="jobs of the billed-idle workload, per operator (16)")
     ap.add_argument("--window", type=float, help="seconds of the steady-state CPU/calls window (20)")
     ap.add_argument("--busy", type=int, help="others kept busy in the isolation scenario (50)")
@@ -203,6 +216,20 @@ def _burst(bench: Bench, args: argparse.Namespace, began: float) -> list[Figure]
     return new
 
 
+def _limited_burst(bench: Bench, args: argparse.Namespace, began: float) -> list[Figure]:
+    print(
+        f"\n-- burst of {args.burst} under Brev's rate limit ({args.brev_limit:g} calls a second, the "
+        f"simulator refusing past it) at F = {args.burst_scale:g}",
+        flush=True,
+    )
+    res = scenario_scale.run(bench, args.burst, Scale(args.burst_scale), brev_limit=args.brev_limit)
+    for problem in res.problems:
+        print(f"   problem: {problem}", flush=True)
+    new = limited_burst_figures(res)
+    _section(new, f"burst under Brev's limit (F = {args.burst_scale:g})", began)
+    return new
+
+
 def _start_footprint(
     bench: Bench, args: argparse.Namespace, began: float, cgroup: IdleCgroup | None, where: str
 ) -> Background:
@@ -242,6 +269,7 @@ def main(argv: list[str]) -> int:
         if footprint is None:
             footprint = _start_footprint(bench, args, began, None, "beside the burst")
         figures += _burst(bench, args, began)
+        figures += _limited_burst(bench, args, began)
         if args.with_recovery:
             print("\n-- recovery", flush=True)
             new = scenario_recovery.run(scale.factor)

@@ -45,6 +45,57 @@ def burst_figures(res: scenario_scale.ScaleResult) -> list[Figure]:
     return figs
 
 
+def limited_burst_figures(res: scenario_scale.ScaleResult) -> list[Figure]:
+    """The burst under Brev's rate limit: all Running within 1.1x of the physical time plus what
+    the operator's pace forces, no call refused, and no second above the pace's bound."""
+    burst = Scale(res.burst_factor)
+    phys = res.burst_physical or scenario_scale.physical_to_running(burst.brev_durations())
+    forced = scenario_scale.rate_forced(res)
+    rate, cap = res.brev_pace or (0.0, 0)
+    complete = res.burst_reached == res.burst_jobs
+    label = (
+        f"burst under Brev's limit ({res.brev_limit:g}/s): {res.burst_jobs} jobs -> all Running / "
+        f"(boot+ready+pull + pace-forced) (F = {burst.factor:g})"
+    )
+    figs: list[Figure] = []
+    if res.burst_wall is not None:
+        real = res.burst_apply_wall + burst.real(res.burst_wall)
+        figs.append(
+            Figure(
+                label,
+                ratio(real, phys + forced),
+                "x",
+                1.1,
+                note=f"{res.burst_reached}/{res.burst_jobs} Running {real:.0f} real s; physical "
+                f"{phys:.0f} s + pace-forced {forced:.0f} s ({res.api_calls} API calls beyond a burst "
+                f"of {cap} at {rate:g}/s); {res.burst_failed} failed {res.burst_reasons or ''}",
+                incomplete=not complete,
+            )
+        )
+    else:
+        figs.append(Figure(label, None, "x", 1.1, note=f"none Running; failed: {res.burst_reasons}"))
+    figs.append(
+        Figure(
+            "burst under Brev's limit: calls Brev refused (429)",
+            float(res.api_refusals),
+            "calls",
+            0.0,
+            note=f"of {res.api_calls} calls to Brev's API during the burst",
+        )
+    )
+    figs.append(
+        Figure(
+            "burst under Brev's limit: most API calls in one second / the pace's bound",
+            ratio(float(res.api_max_per_s), rate + cap),
+            "x",
+            1.0,
+            note=f"{res.api_max_per_s} calls in the busiest nominal second; bound burst + rate = {cap} + "
+            f"{rate:g} (Brev's limit {res.brev_limit:g})",
+        )
+    )
+    return figs
+
+
 def isolation_figures(res: scenario_isolation.IsolationResult) -> list[Figure]:
     """Measured at F = 1: real seconds, no bounds."""
     busy = f"{res.busy_reached}/{res.busy_jobs} others in WaitingExec/Pulling before"

@@ -14,9 +14,11 @@ scenario_isolation.py: at F < 1 the simulator's fixed process costs would be par
 
 from __future__ import annotations
 
+import bisect
 import time
 from dataclasses import dataclass, field
 
+from controller.settings import Settings
 from tests.bench import sampling
 from tests.bench.figures import boot_and_ready
 from tests.bench.scale import Scale
@@ -24,6 +26,7 @@ from tests.bench.stack import Bench, Scenario, brev_call_times, running_or_beyon
 from tests.status_paths import instance
 
 LONG_EPOCHS = 1000  # x 300 s nominal: runs far past the end of the scenario
+API_VERBS = frozenset({"ls", "create", "delete", "start", "stop", "refresh", "search"})  # paced calls
 
 
 @dataclass
@@ -39,6 +42,12 @@ class ScaleResult:
     burst_pod_cpu_per_job: float | None = None
     burst_physical: float | None = None  # nominal s: the slowest burst job's own boot+ready+pull
     burst_factor: float = 1.0  # the F the burst ran at
+    # Under Brev's rate limit (the simulator's api_rate_limit, calls per nominal second):
+    brev_limit: float | None = None
+    brev_pace: tuple[float, int] | None = None  # the operator's (rate per nominal s, burst)
+    api_refusals: int = 0  # calls Brev refused (429)
+    api_calls: int = 0  # calls to Brev's API during the burst
+    api_max_per_s: int = 0  # the most in any one nominal second
     problems: list[str] = field(default_factory=list)
 
 
@@ -115,14 +124,46 @@ class _Steps:
             if created:
                 spans.append(running_at - min(created))
         res.burst_create_to_running_max = max(spans, default=None)
+        api = sorted(
+            c.ts
+            for c in calls
+            if c.program == "brev" and c.argv[:1] and c.argv[0] in API_VERBS and "--help" not in c.argv
+            and c.ts >= began
+        )  # fmt: skip
+        window = sc.scale.wall(1.0)
+        res.api_calls = len(api)
+        res.api_max_per_s = max(
+            (bisect.bisect_left(api, t + window) - i for i, t in enumerate(api)), default=0
+        )
+        res.api_refusals = sc.sim.api_refusals()
 
 
-def run(bench: Bench, size: int, burst_scale: Scale) -> ScaleResult:
-    """The burst of `size` jobs at `burst_scale`, alone on its own operator."""
-    burst = bench.scenario("burst", scale=burst_scale)
+def run(bench: Bench, size: int, burst_scale: Scale, brev_limit: float | None = None) -> ScaleResult:
+    """The burst of `size` jobs at `burst_scale`, alone on its own operator; with `brev_limit`,
+    under Brev's rate limit (calls per nominal second, the simulator refusing past it) with the
+    operator's pace at its defaults (scaled by 1/F as every rate)."""
+    burst = bench.scenario("burst-limited" if brev_limit else "burst", scale=burst_scale)
     try:
+        if brev_limit is not None:
+            burst.sim.set_faults(api_rate_limit=brev_limit)
         steps = _Steps(bench, burst)
+        if brev_limit is not None:
+            rate, cap = (
+                Settings.model_fields["brev_rate"].default,
+                Settings.model_fields["brev_burst"].default,
+            )
+            steps.res.brev_limit, steps.res.brev_pace = brev_limit, (float(rate), int(cap))
         steps.burst(size)
         return steps.res
     finally:
         burst.close()
+
+
+def rate_forced(res: ScaleResult) -> float:
+    """Nominal seconds the operator's pace alone needs for the burst's calls to Brev's API (the
+    calls beyond the bucket's burst at its rate): what the rate limit adds to the physical time,
+    at most."""
+    if res.brev_pace is None:
+        return 0.0
+    rate, cap = res.brev_pace
+    return max(0.0, res.api_calls - cap) / rate if rate > 0 else 0.0

@@ -364,6 +364,10 @@ class BrevSim:
         """The instance's sandbox home directory (its /home/ubuntu)."""
         return self.store.instance_dir(str(self._current(name)["id"])) / "home"
 
+    def api_refusals(self) -> int:
+        """Calls the `api_rate_limit` knob refused (429) so far."""
+        return int(read_json(self.state_dir / "ratelimit-refused.json", 0))
+
     def created_count(self, name: str | None = None) -> int:
         counts = Store(self.state_dir).read().get("created_count", {})
         if name is None:

@@ -150,6 +150,8 @@ class Store:
             now = time.time()
             admitted = [t for t in read_json(self.root / "ratelimit.json", []) if t > now - window]
             if len(admitted) >= limit:
+                refused = self.root / "ratelimit-refused.json"
+                write_json(refused, int(read_json(refused, 0)) + 1)
                 return False
             admitted.append(now)
             write_json(self.root / "ratelimit.json", admitted)
