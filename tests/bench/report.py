@@ -83,14 +83,16 @@ def limited_burst_figures(res: scenario_scale.ScaleResult) -> list[Figure]:
             note=f"of {res.api_calls} calls to Brev's API during the burst",
         )
     )
+    w = res.api_window
     figs.append(
         Figure(
-            "burst under Brev's limit: most API calls in one second / the pace's bound",
-            ratio(float(res.api_max_per_s), rate + cap),
+            "burst under Brev's limit: most API calls in one window / the pace's bound",
+            ratio(float(res.api_max_per_s), cap + rate * w),
             "x",
             1.0,
-            note=f"{res.api_max_per_s} calls in the busiest nominal second; bound burst + rate = {cap} + "
-            f"{rate:g} (Brev's limit {res.brev_limit:g})",
+            note=f"{res.api_max_per_s} calls in the busiest {w:g} nominal s (the simulator's window); "
+            f"bound burst + rate x window = {cap} + {rate:g} x {w:g}; Brev's limit "
+            f"{(res.brev_limit or 0) * w:g} in it",
         )
     )
     return figs

@@ -47,7 +47,8 @@ class ScaleResult:
     brev_pace: tuple[float, int] | None = None  # the operator's (rate per nominal s, burst)
     api_refusals: int = 0  # calls Brev refused (429)
     api_calls: int = 0  # calls to Brev's API during the burst
-    api_max_per_s: int = 0  # the most in any one nominal second
+    api_max_per_s: int = 0  # the most in any one window of the simulator's limit
+    api_window: float = 1.0  # that window, nominal s (one real second at least)
     problems: list[str] = field(default_factory=list)
 
 
@@ -130,7 +131,8 @@ class _Steps:
             if c.program == "brev" and c.argv[:1] and c.argv[0] in API_VERBS and "--help" not in c.argv
             and c.ts >= began
         )  # fmt: skip
-        window = sc.scale.wall(1.0)
+        window = max(1.0, sc.scale.wall(1.0))  # the simulator's own window (Store.admit_api_call)
+        res.api_window = sc.scale.real(window)
         res.api_calls = len(api)
         res.api_max_per_s = max(
             (bisect.bisect_left(api, t + window) - i for i, t in enumerate(api)), default=0

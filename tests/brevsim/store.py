@@ -143,9 +143,12 @@ class Store:
             return hit
 
     def admit_api_call(self, limit: float) -> bool:
-        """The `api_rate_limit` window (one nominal second, shared by every CLI process): whether
-        one more call fits; a refused call is not counted (as a server that answered 429)."""
-        window = self.speed
+        """The `api_rate_limit` window, shared by every CLI process: whether one more call fits; a
+        refused call is not counted (as a server that answered 429). One nominal second, but never
+        under one real second (the limit scaled to it): below that, the CLI processes' start-up
+        jitter, not the caller's pace, would decide which call is refused."""
+        window = max(self.speed, 1.0)
+        limit = limit * window / self.speed
         with flocked(self.root / "ratelimit.lock"):
             now = time.time()
             admitted = [t for t in read_json(self.root / "ratelimit.json", []) if t > now - window]
