@@ -28,3 +28,7 @@ def container_path(results_relative: str) -> str:
     """`results/train/x.pth` (relative to the job directory) -> `/workspace/results/train/x.pth`."""
     rel = results_relative.removeprefix("./").removeprefix("results/")
     return f"{RESULTS_DIR}/{rel}"
+
+
+# A workflow step reads earlier steps' outputs here, read-only: inputs/<fromStep>/<path>.
+INPUTS_ROOT: Final = f"{WORKSPACE}/inputs"

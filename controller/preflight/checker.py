@@ -103,7 +103,7 @@ class Preflight:
 
     async def _check(self, namespace: str, spec: TaoBrevJobSpec, job_id: str, uid: str) -> Verdict:
         now = self._clock()
-        problems: list[Problem] = list(image_problems(spec.task.image))
+        problems: list[Problem] = [p for image in spec.images() for p in image_problems(image)]
         self._missing.pop(uid, None)
         secrets: JobSecrets | None = None
         try:
@@ -154,7 +154,7 @@ class Preflight:
             checked_at=now,
             problems=tuple(problems),
             candidates=tuple(candidates),
-            images=(spec.task.image, *self._helper_images),
+            images=(*spec.images(), *self._helper_images),
         )
 
     async def _absent(self, namespace: str, spec: TaoBrevJobSpec) -> tuple[SecretKey, ...]:

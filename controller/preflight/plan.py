@@ -43,7 +43,7 @@ def build_plan(spec: TaoBrevJobSpec, verdict: Verdict | None) -> PlanStatus:
         planned_at=verdict.checked_at if verdict is not None else None,
         instance_types=[priced(t, p) for t, p in (verdict.candidates if verdict else ())][:16],
         reuse=spec.instance.reuse.name if spec.instance.reuse is not None else None,
-        images=list(verdict.images) if verdict is not None else [spec.task.image],
+        images=list(verdict.images) if verdict is not None else spec.images(),
         inputs=[f"{i.uri} -> {DATA_ROOT}/{i.path}" for i in spec.data.inputs],
         uploads=uploads,
         ready=verdict.passed if verdict is not None else None,

@@ -443,8 +443,8 @@ class SimRunner(ActionRunner):
         super().__init__(world, directory, lanes=lanes)
         self.world = world
 
-    def _workload(self, instance: str, job: JobContext) -> Workload:
-        return SimWorkload(self.world, instance, job.job_id, settings=self._wl_settings)
+    def _workload(self, instance: str, job: JobContext, step: str | None = None) -> Workload:
+        return SimWorkload(self.world, instance, job.job_id, settings=self._wl_settings, step=step)
 
 
 class SimKube(FakeKube):
