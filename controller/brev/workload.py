@@ -34,7 +34,14 @@ from datetime import UTC, datetime
 from typing import Any, NoReturn
 
 from controller.api import reasons
-from controller.api.container_paths import DATA_ROOT, INPUTS_ROOT, RESULTS_DIR, SPEC_DIR, SPEC_MOUNT_PATH
+from controller.api.container_paths import (
+    DATA_ROOT,
+    INPUTS_ROOT,
+    RESULTS_DIR,
+    SPEC_DIR,
+    SPEC_MOUNT_PATH,
+    step_container,
+)
 from controller.api.errors import (
     BrevTransientError,
     EntitlementError,
@@ -194,12 +201,6 @@ class WorkloadSettings:
 
 
 # ---- pure helpers ---------------------------------------------------------------------------------
-
-
-def step_container(job: str, step: str) -> str:
-    """A workflow step's container: ``<job id>.<step>`` (the `.` keeps it apart from the job's
-    own container and its ``<job id>-ckpt`` checkpoint sync, whatever the step is named)."""
-    return f"{job}.{step}"
 
 
 def split_s3_uri(uri: str, field_name: str = "uri") -> tuple[str, str]:

@@ -9,7 +9,7 @@ from collections.abc import Coroutine
 from typing import Any, TypeVar
 
 from controller.api import naming
-from controller.brev.workload import step_container
+from controller.api.container_paths import step_container
 from controller.lifecycle.tunables import Tunables
 from tests.fakes.brev import Faults
 from tests.fakes.harness import NAME, NAMESPACE, UID, Harness, job_spec

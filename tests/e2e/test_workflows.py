@@ -190,3 +190,11 @@ def test_a_failed_step_is_followed_by_the_always_step_after_it(stack: Stack) -> 
     assert tao_runs(stack) == [(name, "train"), (name, "evaluate"), (name, "export")]
     assert stack.sim.created_count() == 1
     assert stack.live_instances() == []
+    # `kubectl taobrev logs always --step NAME` asks the log API for that step's archived log.
+    path = f"/apis/logs.taobrev.io/v1alpha1/namespaces/{stack.namespace}/taobrevjobs/always/log"
+    evaluate = stack.kubectl("get", "--raw", f"{path}?step=evaluate").stdout
+    assert "Starting dino evaluate" in evaluate and "Execution failed with exit code 3" in evaluate
+    export = stack.kubectl("get", "--raw", f"{path}?step=export").stdout
+    assert "Starting dino export" in export and "evaluate" not in export
+    skipped = stack.kubectl("get", "--raw", f"{path}?step=inference", check=False)
+    assert skipped.returncode != 0 and "step inference has not run (Skipped" in skipped.stderr

@@ -17,7 +17,7 @@ import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
-from controller.api.container_paths import SPEC_MOUNT_PATH
+from controller.api.container_paths import SPEC_MOUNT_PATH, step_container
 from controller.api.errors import (
     BrevTransientError,
     EntitlementError,
@@ -40,7 +40,6 @@ from controller.brev.workload import (
     SyncReport,
     Workload,
     WorkloadSettings,
-    step_container,
 )
 from controller.effects.actions import ActionRunner, JobContext
 from controller.effects.directory import InstanceDirectory

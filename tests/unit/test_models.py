@@ -109,7 +109,42 @@ class InvalidSpec:
 
 
 INVALID_SPECS = [
-    InvalidSpec("missing-task", _drop("task"), "spec.task", "Required value"),
+    InvalidSpec("missing-task", _drop("task"), "spec.task", "set exactly one of spec.task"),
+    # Workflows (spec.steps, issue 28): the CEL rules and the model say the same.
+    InvalidSpec(
+        "task-and-steps",
+        _set("steps", [{"name": "train", "networkArch": "dino", "action": "train", "specContent": "a: 1\n"}]),
+        "spec.task",
+        "set exactly one of spec.task",
+    ),
+    InvalidSpec(
+        "start-at-step-without-steps",
+        _set("startAtStep", "train"),
+        "spec.startAtStep",
+        "must name one of spec.steps",
+    ),
+    InvalidSpec(
+        "step-input-from-no-step",
+        _both(
+            _drop("task"),
+            _set(
+                "steps",
+                [
+                    {
+                        **{
+                            "name": "train",
+                            "networkArch": "dino",
+                            "action": "train",
+                            "specContent": "a: 1\n",
+                        },
+                        "inputs": [{"fromStep": "prep"}],
+                    }
+                ],
+            ),
+        ),
+        "spec.steps",
+        "fromStep",
+    ),
     InvalidSpec("missing-network-arch", _drop("task.networkArch"), "spec.task.networkArch", "Required value"),
     InvalidSpec("missing-action", _drop("task.action"), "spec.task.action", "Required value"),
     InvalidSpec("missing-results-uri", _drop("data.resultsUri"), "spec.data.resultsUri", "Required value"),
