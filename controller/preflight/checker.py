@@ -103,7 +103,13 @@ class Preflight:
 
     async def _check(self, namespace: str, spec: TaoBrevJobSpec, job_id: str, uid: str) -> Verdict:
         now = self._clock()
-        problems: list[Problem] = [p for image in spec.images() for p in image_problems(image)]
+        fields = (
+            [f"spec.steps[{i}].image" for i in range(len(spec.steps))] if spec.steps else ["spec.task.image"]
+        )
+        images = [step.image or "" for step in spec.workflow()]
+        problems: list[Problem] = [
+            p for f, i in zip(fields, images, strict=True) for p in image_problems(i, f)
+        ]
         self._missing.pop(uid, None)
         secrets: JobSecrets | None = None
         try:
