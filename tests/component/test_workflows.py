@@ -184,3 +184,32 @@ def test_start_at_step_without_stored_results_fails_naming_the_step() -> None:
     assert "no results of step train" in h.status["message"]
     assert started(h) == []
     assert not any(h.brev.exists(i) for i in h.all_created_ids(BASE))
+
+
+def test_a_step_past_its_timeout_ends_the_run_naming_the_step() -> None:
+    steps = chain()
+    steps[1]["timeoutSeconds"] = 30  # evaluate runs 60 s
+    h = harness(steps)
+    run(h.run(seconds=4 * 3600))
+    assert h.status["outcome"] == "Failed"
+    assert h.status["reason"] == "StepTimedOut"
+    assert h.status["failureClass"] == "Program"
+    assert h.status["failedStep"] == "evaluate"
+    assert phases(h) == {
+        "train": "Succeeded",
+        "evaluate": "Failed",
+        "export": "Skipped",
+        "inference": "Skipped",
+    }
+    assert not any(h.brev.exists(i) for i in h.all_created_ids(BASE))
+
+
+def test_the_old_single_action_form_keeps_its_layout_and_status() -> None:
+    """An object applied before workflows existed: its one container is named for the job, its
+    results go to <resultsUri>/results, and its status has no steps."""
+    h = Harness(job_spec(), faults=Faults(run_s=60.0, deploy_s=30.0, sshd_lag_s=10.0, pull_s=10.0))
+    run(h.run(seconds=4 * 3600))
+    assert h.status["outcome"] == "Succeeded"
+    assert started(h) == [job_id()]
+    assert "steps" not in h.status and "step" not in h.status
+    assert [u.step for u in h.brev.uploads] == [None]
