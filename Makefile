@@ -130,7 +130,7 @@ docs: $(STAMP) ## Build the documentation site into site/ (mkdocs --strict: a wa
 	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 .PHONY: bench
-bench: $(STAMP) native-deps ## Benchmark of issue 11 (isolation and footprint to 1,000 running at F = 1, burst and billed idle at F = 0.1; < 15 min; ARGS=--quick | --with-recovery)
+bench: $(STAMP) native-deps ## Benchmark: isolation and footprint to 1,000 running at F = 1; billed idle, the 5-step chain, the burst and the burst under Brev's rate limit at F = 0.1 (< 30 min; ARGS=--quick | --with-recovery)
 	$(PY) -m tests.bench $(ARGS)
 
 .PHONY: bench-rss
@@ -140,6 +140,10 @@ bench-rss: $(STAMP) native-deps ## Benchmark: only the footprint scenario (slope
 .PHONY: bench-recovery
 bench-recovery: $(STAMP) native-deps ## Benchmark: lost instance -> resumed on a new one (all durations x one factor)
 	$(PY) -m tests.bench_recovery
+
+.PHONY: bench-chain
+bench-chain: $(STAMP) native-deps ## Benchmark: billed idle of a 5-step chain as one workflow vs five single jobs (F = 0.1, ~6 min)
+	$(PY) -m tests.bench --chain-only
 
 .PHONY: coverage
 coverage: $(STAMP) system-deps kube-build helm-build kueue-build ## Line coverage of controller/ over the whole suite, subprocesses included (the operator, the plugin): report in .coverage-report.txt

@@ -210,6 +210,7 @@ def build(settings: Settings, events: EventSink) -> App:
             listing_max_age=settings.listing_max_age,
             secret_max_age=settings.secret_max_age,
             default_image=load_versions().images.tao_toolkit.pyt,
+            step_images=load_versions().images.tao_toolkit.by_kind(),
             retained=retained,
             prices=prices,
             fleet=fleet,

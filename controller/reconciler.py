@@ -135,6 +135,7 @@ class Reconciler:
         secret_max_age: float = 0.0,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         default_image: str | None = None,
+        step_images: Mapping[str, str] | None = None,
         retained: RetainedStore | None = None,
         prices: PriceBook | None = None,
         fleet: Fleet | None = None,
@@ -168,6 +169,8 @@ class Reconciler:
         self._clock = clock
         # The pinned TAO image, for a spec that reached us without the CRD's default applied.
         self._default_image = default_image
+        # Workflow steps' default images by kind (versions.yaml), for steps that name none.
+        self._step_images = step_images
         # Where a job that keeps its instance (onCompletion: Retain) records it before it finishes
         # (controller/fleet/retained.py); None: not recorded (tests without a sweeper).
         self._retained = retained
@@ -337,7 +340,9 @@ class Reconciler:
     def _spec(self, ref: JobRef) -> tuple[TaoBrevJobSpec | None, str | None]:
         """The parsed spec, or why it does not parse."""
         try:
-            return parse_spec(dict(ref.spec), default_image=self._default_image), None
+            return parse_spec(
+                dict(ref.spec), default_image=self._default_image, step_images=self._step_images
+            ), None
         except SpecError as exc:
             # The API server validated it already: a CRD newer than this operator, or a rule
             # pydantic checks more strictly than CEL. Never a reason to abandon an instance.

@@ -17,6 +17,12 @@ class _Frozen(BaseModel):
 
 class TaoImages(_Frozen):
     pyt: str
+    deploy: str
+    data_services: str
+
+    def by_kind(self) -> dict[str, str]:
+        """Workflow steps' default images, keyed like models.ImageKind."""
+        return {"pyt": self.pyt, "deploy": self.deploy, "data_services": self.data_services}
 
 
 # What versions.yaml holds for a digest not resolved yet (`make resolve-digests` replaces it).

@@ -30,7 +30,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 from pydantic.config import JsonDict
 
-from controller.api.container_paths import DATA_ROOT, SPEC_MOUNT_PATH
+from controller.api.container_paths import DATA_ROOT, INPUTS_ROOT, RESULTS_DIR, SPEC_MOUNT_PATH
 from controller.api.vocabulary import Transition, list_map
 from controller.lifecycle.phases import PHASES, Phase
 
@@ -222,6 +222,200 @@ class TaskSpec(_SpecModel):
     def _unique_env(cls, env: list[EnvVar]) -> list[EnvVar]:
         _refuse_duplicates("spec.task.env", [e.name for e in env], "name")
         return env
+
+
+# --- spec.steps (a workflow: TAO actions chained on one instance) ------------------------------
+
+# A step's name: a DNS label (it names a container, an S3 prefix and a directory on the instance).
+STEP_NAME_PATTERN = r"^[a-z]([a-z0-9-]{0,30}[a-z0-9])?$"
+STEP_NAME_MAX = 32
+MAX_STEPS = 16
+MAX_STEP_INPUTS = 16
+# The image a step runs when it names none, by action: TAO ships its deployment actions in the
+# `-deploy` container and its data tools in `-data-services`; everything else is `-pyt`.
+DEPLOY_ACTIONS = frozenset({"export", "gen_trt_engine", "inference"})
+DATA_ACTIONS = frozenset({"dataset_convert"})
+
+
+class ImageKind(StrEnum):
+    """Which TAO Toolkit container a step runs by default (versions.yaml images.tao_toolkit)."""
+
+    PYT = "pyt"
+    DEPLOY = "deploy"
+    DATA_SERVICES = "data_services"
+
+
+def image_kind(action: str) -> ImageKind:
+    """The TAO container an action runs in when its step names no image."""
+    if action in DEPLOY_ACTIONS:
+        return ImageKind.DEPLOY
+    if action in DATA_ACTIONS:
+        return ImageKind.DATA_SERVICES
+    return ImageKind.PYT
+
+
+class StepWhen(StrEnum):
+    """When a step runs: OnSuccess only if no earlier step failed; Always whatever happened."""
+
+    ON_SUCCESS = "OnSuccess"
+    ALWAYS = "Always"
+
+
+_STEP_SPEC_RULE = CelRule(
+    "has(self.specPath) != has(self.specContent)",
+    "spec.steps[]: set exactly one of specPath (absolute path of the experiment spec inside the "
+    "container) or specContent (the experiment spec YAML inline)",
+)
+
+
+_STEP_INPUT_DOTS_RULE = CelRule(
+    "!has(self.path) || !self.path.split('/').exists(s, s == '.' || s == '..')",
+    "spec.steps[].inputs[].path: must not contain '.' or '..' segments; give a path relative to "
+    "the earlier step's results directory",
+    ".path",
+)
+
+
+class StepInput(_SpecModel):
+    """An earlier step's output, mounted read-only into this step's container at
+    /workspace/inputs/<fromStep>/<path>."""
+
+    model_config = ConfigDict(json_schema_extra=_validations(_STEP_INPUT_DOTS_RULE))
+
+    from_step: str = Field(
+        pattern=STEP_NAME_PATTERN,
+        max_length=STEP_NAME_MAX,
+        description="The earlier step (by name) whose results directory holds the input.",
+    )
+    path: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$",
+        max_length=256,
+        description=(
+            "A file or directory relative to that step's results directory (e.g. "
+            "train/model_latest.pth). Omitted: the whole results directory."
+        ),
+    )
+
+    @field_validator("path")
+    @classmethod
+    def _no_dot_segments(cls, path: str | None) -> str | None:
+        if path is not None and any(seg in {".", ".."} for seg in path.split("/")):
+            raise ValueError(_STEP_INPUT_DOTS_RULE.reason)
+        return path
+
+    def container_path(self) -> str:
+        """Where the input is in the reading step's container."""
+        return f"{INPUTS_ROOT}/{self.from_step}" + (f"/{self.path}" if self.path else "")
+
+
+class StepSpec(_SpecModel):
+    """One TAO action of a workflow: `<networkArch> <action> -e <spec> [args...]` in its own
+    container on the workflow's instance; its results directory is uploaded to
+    <resultsUri>/<name>/ when it ends."""
+
+    model_config = ConfigDict(json_schema_extra=_validations(_STEP_SPEC_RULE))
+
+    name: str = Field(
+        pattern=STEP_NAME_PATTERN,
+        max_length=STEP_NAME_MAX,
+        description=(
+            "The step's name (lower-case letters, digits and '-'; unique): its results go to "
+            "<resultsUri>/<name>/ and later steps read them with inputs[].fromStep."
+        ),
+    )
+    network_arch: str = Field(
+        pattern=TAO_WORD_PATTERN, max_length=63, description="TAO network architecture, e.g. dino."
+    )
+    action: str = Field(
+        pattern=TAO_WORD_PATTERN,
+        max_length=63,
+        description="TAO action, e.g. dataset_convert, train, evaluate, prune, retrain, export, inference.",
+    )
+    image: str | None = Field(
+        default=None,
+        pattern=IMAGE_PATTERN,
+        max_length=512,
+        description=(
+            "Container image. Omitted: the pinned TAO Toolkit image for the action (-deploy for "
+            "export, gen_trt_engine and inference; -data-services for dataset_convert; -pyt "
+            "otherwise). Every distinct image is pulled once, before the first step runs."
+        ),
+    )
+    spec_path: str | None = Field(
+        default=None,
+        pattern=CONTAINER_PATH_PATTERN,
+        max_length=1024,
+        description="Absolute path of the experiment spec inside the container. Exactly one of "
+        "specPath and specContent.",
+    )
+    spec_content: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_SPEC_CONTENT,
+        description=(
+            f"The experiment spec YAML inline, mounted at {SPEC_MOUNT_PATH} in this step's "
+            "container. Exactly one of specPath and specContent."
+        ),
+    )
+    args: list[Annotated[str, StringConstraints(max_length=4096)]] = Field(
+        default_factory=list, max_length=64, description="Extra arguments appended after `-e <spec>`."
+    )
+    env: list[EnvVar] = Field(
+        default_factory=list,
+        max_length=64,
+        json_schema_extra=list_map("name"),
+        description="Non-secret environment variables of this step (credentials.extraEnv go to every step).",
+    )
+    gpus: int | None = Field(default=None, ge=1, le=8, description="`docker run --gpus N`. Omitted: all.")
+    shm_size: str = Field(
+        default=DEFAULT_SHM_SIZE,
+        pattern=SHM_SIZE_PATTERN,
+        max_length=16,
+        description="`docker run --shm-size`.",
+    )
+    timeout_seconds: int | None = Field(
+        default=None,
+        ge=TIMEOUT_MIN,
+        le=TIMEOUT_MAX,
+        description=(
+            "Max run time of this step's container; past it the workflow fails (StepTimedOut). "
+            "spec.timeouts.runningSeconds bounds all steps together."
+        ),
+    )
+    when: StepWhen = Field(
+        default=StepWhen.ON_SUCCESS,
+        description="OnSuccess: run only if no earlier step failed. Always: run in any case "
+        "(e.g. an evaluate after a failed prune).",
+    )
+    inputs: list[StepInput] = Field(
+        default_factory=list,
+        max_length=MAX_STEP_INPUTS,
+        description=(
+            f"Earlier steps' outputs mounted read-only at {INPUTS_ROOT}/<fromStep>/<path>; "
+            f"this step writes its own results to {RESULTS_DIR}."
+        ),
+    )
+
+    @model_validator(mode="after")
+    def _exactly_one_spec(self) -> Self:
+        if (self.spec_path is None) == (self.spec_content is None):
+            raise ValueError(_STEP_SPEC_RULE.message)
+        return self
+
+    @field_validator("env")
+    @classmethod
+    def _unique_env(cls, env: list[EnvVar]) -> list[EnvVar]:
+        _refuse_duplicates("spec.steps[].env", [e.name for e in env], "name")
+        return env
+
+    def image_or(self, default: str) -> str:
+        return self.image if self.image is not None else default
+
+
+def step_name_of(action: str) -> str:
+    """The step name of the single-action form (`spec.task`): its action, as a step name."""
+    return action.replace("_", "-")[:STEP_NAME_MAX].rstrip("-")
 
 
 # --- spec.instance ---------------------------------------------------------------------------
@@ -753,10 +947,31 @@ _KEEP_NEEDS_DELETE_RULE = CelRule(
 
 
 _EXTRA_ENV_COLLISION_RULE = CelRule(
-    "!has(self.credentials.extraEnv) || !has(self.task.env) || "
+    "!has(self.credentials.extraEnv) || !has(self.task) || !has(self.task.env) || "
     "self.credentials.extraEnv.all(s, !self.task.env.exists(e, e.name == s.name))",
     "spec.credentials.extraEnv: a name is also set in spec.task.env; remove it from one of the two",
     ".credentials.extraEnv",
+)
+
+
+_TASK_OR_STEPS_RULE = CelRule(
+    "has(self.task) != has(self.steps)",
+    "spec.task: set exactly one of spec.task (one TAO action) or spec.steps (TAO actions chained "
+    "on one instance, docs/workflows.md)",
+)
+
+_START_AT_STEP_RULE = CelRule(
+    "!has(self.startAtStep) || (has(self.steps) && self.steps.exists(s, s.name == self.startAtStep))",
+    "spec.startAtStep: must name one of spec.steps; give a step's name (the steps before it are "
+    "not run, their results are read from <resultsUri>/<step>/)",
+    ".startAtStep",
+)
+
+_STEP_INPUTS_RULE = CelRule(
+    "!has(self.steps) || self.steps.all(s, !has(s.inputs) || "
+    "s.inputs.all(i, self.steps.exists(t, t.name == i.fromStep)))",
+    "spec.steps[].inputs[].fromStep: must name an earlier step of spec.steps; give that step's name",
+    ".steps",
 )
 
 
@@ -766,10 +981,38 @@ class TaoBrevJobSpec(_SpecModel):
     released."""
 
     model_config = ConfigDict(
-        json_schema_extra=_validations(_EXTRA_ENV_COLLISION_RULE, _KEEP_NEEDS_DELETE_RULE)
+        json_schema_extra=_validations(
+            _EXTRA_ENV_COLLISION_RULE,
+            _KEEP_NEEDS_DELETE_RULE,
+            _TASK_OR_STEPS_RULE,
+            _START_AT_STEP_RULE,
+            _STEP_INPUTS_RULE,
+        )
     )
 
-    task: TaskSpec = Field(description="What to run.")
+    task: TaskSpec | None = Field(
+        default=None, description="What to run: one TAO action. Exactly one of task and steps."
+    )
+    steps: list[StepSpec] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=MAX_STEPS,
+        json_schema_extra=list_map("name"),
+        description=(
+            "A workflow: TAO actions run one after another on ONE instance (one boot, each image "
+            "pulled once), each step's results uploaded to <resultsUri>/<name>/ when it ends "
+            "(docs/workflows.md). Exactly one of task and steps."
+        ),
+    )
+    start_at_step: str | None = Field(
+        default=None,
+        pattern=STEP_NAME_PATTERN,
+        max_length=STEP_NAME_MAX,
+        description=(
+            "Rerun a workflow from this step: the steps before it are not run; their results are "
+            "restored from <resultsUri>/<step>/ (where an earlier run uploaded them)."
+        ),
+    )
     instance: InstanceSpec = Field(description="Where to run it.")
     data: DataSpec = Field(description="S3 inputs and the results location.")
     credentials: CredentialsSpec = Field(description="Secret references (never values).")
@@ -839,12 +1082,72 @@ class TaoBrevJobSpec(_SpecModel):
 
     @model_validator(mode="after")
     def _no_env_collision(self) -> Self:
-        if {e.name for e in self.credentials.extra_env} & {e.name for e in self.task.env}:
+        if (self.task is None) == (self.steps is None):
+            raise ValueError(_TASK_OR_STEPS_RULE.message)
+        _check_steps(self.steps or [], self.start_at_step)
+        secret = {e.name for e in self.credentials.extra_env}
+        if any(secret & {e.name for e in step.env} for step in self.workflow()):
             raise ValueError(_EXTRA_ENV_COLLISION_RULE.message)
         keeps = self.debug is not None and self.debug.keep_instance_on_failure is not None
         if keeps and self.instance.effective_on_completion() != OnCompletion.DELETE:
             raise ValueError(_KEEP_NEEDS_DELETE_RULE.message)
         return self
+
+    def workflow(self) -> list[StepSpec]:
+        """The steps to run: spec.steps, or the single-action form as a one-step workflow (named
+        for its action). Every step's image is set (parse_spec fills omitted ones)."""
+        if self.steps is not None:
+            return self.steps
+        task = self.task
+        assert task is not None  # the validator requires one of the two
+        return [
+            StepSpec(
+                name=step_name_of(task.action),
+                network_arch=task.network_arch,
+                action=task.action,
+                image=task.image,
+                spec_path=task.spec_path,
+                spec_content=task.spec_content,
+                args=task.args,
+                env=task.env,
+                gpus=task.gpus,
+                shm_size=task.shm_size,
+            )
+        ]
+
+    @property
+    def is_workflow(self) -> bool:
+        """spec.steps was given: per-step containers, uploads and status (a spec.task job keeps
+        the single-job layout it always had)."""
+        return self.steps is not None
+
+    def images(self) -> list[str]:
+        """Every distinct image the job runs, in step order (each pulled once)."""
+        seen: dict[str, None] = {}
+        for step in self.workflow():
+            if step.image is not None:
+                seen.setdefault(step.image, None)
+        return list(seen)
+
+
+def _check_steps(steps: list[StepSpec], start_at: str | None) -> None:
+    """Names unique, inputs from EARLIER steps only, startAtStep naming a step."""
+    names: list[str] = []
+    for i, step in enumerate(steps):
+        if step.name in names:
+            raise ValueError(
+                f"spec.steps[{i}].name: duplicate step name {step.name!r}; each name may appear once"
+            )
+        for j, inp in enumerate(step.inputs):
+            if inp.from_step not in names:
+                raise ValueError(
+                    f"spec.steps[{i}].inputs[{j}].fromStep: {inp.from_step!r} is not an earlier step of "
+                    f"spec.steps (earlier: {', '.join(names) or 'none'}); a step reads only what ran "
+                    "before it"
+                )
+        names.append(step.name)
+    if start_at is not None and start_at not in names:
+        raise ValueError(_START_AT_STEP_RULE.message)
 
 
 def _refuse_duplicates(where: str, values: list[str], key: str) -> None:

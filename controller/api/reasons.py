@@ -14,6 +14,16 @@ from __future__ import annotations
 SUCCEEDED = "Succeeded"
 RUN_COMPLETED = "RunCompleted"
 TRAINING_FAILED = "TrainingFailed"
+# Workflows (spec.steps): a step failed (failedStep names it), ran past its timeoutSeconds, or its
+# results could not be uploaded; per-step Events.
+STEP_FAILED = "StepFailed"
+STEP_TIMED_OUT = "StepTimedOut"
+STEP_UPLOAD_FAILED = "StepUploadFailed"
+STEP_STARTED = "StepStarted"
+STEP_SUCCEEDED = "StepSucceeded"
+STEP_SKIPPED = "StepSkipped"
+STEP_REUSED = "StepReused"
+STEP_INTERRUPTED = "StepInterrupted"
 CANCELED = "Canceled"
 # Canceled through the annotation taobrev.io/cancel (`kubectl taobrev cancel`): the object stays.
 CANCELED_BY_USER = "CanceledByUser"

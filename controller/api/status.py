@@ -21,6 +21,7 @@ Pure module: no kopf, kubernetes, os or subprocess imports (`make lint`: .import
 from __future__ import annotations
 
 from datetime import datetime
+from enum import StrEnum
 from typing import Annotated, Any
 
 from pydantic import AwareDatetime, ConfigDict, Field, PlainSerializer, model_validator
@@ -356,9 +357,12 @@ class RunRecord(StatusModel):
     cleaned_up_at: Timestamp | None = Field(
         default=None, description="When the container and the job's files (secrets) were removed."
     )
+    step: str | None = Field(
+        default=None, description="A workflow's step whose container this is (spec.steps[].name)."
+    )
 
-    def started(self, now: datetime) -> None:
-        self.started_at = now
+    def started(self, now: datetime, step: str | None = None) -> None:
+        self.started_at, self.step = now, step
 
     def exited(self, code: int, at: datetime) -> None:
         self.exit_code, self.exited_at = code, at
@@ -450,6 +454,12 @@ class AttemptRecord(StatusModel):
         self.run = RunRecord(log_tail=self.run.log_tail, cleaned_up_at=self.run.cleaned_up_at)
         self.upload.retire()
 
+    def next_step(self) -> None:
+        """A workflow's next step runs in a new container on this instance: the run and upload
+        records are that container's (the previous step's are in its step record)."""
+        self.run = RunRecord(cleaned_up_at=self.run.cleaned_up_at)
+        self.upload = UploadRecord()
+
     def restored(self, now: datetime, path: str | None, epoch: int | None) -> None:
         self.restored_at, self.resumed_from, self.resumed_from_epoch = now, path, epoch
 
@@ -499,6 +509,81 @@ class ProgressRecord(StatusModel):
         self.eta, self.eta_seconds = got.eta, got.eta_seconds
         self.time_per_epoch_seconds, self.loss = got.time_per_epoch_seconds, got.loss
         self.metrics, self.read_at = dict(got.metrics), now
+
+    def clear(self) -> None:
+        """A workflow's next step starts: its progress is its own (the last step's stays in its
+        step record)."""
+        self.epoch = self.max_epoch = self.percent = self.eta = self.eta_seconds = None
+        self.time_per_epoch_seconds = self.loss = self.read_at = None
+        self.metrics = {}
+
+
+class StepPhase(StrEnum):
+    """Where one step of a workflow is."""
+
+    PENDING = "Pending"  # not started (or its attempt's instance was lost: it runs again)
+    RUNNING = "Running"  # its container runs, or its results are being uploaded
+    SUCCEEDED = "Succeeded"  # exited 0, results verified under <resultsUri>/<step>/
+    FAILED = "Failed"  # exited non-zero, or the run ended while it ran
+    SKIPPED = "Skipped"  # not run: an earlier step failed (when: OnSuccess) or the run ended
+    REUSED = "Reused"  # before spec.startAtStep: its stored results are used, it does not run
+
+
+# Steps that will not run (again) in this job.
+STEP_DONE = frozenset({StepPhase.SUCCEEDED, StepPhase.FAILED, StepPhase.SKIPPED, StepPhase.REUSED})
+
+
+class StepRecord(StatusModel):
+    """One step of a workflow (spec.steps): its container's run and its results in S3."""
+
+    name: str = Field(max_length=64, description="The step's name (spec.steps[].name).")
+    action: str | None = Field(default=None, max_length=63, description="Its TAO action.")
+    phase: StepPhase = Field(default=StepPhase.PENDING, description="Where the step is.")
+    attempt: int | None = Field(default=None, ge=1, description="The attempt (instance) it last ran on.")
+    started_at: Timestamp | None = Field(default=None, description="When its container started.")
+    finished_at: Timestamp | None = Field(default=None, description="When it ended.")
+    exit_code: int | None = Field(default=None, description="Its container's exit code.")
+    results_verified: bool | None = Field(
+        default=None, description="Its results are verified under <resultsUri>/<name>/."
+    )
+    results: ResultsSummary | None = Field(default=None, description="What was uploaded for it.")
+    message: str | None = Field(default=None, max_length=1024, description="Why it is where it is.")
+    progress: ProgressRecord = Field(
+        default_factory=ProgressRecord, description="TAO's progress of this step (its last reading)."
+    )
+
+    def start(self, now: datetime, attempt: int) -> None:
+        """Its container is about to start on attempt `attempt`'s instance."""
+        self.phase, self.attempt, self.started_at = StepPhase.RUNNING, attempt, now
+        self.finished_at = self.exit_code = self.results_verified = self.results = self.message = None
+
+    def exited(self, code: int, at: datetime) -> None:
+        self.exit_code = code
+        self.finished_at = self.finished_at or at
+
+    def verified(self, results: ResultsSummary) -> None:
+        """Its results are in S3, verified."""
+        self.results_verified, self.results = True, results
+
+    def end(
+        self, now: datetime, phase: StepPhase, message: str, progress: ProgressRecord | None = None
+    ) -> None:
+        """It will not run again: Succeeded, Failed or Skipped, and why."""
+        self.phase, self.message = phase, message
+        if phase != StepPhase.SKIPPED:
+            self.finished_at = self.finished_at or now
+        if progress is not None:
+            self.progress = progress.model_copy(deep=True)
+
+    def reuse(self, message: str) -> None:
+        """Before spec.startAtStep: its results are read from S3, it does not run."""
+        self.phase, self.message = StepPhase.REUSED, message
+
+    def interrupt(self, message: str) -> None:
+        """Its attempt's instance was lost before its results were verified: it runs again on the
+        next attempt (nothing it wrote survives but its synced checkpoints)."""
+        self.phase, self.message = StepPhase.PENDING, message
+        self.exit_code = self.finished_at = self.results_verified = self.results = None
 
 
 class TeardownRecord(StatusModel):
@@ -594,7 +679,7 @@ def _prune(value: Any) -> Any:
         out = {}
         for key, item in value.items():
             kept = _prune(item)
-            if (key in _PRUNED and kept == {}) or (key == "logTail" and kept == []):
+            if (key in _PRUNED and kept == {}) or (key in ("logTail", "steps") and kept == []):
                 continue
             out[key] = kept
         return out
@@ -687,6 +772,18 @@ class TaoBrevJobStatus(StatusModel):
         default_factory=ProgressRecord,
         description="Training progress and ETA from TAO's status.json (absent until the first epoch ends).",
     )
+    steps: list[StepRecord] = Field(
+        default_factory=list,
+        json_schema_extra=list_map("name"),
+        description="A workflow's steps (spec.steps), in order.",
+    )
+    step: str | None = Field(
+        default=None,
+        description="A workflow's current step as `<n>/<total> <name>` (the STEP column).",
+    )
+    failed_step: str | None = Field(
+        default=None, description="With outcome Failed, the workflow step that failed (or was running)."
+    )
     checkpoint: CheckpointStatus | None = Field(default=None, description="Checkpoint sync and resume.")
     preflight: PreflightStatus | None = Field(
         default=None, description="The checks made before anything is created (Pending)."
@@ -720,6 +817,18 @@ class TaoBrevJobStatus(StatusModel):
     @property
     def upload(self) -> UploadRecord:
         return self.current.upload
+
+    def step_record(self, name: str) -> StepRecord:
+        """The record of step `name` (workflows; KeyError when there is none)."""
+        for rec in self.steps:
+            if rec.name == name:
+                return rec
+        raise KeyError(name)
+
+    def plan_steps(self, steps: list[tuple[str, str]]) -> None:
+        """A workflow's step records, (name, action) in order, once (before its first step)."""
+        if not self.steps:
+            self.steps = [StepRecord(name=name, action=action) for name, action in steps]
 
     def start_attempt(self, name: str, *, created: bool) -> AttemptRecord:
         """Append the next attempt, on instance `name` (the only way an attempt begins)."""

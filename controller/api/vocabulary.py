@@ -61,6 +61,8 @@ class Transition(StrEnum):
     RECOVERING = "Recovering"  # an attempt ended; the next one resumes on a new instance
     BUDGET_EXCEEDED = "BudgetExceeded"  # spec.budget was spent (a Failed follows)
     STALLED = "Stalled"  # needs a human (status.stalledReason says why)
+    STEP_SUCCEEDED = "StepSucceeded"  # a workflow step exited 0, its results verified in S3
+    STEP_FAILED = "StepFailed"  # a workflow step failed (or the run ended while it ran)
 
 
 class NotifyFormat(StrEnum):

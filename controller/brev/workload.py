@@ -34,7 +34,14 @@ from datetime import UTC, datetime
 from typing import Any, NoReturn
 
 from controller.api import reasons
-from controller.api.container_paths import DATA_ROOT, RESULTS_DIR, SPEC_DIR, SPEC_MOUNT_PATH
+from controller.api.container_paths import (
+    DATA_ROOT,
+    INPUTS_ROOT,
+    RESULTS_DIR,
+    SPEC_DIR,
+    SPEC_MOUNT_PATH,
+    step_container,
+)
 from controller.api.errors import (
     BrevTransientError,
     EntitlementError,
@@ -51,6 +58,10 @@ from controller.brev.remote import render
 from controller.versions import load_versions
 
 JOB_ID_RE = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$")
+# A workflow step's name (models.STEP_NAME_PATTERN): it names a container, a directory, a prefix.
+STEP_RE = re.compile(r"^[a-z]([a-z0-9-]{0,30}[a-z0-9])?$")
+# Workflow steps' work directories (spec/, results/, logs/, ckpt/) under the job directory.
+STEPS_DIR = "steps"
 STAGE_PATH_RE = re.compile(r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
 
 NGC_KEY_FILE = "ngc_api_key"
@@ -89,6 +100,7 @@ _SYNC_STARTED = "TAOBREV_SYNC_STARTED"
 _RESTORED = "TAOBREV_RESTORED"
 _CLEARED = "TAOBREV_CLEARED"  # followed by: container left (0/1), files left (0/1)
 _LATEST = "TAOBREV_LATEST"
+_OUTPUT = "TAOBREV_OUTPUT"  # an earlier workflow step's results restored: <step> <files>
 _UNREADABLE = "TAOBREV_UNREADABLE"
 
 _AUTH_MARKERS = ("unauthorized", "denied", "forbidden", "incorrect username or password", "401", "403")
@@ -298,12 +310,20 @@ class Workload:
         *,
         settings: WorkloadSettings | None = None,
         clock: Callable[[], datetime] = _utcnow,
+        step: str | None = None,
     ) -> None:
         if not JOB_ID_RE.match(job_id):
             raise SpecError(f"job id {job_id!r} is not a valid container name ([a-zA-Z0-9][a-zA-Z0-9_.-]*)")
+        if step is not None and not STEP_RE.match(step):
+            raise SpecError(f"step name {step!r} is not a valid step name ([a-z][a-z0-9-]*)")
         self.client = client
         self.instance = instance
         self.job_id = job_id
+        # A workflow step (spec.steps[].name) has its own container and its own work directory
+        # (spec/, results/, logs/, ckpt/ under steps/<step>/); data/ and secrets/ are the job's.
+        self.step = step
+        self.container = job_id if step is None else step_container(job_id, step)
+        self.work = "" if step is None else f"{STEPS_DIR}/{step}"
         self.settings = settings or WorkloadSettings()
         self.remote_dir = f"~/taobrev/{job_id}"
         self._clock = clock
@@ -314,6 +334,10 @@ class Workload:
         """A job path as one shell word that expands $HOME on the instance."""
         rel = f"taobrev/{self.job_id}" + (f"/{sub}" if sub else "")
         return '"$HOME"/' + shlex.quote(rel)
+
+    def _work(self, sub: str = "") -> str:
+        """A path of this container's work directory (the job directory, or steps/<step>/)."""
+        return self._path("/".join(part for part in (self.work, sub) if part))
 
     def _secret(self, name: str) -> str:
         return self._path(f"secrets/{name}")
@@ -337,7 +361,7 @@ class Workload:
         )
 
     def _log_tail(self, tail: int) -> str:
-        return render("log_tail", lines=int(tail), name=shlex.quote(self.job_id), max_bytes=TAIL_MAX_BYTES)
+        return render("log_tail", lines=int(tail), name=shlex.quote(self.container), max_bytes=TAIL_MAX_BYTES)
 
     def _limit(self, default: float, deadline: datetime | None, what: str) -> float:
         """The timeout of one remote call: `default`, or less when the phase budget ends sooner."""
@@ -422,17 +446,24 @@ class Workload:
         data = content.encode() if isinstance(content, str) else content
         await self.client.put_file(
             self.instance,
-            f"{self.remote_dir}/spec/spec.yaml",
+            f"{self.remote_dir}/{self.work + '/' if self.work else ''}spec/spec.yaml",
             data,
             mode=0o644,
             timeout=self._limit(self.settings.put_timeout, deadline, "writing the spec"),
         )
 
     async def pull_image(self, image: str, *, ngc_api_key: bytes, deadline: datetime | None = None) -> None:
-        """Registry login (`--password-stdin` from the key file), `docker manifest inspect` (fails
-        before GPU time is spent on an image we may not pull), then pull unless present: one
-        remote command, with the key file and the job's DOCKER_CONFIG (the stored login) removed
-        when it ends, whatever the outcome."""
+        """`pull_images` of one image."""
+        await self.pull_images([image], ngc_api_key=ngc_api_key, deadline=deadline)
+
+    async def pull_images(
+        self, images: Sequence[str], *, ngc_api_key: bytes, deadline: datetime | None = None
+    ) -> None:
+        """ONE registry login (`--password-stdin` from the key file), `docker manifest inspect`
+        of every image (an image we may not pull fails before any multi-GB pull, and before GPU
+        time is spent), then each image pulled unless present: one remote command, with the key
+        file and the job's DOCKER_CONFIG (the stored login) removed when it ends, whatever the
+        outcome. A workflow's distinct images are each pulled once, here."""
         key, config = self._secret(NGC_KEY_FILE), self._secret(DOCKER_CONFIG_DIR)
         await self._put_secret(NGC_KEY_FILE, ngc_api_key, deadline)
         program = render(
@@ -440,20 +471,22 @@ class Workload:
             docker_config=config,
             registry=shlex.quote(self.settings.registry),
             key_file=key,
-            image=shlex.quote(image),
+            images=[shlex.quote(image) for image in images],
         )
         command = self._secret_scope(program, key, config)
+        what = f"pulling {', '.join(images)}"
         result = self._secrets_removed(
-            await self._run(command, self.settings.pull_timeout, deadline, f"pulling {image}"),
-            f"pulling {image}",
+            await self._run(command, self.settings.pull_timeout * len(images), deadline, what), what
         )
         if result.ok:
             return
         step, text = last_step(result.stdout)
         output = ExecResult(result.exit_code, text, result.stderr)
-        if step == "login":
+        name, _, image = step.partition(" ")
+        if name == "login":
             self._raise_login_error(output)
-        self._raise_registry_error(image, output, "manifest inspect" if step == "manifest" else "pull")
+        image = image or images[-1]
+        self._raise_registry_error(image, output, "manifest inspect" if name == "manifest" else "pull")
 
     def _raise_login_error(self, result: ExecResult) -> NoReturn:
         text = _lower(result)
@@ -571,12 +604,15 @@ class Workload:
         secret_env: Mapping[str, bytes | str] | None = None,
         args: Sequence[str] = (),
         shm_size: str | None = None,
+        inputs: Sequence[tuple[str, str | None]] = (),
         deadline: datetime | None = None,
     ) -> bool:
         """`docker run -d` the TAO container unless one of that name exists. Returns True if this
         call started it. Non-secret env goes as `-e K=V`; `secret_env` only through an env file
         that exists until `docker run` has read it. Raises `ImageNotPresent` instead of letting
-        `docker run` pull (the registry login is gone by now)."""
+        `docker run` pull (the registry login is gone by now). `inputs` (a workflow step):
+        (earlier step, path in its results directory or None for all of it), each mounted
+        read-only at /workspace/inputs/<step>/<path>."""
         for key in env or {}:
             if not ENV_NAME_RE.match(key):
                 raise SpecError(f"env name {key!r} is invalid: use letters, digits and '_'")
@@ -585,11 +621,11 @@ class Workload:
         shm = shm_size or self.settings.shm_size
         program = render(
             "start_container",
-            spec=self._path("spec"),
+            spec=self._work("spec"),
             data=self._path("data"),
-            results=self._path("results"),
-            logs=self._path("logs"),
-            name=shlex.quote(self.job_id),
+            results=self._work("results"),
+            logs=self._work("logs"),
+            name=shlex.quote(self.container),
             label=shlex.quote(f"tao-job={self.job_id}"),
             gpus="all" if gpus is None else str(int(gpus)),
             shm=["--shm-size", shlex.quote(shm)] if shm else [],
@@ -603,6 +639,7 @@ class Workload:
             action=shlex.quote(action),
             spec_path=shlex.quote(spec_path),
             args=[shlex.quote(a) for a in args],
+            inputs=self._input_mounts(inputs),
         )
         command = self._secret_scope(program, env_path)
         if secret_file is not None:
@@ -617,15 +654,28 @@ class Workload:
         if "is already in use" in result.stdout:  # a concurrent/duplicated run won the name
             return False
         raise TransientError(
-            f"docker run of {self.job_id} on {self.instance} failed",
+            f"docker run of {self.container} on {self.instance} failed",
             reason=reasons.CONTAINER_START_FAILED,
             cli_message=_message(result),
         )
 
+    def _input_mounts(self, inputs: Sequence[tuple[str, str | None]]) -> list[str]:
+        """`-v <earlier step's results>/<path>:/workspace/inputs/<step>/<path>:ro` words."""
+        words: list[str] = []
+        for step, path in inputs:
+            if not STEP_RE.match(step) or (path is not None and not STAGE_PATH_RE.match(path)):
+                raise SpecError(f"input {step}/{path} is not a step name and a relative path")
+            if path is not None and ".." in path.split("/"):
+                raise SpecError(f"input {step}/{path} must not contain '..'")
+            rel = f"{STEPS_DIR}/{step}/results" + (f"/{path}" if path else "")
+            target = f"{INPUTS_ROOT}/{step}" + (f"/{path}" if path else "")
+            words += ["-v", f"{self._path(rel)}:{shlex.quote(target + ':ro')}"]
+        return words
+
     async def container_state(self, *, deadline: datetime | None = None) -> ContainerState | None:
         """The container's State, or None if there is no such container."""
         result = await self._run(
-            render("container_state", name=shlex.quote(self.job_id)),
+            render("container_state", name=shlex.quote(self.container)),
             self.settings.command_timeout,
             deadline,
             "docker inspect",
@@ -658,7 +708,7 @@ class Workload:
         """Block on the instance up to `timeout_s` for the container to exit: its exit code, or
         None if it is still running. One brev call notices an exit within about a second."""
         seconds = self._wait_seconds(timeout_s, deadline)
-        command = render("wait_exit", seconds=seconds, name=shlex.quote(self.job_id))
+        command = render("wait_exit", seconds=seconds, name=shlex.quote(self.container))
         result = await self._run(command, seconds + self.settings.wait_margin, deadline, "docker wait")
         if result.exit_code == _TIMEOUT_RC:
             return None
@@ -671,7 +721,7 @@ class Workload:
     def _wait_error(self, result: ExecResult) -> TaoBrevError:
         if "no such container" in _lower(result):
             return ContainerNotFound(
-                f"container {self.job_id} is not on {self.instance}", cli_message=_message(result)
+                f"container {self.container} is not on {self.instance}", cli_message=_message(result)
             )
         return TransientError(
             "docker wait failed", reason=reasons.CONTAINER_WAIT_FAILED, cli_message=_message(result)
@@ -700,7 +750,7 @@ class Workload:
         if progress_of is not None:
             read_progress = render(
                 "progress_section",
-                status_json=self._path(f"results/{progress_of}/status.json"),
+                status_json=self._work(f"results/{progress_of}/status.json"),
                 max_bytes=STATUS_TAIL_BYTES,
             )
             if not progress_while_running:
@@ -708,7 +758,7 @@ class Workload:
         command = render(
             "wait_exit_with_tail",
             seconds=seconds,
-            name=shlex.quote(self.job_id),
+            name=shlex.quote(self.container),
             read_progress=read_progress,
             read_tail=read_tail,
         )
@@ -742,7 +792,7 @@ class Workload:
         if not result.ok:
             if "no such container" in _lower(result):
                 raise ContainerNotFound(
-                    f"container {self.job_id} is not on {self.instance}", cli_message=_message(result)
+                    f"container {self.container} is not on {self.instance}", cli_message=_message(result)
                 )
             raise TransientError(
                 "docker logs failed", reason=reasons.CONTAINER_LOGS_FAILED, cli_message=_message(result)
@@ -758,13 +808,13 @@ class Workload:
         instance, so a stop always ends with success or a TransientError."""
         grace = max(0, int(self.settings.stop_grace_s if grace_s is None else grace_s))
         # docker stop waits `grace`, then SIGKILLs and waits for the exit: give it 10 s for that.
-        command = render("stop_container", limit=grace + 10, grace=grace, name=shlex.quote(self.job_id))
+        command = render("stop_container", limit=grace + 10, grace=grace, name=shlex.quote(self.container))
         result = await self._run(command, grace + self.settings.stop_margin, deadline, "docker stop")
         if result.ok or "no such container" in _lower(result):
             return
         if result.exit_code == _TIMEOUT_RC:
             raise TransientError(
-                f"docker stop of {self.job_id} did not return within {grace + 10} s",
+                f"docker stop of {self.container} did not return within {grace + 10} s",
                 reason=reasons.CONTAINER_STOP_FAILED,
                 cli_message=_message(result),
             )
@@ -787,21 +837,22 @@ class Workload:
         Returns (objects, bytes) verified; raises TransientError on any mismatch."""
         bucket, prefix = split_s3_uri(results_uri, "resultsUri")
         base = results_uri.rstrip("/")
-        read_only = [f"{self._path('results')}:/job/results:ro", f"{self._path('logs')}:/job/logs:ro"]
+        read_only = [f"{self._work('results')}:/job/results:ro", f"{self._work('logs')}:/job/logs:ro"]
+        results_key, logs_key = self.upload_keys()
         command = render(
             "upload_results",
-            ckpt=shlex.quote(self.job_id + CKPT_SUFFIX),
+            ckpt=shlex.quote(self.container + CKPT_SUFFIX),
             abort_incomplete_uploads=self._abort_incomplete_uploads(results_uri, endpoint, region, []),
-            results=self._path("results"),
-            logs=self._path("logs"),
-            name=shlex.quote(self.job_id),
-            tmp_log=self._path("logs/container.log.tmp"),
-            log=self._path("logs/container.log"),
-            owner_mark=self._path(f"logs/{OWNER_MARK}"),
+            results=self._work("results"),
+            logs=self._work("logs"),
+            name=shlex.quote(self.container),
+            tmp_log=self._work("logs/container.log.tmp"),
+            log=self._work("logs/container.log"),
+            owner_mark=self._work(f"logs/{OWNER_MARK}"),
             aws_mounted=self._aws(read_only, endpoint, region),
-            results_uri=shlex.quote(f"{base}/results"),
-            logs_uri=shlex.quote(f"{base}/logs"),
-            job_dir=self._path(),
+            results_uri=shlex.quote(f"{base}/{results_key}"),
+            logs_uri=shlex.quote(f"{base}/{logs_key}"),
+            job_dir=self._work(),
             aws=self._aws([], endpoint, region),
             bucket=shlex.quote(bucket),
             prefix_option=["--prefix", shlex.quote(f"{prefix}/")] if prefix else [],
@@ -829,10 +880,17 @@ class Workload:
                 reason=reasons.UPLOAD_FAILED,
                 cli_message=_message(failed),
             )
-        return self._verified(bucket, prefix, text)
+        return self._verified(bucket, prefix, text, self.upload_keys())
+
+    def upload_keys(self) -> tuple[str, str]:
+        """Where results/ and logs/ go under the resultsUri: results and logs, or a workflow
+        step's <step> and logs/<step> (so one step's upload never touches another's)."""
+        return ("results", "logs") if self.step is None else (self.step, f"logs/{self.step}")
 
     @staticmethod
-    def _verified(bucket: str, prefix: str, listing_output: str) -> tuple[int, int]:
+    def _verified(
+        bucket: str, prefix: str, listing_output: str, keys: tuple[str, str] = ("results", "logs")
+    ) -> tuple[int, int]:
         try:
             local, remote = parse_listing(listing_output)
         except (ValueError, IndexError, TypeError) as exc:
@@ -842,7 +900,14 @@ class Workload:
                 cli_message=listing_output.strip()[-2000:],
             ) from exc
         key_prefix = f"{prefix}/" if prefix else ""
-        missing = [path for path, size in local.items() if remote.get(f"{key_prefix}{path}") != size]
+        # Local `results/x` and `logs/x` (in the work directory) are `<keys[0]>/x`, `<keys[1]>/x`.
+        where = {"results": keys[0], "logs": keys[1]}
+
+        def key(path: str) -> str:
+            top, _, rest = path.partition("/")
+            return f"{key_prefix}{where.get(top, top)}/{rest}"
+
+        missing = [path for path, size in local.items() if remote.get(key(path)) != size]
         if missing:
             raise TransientError(
                 f"upload verification failed: {len(missing)} of {len(local)} files missing or of the wrong "
@@ -874,7 +939,8 @@ class Workload:
     def checkpoint_prefix(self, results_uri: str) -> str:
         """Where this job's checkpoints live: under its own job id (name + uid digest), so a
         resultsUri another job used before never resumes that job's run (issue 25, scenario 11)."""
-        return f"{results_uri.rstrip('/')}/checkpoints/{self.job_id}"
+        base = f"{results_uri.rstrip('/')}/checkpoints/{self.job_id}"
+        return base if self.step is None else f"{base}/{self.step}"
 
     async def sync_checkpoints(
         self,
@@ -893,11 +959,11 @@ class Workload:
         split_s3_uri(results_uri, "resultsUri")
         command = render(
             "sync_checkpoints",
-            results=self._path("results"),
-            ckpt_dir=self._path("ckpt"),
-            pending=self._path("ckpt/pending"),
-            ckpt=shlex.quote(self.job_id + CKPT_SUFFIX),
-            job_dir=self._path(),
+            results=self._work("results"),
+            ckpt_dir=self._work("ckpt"),
+            pending=self._work("ckpt/pending"),
+            ckpt=shlex.quote(self.container + CKPT_SUFFIX),
+            job_dir=self._work(),
             whole_checkpoint_filters=render("whole_checkpoint_filters", whole_zip=render("whole_zip")),
             newest_whole_checkpoint=self._newest_whole_checkpoint(),
             label=shlex.quote(f"tao-job={self.job_id}"),
@@ -962,8 +1028,80 @@ class Workload:
             )
         return parse_restore_report(result.stdout)
 
+    async def restore_steps(
+        self,
+        results_uri: str,
+        endpoint: str | None = None,
+        region: str | None = None,
+        *,
+        outputs: Sequence[str],
+        credentials: S3Credentials,
+        deadline: datetime | None = None,
+    ) -> RestoreReport:
+        """A workflow step (this Workload's) about to start on an instance that does not hold the
+        earlier steps' results: copy <uri>/<name>/ into steps/<name>/results/ for each of
+        `outputs`, then this step's synced checkpoints, in ONE call; report the latest whole
+        checkpoint (paths relative to steps/<step>/). An earlier step with no stored results is
+        a Configuration error naming it (spec.startAtStep past results that were never
+        uploaded)."""
+        assert self.step is not None, "restore_steps is a workflow step's"
+        split_s3_uri(results_uri, "resultsUri")
+        base = results_uri.rstrip("/")
+        aws = self._aws([f"{self._path(STEPS_DIR)}:/job/{STEPS_DIR}"], endpoint, region)
+        fragments = [
+            render(
+                "restore_step_output",
+                target=self._path(f"{STEPS_DIR}/{name}/results"),
+                aws=aws,
+                uri=shlex.quote(f"{base}/{name}"),
+                dest=shlex.quote(f"/job/{STEPS_DIR}/{name}/results"),
+                step=shlex.quote(name),
+            )
+            for name in outputs
+            if STEP_RE.match(name)
+        ]
+        command = render(
+            "restore_steps",
+            results=self._work("results"),
+            abort_incomplete_uploads=self._abort_incomplete_uploads(results_uri, endpoint, region, []),
+            outputs="; ".join(fragments) if fragments else ":",
+            aws=aws,
+            checkpoints_uri=shlex.quote(self.checkpoint_prefix(results_uri)),
+            dest=shlex.quote(f"/job/{self.work}/results"),
+            work_dir=self._work(),
+            newest_whole_checkpoint=self._newest_whole_checkpoint(),
+        )
+        result = await self._with_s3_keys(
+            command,
+            credentials=credentials,
+            region=region,
+            limit=self.settings.transfer_timeout * (1 + len(fragments)),
+            deadline=deadline,
+            what="restoring earlier steps' results",
+        )
+        if not result.ok:
+            step, _text = last_step(result.stdout)
+            raise TransientError(
+                f"restoring {step or 'earlier steps'} from {base} failed",
+                reason=reasons.CHECKPOINT_RESTORE_FAILED,
+                cli_message=_message(result),
+            )
+        found = dict(re.findall(rf"^{_OUTPUT} (\S+) (\d+)$", result.stdout, re.MULTILINE))
+        for name in outputs:
+            if found.get(name, "0") == "0":
+                raise SpecError(
+                    f"no results of step {name} under {base}/{name}/ to run step {self.step} from: "
+                    f"run the workflow from step {name} (spec.startAtStep) or from the start"
+                )
+        return parse_restore_report(result.stdout)
+
     async def clear(
-        self, *, deadline: datetime | None = None, keep: bool = False, keep_container: bool = False
+        self,
+        *,
+        deadline: datetime | None = None,
+        keep: bool = False,
+        keep_container: bool = False,
+        steps: Sequence[str] = (),
     ) -> None:
         """Remove the job's containers (the checkpoint sync's too: its config carries the S3 keys)
         and ~/taobrev/<job> (with any secret file an interrupted step left) in ONE remote call:
@@ -973,9 +1111,12 @@ class Workload:
 
         `keep` (an instance kept for debugging): remove only what holds a secret — the checkpoint
         sync's container, the secrets directory, and the job's container unless `keep_container`
-        (its config carries no secret env) — and leave the rest for a person to look at."""
+        (its config carries no secret env) — and leave the rest for a person to look at.
+        `steps`: a workflow's step names, whose containers (and checkpoint syncs) go too."""
+        containers = [self.job_id, *(step_container(self.job_id, s) for s in steps if STEP_RE.match(s))]
+        syncs = [c + CKPT_SUFFIX for c in containers]
         if keep:
-            remove = [self.job_id + CKPT_SUFFIX] + ([] if keep_container else [self.job_id])
+            remove = syncs + ([] if keep_container else containers)
             command = render(
                 "keep_for_debug",
                 rm_containers=[shlex.quote(n) for n in remove],
@@ -984,8 +1125,7 @@ class Workload:
         else:
             command = render(
                 "clear",
-                name=shlex.quote(self.job_id),
-                ckpt=shlex.quote(self.job_id + CKPT_SUFFIX),
+                names=[shlex.quote(n) for n in containers + syncs],
                 job_dir=self._path(),
             )
         result = await self._run(command, self.settings.command_timeout, deadline, "cleanup")

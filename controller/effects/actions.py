@@ -18,7 +18,7 @@ from functools import cached_property
 from controller.api import reasons
 from controller.api.container_paths import SPEC_MOUNT_PATH, container_path, resume_arg
 from controller.api.errors import InstanceNotFound, PermanentError, TaoBrevError, TransientError
-from controller.api.models import TaoBrevJobSpec
+from controller.api.models import StepSpec, TaoBrevJobSpec
 from controller.brev.client import BrevClient
 from controller.brev.envfile import JobSecrets
 from controller.brev.logtail import TAIL_LINES
@@ -71,6 +71,27 @@ class JobContext:
         """Parsed when an action first reads it, then kept for the rest of the pass's actions."""
         source = self.spec_source
         return source if isinstance(source, TaoBrevJobSpec) else source()
+
+
+def _step_of(job: JobContext, step: str | None) -> StepSpec:
+    """The spec of a workflow step by name (None: the single-action job's one step)."""
+    steps = job.spec.workflow()
+    if step is None:
+        return steps[0]
+    for candidate in steps:
+        if candidate.name == step:
+            return candidate
+    raise PermanentError(f"spec.steps has no step {step!r} any more", reason=reasons.INVALID_SPEC)
+
+
+def _step_names(job: JobContext) -> tuple[str, ...]:
+    """A workflow's step names (their containers are removed at cleanup); () for a single job or
+    a spec that does not parse (its steps are unknown; the job's own container still goes)."""
+    try:
+        spec = job.spec
+    except TaoBrevError:
+        return ()
+    return tuple(s.name for s in spec.workflow()) if spec.is_workflow else ()
 
 
 def _secrets(job: JobContext, action: type[Action]) -> JobSecrets:
@@ -131,8 +152,8 @@ class ActionRunner:
         # already have reached Brev), and the job's next pass awaits it before acting (below).
         self._creating: dict[tuple[str, str], asyncio.Task[Observation]] = {}
 
-    def _workload(self, instance: str, job: JobContext) -> Workload:
-        return Workload(self._brev, instance, job.job_id, settings=self._wl_settings)
+    def _workload(self, instance: str, job: JobContext, step: str | None = None) -> Workload:
+        return Workload(self._brev, instance, job.job_id, settings=self._wl_settings, step=step)
 
     async def run(
         self,
@@ -173,8 +194,13 @@ class ActionRunner:
         if isinstance(action, WaitForExit):
             return await self._wait(action, job, obs, budget)
         if isinstance(action, StartContainer):
-            await self._start(self._workload(action.instance, job), job, budget, action.resume_path)
-            return obs.with_(container_started=True)
+            wl = self._workload(action.instance, job, action.step)
+            await self._start(wl, job, budget, action.resume_path)
+            # A new container (a workflow's next step): what a wait earlier in this pass saw of the
+            # previous one is not its exit, log or progress.
+            return obs.with_(
+                container_started=True, exit_code=None, exit_finished_at=None, log_tail=(), progress=None
+            )
         if lane == Lane.CREATE:
             return await self._create(action, job, obs)
         async with self._lanes.hold(lane, budget):
@@ -206,23 +232,24 @@ class ActionRunner:
             case PrepareWorkload(instance=inst):
                 await self._prepare(self._workload(inst, job), job, deadline)
                 return obs.with_(prepared=True)
-            case StopContainer(instance=inst):
-                await self._workload(inst, job).stop_container(deadline=deadline)
+            case StopContainer(instance=inst, step=step):
+                await self._workload(inst, job, step).stop_container(deadline=deadline)
                 return obs.with_(container_stopped=True)
-            case UploadResults(instance=inst):
+            case UploadResults(instance=inst, step=step):
                 data = job.spec.data
-                objects, size = await self._workload(inst, job).upload_results(
+                objects, size = await self._workload(inst, job, step).upload_results(
                     data.results_uri,
                     data.s3_endpoint_url,
                     data.s3_region,
                     credentials=_secrets(job, UploadResults).s3,
                     deadline=deadline,
                 )
-                return obs.with_(upload=UploadSummary(objects=objects, bytes=size))
+                return obs.with_(upload=UploadSummary(objects=objects, bytes=size, step=step))
             case CleanupWorkload(instance=inst, must_succeed=must, keep=keep, keep_container=keep_container):
                 wl = self._workload(inst, job)
                 try:
-                    await wl.clear(deadline=deadline, keep=keep, keep_container=keep_container)
+                    steps = _step_names(job)
+                    await wl.clear(deadline=deadline, keep=keep, keep_container=keep_container, steps=steps)
                 except TransientError:
                     if must:
                         raise
@@ -276,17 +303,27 @@ class ActionRunner:
     ) -> Observation:
         """Checkpoint sync (starts a detached copy; one short call) and restore (before start)."""
         data = job.spec.data
-        wl = self._workload(action.instance, job)
+        wl = self._workload(action.instance, job, action.step)
         creds = _secrets(job, type(action)).s3
-        if isinstance(action, SyncCheckpoints):
+        if isinstance(action, RestoreCheckpoints) and action.step is not None:
+            got = await wl.restore_steps(
+                data.results_uri,
+                data.s3_endpoint_url,
+                data.s3_region,
+                outputs=action.outputs,
+                credentials=creds,
+                deadline=deadline,
+            )
+        elif isinstance(action, SyncCheckpoints):
             report = await wl.sync_checkpoints(
                 data.results_uri, data.s3_endpoint_url, data.s3_region, credentials=creds, deadline=deadline
             )
             sync = CheckpointSync(report.state, report.started, report.epoch, report.objects, report.message)
             return obs.with_(checkpoint_sync=sync)
-        got = await wl.restore_checkpoints(
-            data.results_uri, data.s3_endpoint_url, data.s3_region, credentials=creds, deadline=deadline
-        )
+        else:
+            got = await wl.restore_checkpoints(
+                data.results_uri, data.s3_endpoint_url, data.s3_region, credentials=creds, deadline=deadline
+            )
         path = container_path(got.latest) if got.latest else None
         skipped = tuple(container_path(u) for u in got.unreadable)
         return obs.with_(restored=CheckpointRestore(got.objects, path, got.epoch, skipped))
@@ -294,7 +331,7 @@ class ActionRunner:
     async def _wait(
         self, action: WaitForExit, job: JobContext, obs: Observation, deadline: datetime | None
     ) -> Observation:
-        wl = self._workload(action.instance, job)
+        wl = self._workload(action.instance, job, action.step)
         try:
             async with self._lanes.hold(Lane.WAIT, deadline):
                 info = await wl.wait_exit_with_tail(
@@ -320,9 +357,13 @@ class ActionRunner:
 
     async def _prepare(self, wl: Workload, job: JobContext, deadline: datetime | None) -> None:
         spec, secrets = job.spec, _secrets(job, PrepareWorkload)
-        if spec.task.spec_content is not None:
-            await wl.write_spec(spec.task.spec_content, deadline=deadline)
-        await wl.pull_image(spec.task.image, ngc_api_key=secrets.ngc_api_key, deadline=deadline)
+        for step in spec.workflow():
+            if step.spec_content is not None:
+                # A workflow step's spec goes to its own work directory (steps/<name>/spec/).
+                target = wl if not spec.is_workflow else self._workload(wl.instance, job, step.name)
+                await target.write_spec(step.spec_content, deadline=deadline)
+        # Every distinct image, after ONE registry login, before the first step runs.
+        await wl.pull_images(spec.images(), ngc_api_key=secrets.ngc_api_key, deadline=deadline)
         if spec.data.inputs:
             await wl.stage_inputs(
                 [(i.uri, i.path) for i in spec.data.inputs],
@@ -335,13 +376,14 @@ class ActionRunner:
     async def _start(
         self, wl: Workload, job: JobContext, deadline: datetime | None, resume_path: str | None = None
     ) -> None:
-        task, secrets = job.spec.task, _secrets(job, StartContainer)
+        task, secrets = _step_of(job, wl.step), _secrets(job, StartContainer)
+        image = task.image_or(job.spec.images()[0])
         # Attempt >= 2: TAO's key=value override resumes from the restored checkpoint.
         args = [*(task.args or ()), *([resume_arg(resume_path)] if resume_path else [])]
 
         async def start() -> None:
             await wl.start_container(
-                image=task.image,
+                image=image,
                 network_arch=task.network_arch,
                 action=task.action,
                 spec_path=task.spec_path or SPEC_MOUNT_PATH,
@@ -350,6 +392,7 @@ class ActionRunner:
                 secret_env=dict(sorted(secrets.extra_env.items())),
                 gpus=task.gpus,
                 shm_size=task.shm_size,
+                inputs=[(i.from_step, i.path) for i in task.inputs],
                 deadline=deadline,
             )
 
@@ -363,6 +406,6 @@ class ActionRunner:
         # removed after the pull, so deliver it again for this pull only — in the pull lane, so a
         # re-pull never holds a start slot.
         async with self._lanes.hold(Lane.PULL, deadline):
-            await wl.pull_image(task.image, ngc_api_key=secrets.ngc_api_key, deadline=deadline)
+            await wl.pull_image(image, ngc_api_key=secrets.ngc_api_key, deadline=deadline)
         async with self._lanes.hold(Lane.START, deadline):
             await start()

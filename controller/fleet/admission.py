@@ -123,9 +123,13 @@ class JobFacts:
 
 
 def gpus_of(spec: Mapping[str, Any]) -> int:
-    """The GPUs a job counts for (module docstring): spec.task.gpus, else the largest count an
+    """The GPUs a job counts for (module docstring): spec.task.gpus (a workflow: the largest
+    spec.steps[].gpus), else the largest count an
     instance type names (`<machine>:<gpu>:<count>`), else 1."""
     explicit = _int(_map(spec, "task").get("gpus"), 0)
+    steps = spec.get("steps")
+    if isinstance(steps, list):  # a workflow holds the most any of its steps asks for
+        explicit = max([explicit, *(_int(s.get("gpus"), 0) for s in steps if isinstance(s, Mapping))])
     if explicit > 0:
         return explicit
     ephemeral = _map(_map(spec, "instance"), "ephemeral")

@@ -72,7 +72,8 @@ class KueueGate:
             if problem is not None:
                 return Admission(False, CLASS_NOT_FOUND, problem)
             assert demand is not None
-            body = kueue.workload_body(namespace, name, uid, demand, spec.task.image)
+            # The Workload's one pod template names the first step's image (Kueue reads only its requests).
+            body = kueue.workload_body(namespace, name, uid, demand, spec.workflow()[0].image or "")
             found = await self._store.create(body)
             log.info("workload created", workload=body["metadata"]["name"], queue=queue, gpus=demand.gpus)
         view = WorkloadView.of(found)

@@ -18,6 +18,9 @@ _I, _P, _C = FailureClass.INFRASTRUCTURE, FailureClass.PROGRAM, FailureClass.CON
 CLASS_OF: dict[str, FailureClass] = {
     # the training itself
     reasons.TRAINING_FAILED: _P,
+    reasons.STEP_FAILED: _P,  # a workflow step exited non-zero (status.failedStep)
+    reasons.STEP_TIMED_OUT: _P,  # ran past spec.steps[].timeoutSeconds
+    reasons.STEP_UPLOAD_FAILED: FailureClass.INFRASTRUCTURE,  # a step's results did not reach S3
     reasons.timeout(Phase.RUNNING): _P,  # ran past spec.timeouts.runningSeconds
     # the job's own limits
     reasons.BUDGET_EXCEEDED: FailureClass.BUDGET,

@@ -47,7 +47,7 @@ from controller.api.models import TaoBrevJobSpec, phase_timeout
 from controller.api.naming import CANCEL_ANNOTATION
 from controller.api.status import CheckpointStatus, TaoBrevJobStatus
 from controller.api.vocabulary import Outcome
-from controller.lifecycle import conditions, recovery
+from controller.lifecycle import conditions, recovery, workflow
 from controller.lifecycle.decision_pass import Pass
 from controller.lifecycle.failure_class import failure_class
 from controller.lifecycle.identities import same_reach
@@ -167,6 +167,7 @@ def decide(
             "(kubectl taobrev cancel)",
         )
 
+    workflow.fold_upload(p)
     if not _handle_failure(p):
         recovery.track(p)
         recovery.check_budget(p)
@@ -176,6 +177,7 @@ def decide(
 
 def _finish(p: Pass, generation: int, requeue: float | None) -> Decision:
     recovery.track(p)
+    workflow.settle(p)
     p.s.outcome = conditions.shown_outcome(p.s)
     p.s.failure_class = failure_class(p.s.reason) if p.s.outcome == Outcome.FAILED else None
     p.s.observed_generation = generation

@@ -286,7 +286,8 @@ def schedule_sync(p: Pass) -> None:
     ck = p.s.checkpoint or CheckpointStatus()
     ck.sync_requested_at = p.now
     p.s.checkpoint = ck
-    p.actions.append(SyncCheckpoints(p.instance))
+    # A workflow step's checkpoints go under checkpoints/<job id>/<step>/ (run.step: its name).
+    p.actions.append(SyncCheckpoints(p.instance, step=p.s.run.step))
 
 
 def sync_due_in(p: Pass) -> float | None:
@@ -329,6 +330,8 @@ def resume_path(p: Pass) -> str | None:
     rec = p.s.current
     if rec.attempt < 2 or rec.resumed_from is None:
         return None
-    if p.spec is None or p.spec.task.action != "train":
+    if p.spec is None:
         return None
+    if not p.spec.is_workflow and p.spec.workflow()[0].action != "train":
+        return None  # a workflow's start_container passes it to train and retrain steps only
     return rec.resumed_from

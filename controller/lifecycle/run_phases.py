@@ -12,7 +12,7 @@ from controller.api.status import PreflightProblem, PreflightStatus, ResultsSumm
 from controller.api.vocabulary import Outcome
 from controller.brev.client import DELETING, FAILURE, RUNNING, STOPPED, STOPPING, CreateRequest
 from controller.fleet import admission
-from controller.lifecycle import recovery
+from controller.lifecycle import recovery, workflow
 from controller.lifecycle.absence import process_instance_fate
 from controller.lifecycle.backoff import exponential
 from controller.lifecycle.decision_pass import Pass
@@ -26,7 +26,6 @@ from controller.lifecycle.steps import (
     PrepareWorkload,
     ProbeExec,
     RestoreCheckpoints,
-    StartContainer,
     StartInstance,
     StopContainer,
     UploadResults,
@@ -452,7 +451,7 @@ def wait_bound(p: Pass) -> float:
     due = recovery.sync_due_in(p)
     if due is not None:
         bound = min(bound, due)
-    for left in (_phase_left(p), recovery.budget_left(p)):
+    for left in (_phase_left(p), recovery.budget_left(p), workflow.step_left(p)):
         if left is not None:
             bound = min(bound, left)
     return max(min(1.0, p.tun.wait_timeout), bound)
@@ -496,25 +495,33 @@ def pulling(p: Pass) -> None:
         if p.s.run_outcome:
             _step_after_end(p)
         return
+    workflow.plan(p)
     # Like the probe: a pull + staging that succeeded counts even past the deadline.
     if p.obs.prepared:
-        if recovery.needs_restore(p):
+        if _needs_restore(p):
             if p.obs.restored is None:
-                p.actions.append(RestoreCheckpoints(p.instance))
+                p.actions.append(_restore(p))
                 return
             recovery.fold_restore(p)
         p.enter(Phase.RUNNING, f"starting container {p.s.job_id} on {p.instance}")
-        p.s.run.started(p.now)
-        p.actions.append(StartContainer(p.instance, resume_path=recovery.resume_path(p)))
+        p.actions.append(workflow.start_container(p, recovery.resume_path(p)))
         p.requeue = 0.0
         return
     if _check_timeout(p):
         _step_after_end(p)
         return
     p.actions.append(PrepareWorkload(p.instance))
-    if recovery.needs_restore(p):
-        # Checkpoints go back into the results directory before the container starts.
-        p.actions.append(RestoreCheckpoints(p.instance))
+    if _needs_restore(p):
+        # Checkpoints (a workflow: earlier steps' outputs too) go back before the container starts.
+        p.actions.append(_restore(p))
+
+
+def _needs_restore(p: Pass) -> bool:
+    return workflow.needs_restore(p) if workflow.on(p) else recovery.needs_restore(p)
+
+
+def _restore(p: Pass) -> RestoreCheckpoints:
+    return workflow.restore_action(p) if workflow.on(p) else RestoreCheckpoints(p.instance)
 
 
 def _exited(p: Pass, code: int) -> None:
@@ -530,9 +537,11 @@ def _judge_exit(p: Pass) -> None:
     assert code is not None
     assert exited is not None
     limit = phase_timeout(p.spec, Phase.RUNNING)
-    started = p.s.run.started_at
+    started = p.s.phase_times.get(str(Phase.RUNNING)) if workflow.on(p) else p.s.run.started_at
     budget = recovery.over_budget(p, at=exited)  # billed up to the exit, however late it is seen
-    if limit is not None and started is not None and (exited - started).total_seconds() > limit:
+    if workflow.timed_out_at_exit(p):
+        pass  # ended the run: StepTimedOut
+    elif limit is not None and started is not None and (exited - started).total_seconds() > limit:
         p.end_run(
             Outcome.FAILED,
             reasons.timeout(Phase.RUNNING),
@@ -543,6 +552,11 @@ def _judge_exit(p: Pass) -> None:
     elif recovery.retries_exit_code(p, code):
         _upload_then_retry(p)
         return
+    elif workflow.on(p):
+        if code != 0 and recovery.may_retry(p) and not _answers_after_exit(p):
+            return  # as below: a failure, or the instance going away?
+        if process_instance_loss(p) or workflow.after_exit(p, code):
+            return  # lost before its results were verified, uploading them, or the next step runs
     elif code == 0:
         # Not Succeeded yet: that takes the results verified in S3 (teardown.uploading).
         p.end_run(
@@ -623,7 +637,7 @@ def _upload_then_retry(p: Pass) -> None:
     end of a run: nothing the attempt made is lost, and the restore reads them back), then the
     attempt ends and its instance is deleted."""
     if p.obs.upload is None and not p.s.upload.attempts:
-        p.actions.append(UploadResults(p.instance))
+        p.actions.append(UploadResults(p.instance, step=workflow.container_step(p)))
         p.requeue = 0.0
         return
     recovery.end_attempt(
@@ -651,16 +665,25 @@ def running(p: Pass) -> None:
     if not p.s.run_outcome and process_instance_loss(p) and not p.s.run_outcome:
         return  # confirming a suspected loss with brev delete first, or this attempt ended
     budget = None if p.s.run_outcome else recovery.over_budget(p)
-    if not p.s.run_outcome and (p.timed_out() or budget is not None):
+    late = workflow.over_time(p)
+    if not p.s.run_outcome and (p.timed_out() or budget is not None or late):
         if p.obs.did(WaitForExit):
             # Looked in this pass and it still runs: now it really is over time (or budget).
+            step = workflow.current(p)
             if not _check_timeout(p) and budget is not None:
                 p.end_run(Outcome.FAILED, reasons.BUDGET_EXCEEDED, budget)
+            elif late and step is not None and not p.s.run_outcome:
+                workflow.end_timed_out(p, step, None)
         else:
             # After downtime the container may have exited long ago: look before judging.
             # A short look (docker wait returns at once for an exited container).
             p.actions.append(
-                WaitForExit(p.instance, timeout_seconds=min(1.0, p.tun.wait_timeout), start_if_missing=False)
+                WaitForExit(
+                    p.instance,
+                    timeout_seconds=min(1.0, p.tun.wait_timeout),
+                    start_if_missing=False,
+                    step=workflow.container_step(p),
+                )
             )
             p.requeue = 0.0
             return
@@ -677,8 +700,9 @@ def running(p: Pass) -> None:
             timeout_seconds=wait_bound(p),
             resume_path=recovery.resume_path(p),
             tail=tail_due(p),
-            progress_of=p.spec.task.action,
+            progress_of=workflow.action(p),
             progress=progress_due(p),
+            step=workflow.container_step(p),
         )
     )
     p.requeue = 0.0
@@ -711,12 +735,13 @@ def stopping(p: Pass) -> None:
         p.events.append(EventNote("Warning", reasons.STOP_GRACE_EXPIRED, note))
         p.enter_then_step(Phase.UPLOADING, note)
         return
+    step = workflow.container_step(p)
     if not p.obs.container_stopped:
-        p.actions.append(StopContainer(p.instance))
+        p.actions.append(StopContainer(p.instance, step=step))
     # Bounded by the grace left, so the grace is never overrun by a whole wait.
     left = p.tun.grace - p.since(p.s.run.ended_at)
     bound = max(min(1.0, p.tun.wait_timeout), min(p.tun.wait_timeout, left))
-    p.actions.append(WaitForExit(p.instance, timeout_seconds=bound, start_if_missing=False))
+    p.actions.append(WaitForExit(p.instance, timeout_seconds=bound, start_if_missing=False, step=step))
     p.requeue = 0.0
 
 

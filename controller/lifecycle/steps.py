@@ -67,6 +67,8 @@ class ActionFailure:
 class UploadSummary:
     objects: int
     bytes: int
+    # The workflow step whose results these are (None: the job's results/ and logs/).
+    step: str | None = None
 
 
 @dataclass(frozen=True)
@@ -202,6 +204,9 @@ class StartContainer:
     instance: str
     # Attempt >= 2 with a restored checkpoint: `train.resume_training_checkpoint_path=<this>`.
     resume_path: str | None = None
+    # A workflow's step (spec.steps[].name): its own container, spec and results directory.
+    # None: the single-action job's container.
+    step: str | None = None
 
 
 @dataclass(frozen=True)
@@ -217,6 +222,7 @@ class WaitForExit:
     # whether to read it while the container still runs (an exit always brings it).
     progress_of: str | None = None
     progress: bool = False
+    step: str | None = None  # the workflow step whose container it is (None: the job's)
 
 
 @dataclass(frozen=True)
@@ -225,23 +231,36 @@ class SyncCheckpoints:
     never blocks on the copy itself, so exit notice and teardown are never delayed by it."""
 
     instance: str
+    step: str | None = None
 
 
 @dataclass(frozen=True)
 class RestoreCheckpoints:
-    """Copy <resultsUri>/checkpoints/<job id>/ into the results directory before the container starts."""
+    """Copy <resultsUri>/checkpoints/<job id>/ into the results directory before the container starts.
+
+    A workflow (`step` set): first each earlier step's results from <resultsUri>/<name>/ for the
+    names in `outputs` (they ran on a lost instance, or before spec.startAtStep), then `step`'s
+    own synced checkpoints from <resultsUri>/checkpoints/<job id>/<step>/."""
 
     instance: str
+    step: str | None = None
+    outputs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class StopContainer:
     instance: str
+    step: str | None = None
 
 
 @dataclass(frozen=True)
 class UploadResults:
+    """Upload and verify the results: the job's results/ and logs/ to <resultsUri>/results and
+    /logs, or (`step` set) that workflow step's results to <resultsUri>/<step>/ and its log to
+    <resultsUri>/logs/<step>/."""
+
     instance: str
+    step: str | None = None
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,7 @@ from controller.api.status import ResultsSummary
 from controller.api.timestamps import format_time
 from controller.api.vocabulary import Outcome
 from controller.brev.client import DELETING, RUNNING, Instance
-from controller.lifecycle import keep
+from controller.lifecycle import keep, workflow
 from controller.lifecycle.absence import process_instance_fate
 from controller.lifecycle.decision_pass import Pass
 from controller.lifecycle.phases import Phase, entered_any
@@ -153,7 +153,7 @@ def uploading(p: Pass) -> None:
         limit = phase_timeout(p.spec, Phase.UPLOADING)
         upload_failed(p, f"upload did not finish within {limit}s (spec.timeouts.uploadingSeconds)")
         return
-    p.actions.append(UploadResults(p.instance))
+    p.actions.append(UploadResults(p.instance, step=workflow.upload_step(p)))
     p.requeue = 0.0
 
 

@@ -23,20 +23,25 @@ class ArchiveMissing(Exception):
     """No archived log at the job's resultsUri (answered 404 with the reason)."""
 
 
-def archive_key(results_uri: str) -> tuple[str, str]:
+def archive_key(results_uri: str, step: str | None = None) -> tuple[str, str]:
+    """Where the log is: logs/container.log, or a workflow step's logs/<step>/container.log."""
     bucket, prefix = s3_location(results_uri)
     prefix = prefix.rstrip("/")
-    return bucket, f"{prefix}/{ARCHIVE_KEY}" if prefix else ARCHIVE_KEY
+    key = ARCHIVE_KEY if step is None else f"logs/{step}/container.log"
+    return bucket, f"{prefix}/{key}" if prefix else key
 
 
 class Archive:
     def __init__(self, s3: S3Checks | None = None) -> None:
         self._s3 = s3 or S3Checks(connect_timeout=5.0, read_timeout=30.0)
 
-    async def read(self, target: S3Target, results_uri: str, query: LogQuery) -> AsyncIterator[bytes]:
-        """The archived lines a viewer asked for. With tailLines the whole object streams through
-        (S3 cannot count lines from the end) but memory holds only the kept tail."""
-        bucket, key = archive_key(results_uri)
+    async def read(
+        self, target: S3Target, results_uri: str, query: LogQuery, step: str | None = None
+    ) -> AsyncIterator[bytes]:
+        """The archived lines a viewer asked for (a workflow step's with `step`). With tailLines
+        the whole object streams through (S3 cannot count lines from the end) but memory holds
+        only the kept tail."""
+        bucket, key = archive_key(results_uri, step)
         body = await asyncio.to_thread(self._open, target, bucket, key)
         try:
             cutoff = None if query.since_seconds is None else time.time() - query.since_seconds

@@ -128,7 +128,7 @@ class LogHub:
         self._linger_s = linger_s
         self._max_followers = max_followers
         self._prime_timeout_s = prime_timeout_s
-        self._followers: dict[tuple[str, str, int], Follower] = {}
+        self._followers: dict[tuple[str, str, int, str], Follower] = {}
         self.streams_opened = 0  # remote streams started since start-up (tests and metrics read it)
 
     @property
@@ -175,8 +175,9 @@ class LogHub:
                 follower.idle_since = time.monotonic()
                 asyncio.get_running_loop().call_later(self._linger_s, self._reap, target)
 
-    def _key(self, target: LogTarget) -> tuple[str, str, int]:
-        return (target.namespace, target.name, target.attempt)
+    def _key(self, target: LogTarget) -> tuple[str, str, int, str]:
+        # The container too: a workflow's steps are containers of one attempt.
+        return (target.namespace, target.name, target.attempt, target.container)
 
     def _follower(self, target: LogTarget) -> Follower:
         key = self._key(target)

@@ -1,6 +1,6 @@
 """What the log API says, on the wire (PURE): discovery documents, the query a log request may
 carry, and Kubernetes `Status` answers. The names follow `kubectl logs` (PodLogOptions): follow,
-tailLines, sinceSeconds, timestamps, limitBytes; plus `attempt`."""
+tailLines, sinceSeconds, timestamps, limitBytes; plus `attempt` and `step` (a workflow's step)."""
 
 from __future__ import annotations
 
@@ -19,6 +19,8 @@ LOG_PATH = re.compile(
     rf"^/apis/{re.escape(GROUP)}/{VERSION}/namespaces/(?P<namespace>[a-z0-9]([-a-z0-9]*[a-z0-9])?)"
     rf"/{RESOURCE}/(?P<name>[a-z0-9]([-.a-z0-9]*[a-z0-9])?)/{SUBRESOURCE}$"
 )
+# spec.steps[].name (models.STEP_NAME_PATTERN; this module imports nothing of the API).
+STEP_NAME = re.compile(r"^[a-z]([a-z0-9-]{0,30}[a-z0-9])?$")
 # A single line longer than this is cut (a tqdm run of `\r` redraws is one line to docker).
 MAX_LINE_BYTES = 64 * 1024
 
@@ -35,6 +37,7 @@ class LogQuery:
     since_seconds: int | None = None
     timestamps: bool = False
     limit_bytes: int = 0  # after parse_query: never 0, the server's cap applies
+    step: str | None = None  # a workflow's step (spec.steps[].name); None: the current one
 
 
 def _bool(params: Mapping[str, str], key: str) -> bool:
@@ -61,12 +64,16 @@ def _int(params: Mapping[str, str], key: str, low: int) -> int | None:
 def parse_query(params: Mapping[str, str], max_bytes: int) -> LogQuery:
     """The request's log options; `limitBytes` is capped at the server's `max_bytes` (one viewer
     never gets more than that per request: ask again with sinceSeconds/tailLines for more)."""
-    known = {"follow", "attempt", "tailLines", "sinceSeconds", "timestamps", "limitBytes"}
+    known = {"follow", "attempt", "tailLines", "sinceSeconds", "timestamps", "limitBytes", "step"}
     unknown = sorted(set(params) - known)
     if unknown:
         raise QueryError(f"unknown parameter {unknown[0]!r}: the log API takes {', '.join(sorted(known))}")
     limit = _int(params, "limitBytes", 1)
+    step = params.get("step")
+    if step is not None and not STEP_NAME.match(step):
+        raise QueryError(f"step={step!r} is not a step name: give one of the job's spec.steps[].name")
     return LogQuery(
+        step=step,
         follow=_bool(params, "follow"),
         attempt=_int(params, "attempt", 1),
         tail_lines=_int(params, "tailLines", 0),

@@ -138,7 +138,7 @@ class LogApi:
         if job is None:
             return _status(404, "NotFound", f'taobrevjobs.taobrev.io "{name}" not found')
         status = TaoBrevJobStatus.from_k8s(job.get("status"))
-        source = log_source(status, query.attempt)
+        source = log_source(status, query.attempt, query.step)
         lines: AsyncIterator[bytes]
         kind = "live" if isinstance(source, Live) else "archive" if isinstance(source, Archived) else "none"
         request[_SOURCE] = kind
@@ -151,7 +151,7 @@ class LogApi:
                 s3 = await self.s3_target(namespace, spec)
             except Exception as exc:  # a missing Secret, a refused read: say so, do not crash
                 return _status(503, "ServiceUnavailable", f"cannot read the job's S3 credentials: {exc}")
-            lines = self.archive.read(s3, spec.data.results_uri, query)
+            lines = self.archive.read(s3, spec.data.results_uri, query, source.step)
         else:
             return _status(404, "NotFound", source.message)
         log.info(

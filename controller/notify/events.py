@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from controller.api import reasons
-from controller.api.status import TaoBrevJobStatus
+from controller.api.status import StepPhase, TaoBrevJobStatus
 from controller.api.vocabulary import Outcome, Transition
 from controller.lifecycle.conditions import STALLED
 
@@ -41,6 +41,7 @@ class JobEvent:
     key: str
     attempt: int | None
     time: datetime
+    step: str | None = None  # a workflow step's transition (StepSucceeded, StepFailed)
 
     def id_for(self, uid: str) -> str:
         return event_id(uid, self.key)
@@ -69,9 +70,21 @@ def _event(transition: Transition, attempt: int | None, at: datetime, detail: st
     return JobEvent(transition, _key(transition, attempt, detail), attempt, at)
 
 
+def _step_events(status: TaoBrevJobStatus) -> list[JobEvent]:
+    """Each workflow step that ended (key e.g. stepSucceeded/train/1: the step and its attempt)."""
+    found = []
+    ended = {StepPhase.SUCCEEDED: Transition.STEP_SUCCEEDED, StepPhase.FAILED: Transition.STEP_FAILED}
+    for rec in status.steps:
+        transition = ended.get(rec.phase)
+        if transition is not None and rec.finished_at is not None:
+            key = _key(transition, rec.attempt, rec.name)
+            found.append(JobEvent(transition, key, rec.attempt, rec.finished_at, step=rec.name))
+    return found
+
+
 def job_events(status: TaoBrevJobStatus) -> list[JobEvent]:
     """Every transition `status` shows, oldest first."""
-    found: list[JobEvent] = []
+    found: list[JobEvent] = _step_events(status)
     latest = max(status.phase_times.values(), default=None)
     if status.queue.admitted_at is not None:
         found.append(_event(Transition.ADMITTED, None, status.queue.admitted_at))

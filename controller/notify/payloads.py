@@ -26,6 +26,8 @@ _SLACK_EMOJI = {
     Transition.RECOVERING: ":repeat:",
     Transition.BUDGET_EXCEEDED: ":money_with_wings:",
     Transition.STALLED: ":warning:",
+    Transition.STEP_SUCCEEDED: ":heavy_check_mark:",
+    Transition.STEP_FAILED: ":heavy_multiplication_x:",
 }
 
 
@@ -55,6 +57,12 @@ def event_data(
         "billedSeconds": status.billed_seconds,
         "estimatedCostDollars": status.estimated_cost_dollars,
     }
+    if event.step is not None:  # a workflow step's transition: which step, how it exited, where
+        record = next((s for s in status.steps if s.name == event.step), None)
+        data["step"] = event.step
+        data["stepExitCode"] = record.exit_code if record is not None else None
+        results = record.results if record is not None else None
+        data["stepResultsUri"] = results.uri if results is not None else None
     return {k: v for k, v in data.items() if v is not None}
 
 

@@ -76,6 +76,25 @@ def _failure(st: Mapping[str, Any]) -> list[str]:
     return [_field("Failure class", str(klass)), _field("What to do", step, 2)]
 
 
+def _steps(st: Mapping[str, Any]) -> list[str]:
+    """A workflow's steps (spec.steps), one line each: phase, attempt, exit code, results."""
+    steps = [s for s in st.get("steps") or [] if isinstance(s, Mapping)]
+    if not steps:
+        return []
+    lines = [_field("Steps", str(st.get("step") or f"{len(steps)} steps"))]
+    for s in steps:
+        code = f", exit {s['exitCode']}" if s.get("exitCode") is not None else ""
+        where = ((s.get("results") or {}).get("uri") if isinstance(s.get("results"), Mapping) else None) or ""
+        attempt = f" (attempt {s['attempt']})" if s.get("attempt") else ""
+        text = f"{s.get('phase', '?')}{attempt}{code}" + (f"  {where}" if where else "")
+        if s.get("phase") == "Failed" and s.get("message"):
+            text += f"  {jobs.text(s.get('message'))}"
+        lines.append(_field(str(s.get("name")), text, 2))
+    if st.get("failedStep"):
+        lines.append(_field("Failed step", str(st["failedStep"]), 2))
+    return lines
+
+
 def _results(st: Mapping[str, Any]) -> str:
     summary = jobs.results(st)
     if not summary:
@@ -222,6 +241,7 @@ def render(
     if st.get("finishedAt"):
         lines.append(_field("Finished", _when(st["finishedAt"], now)))
     lines += _conditions(st, now)
+    lines += _steps(st)
     every = jobs.attempts(st)
     lines += (
         ["Attempts:", *(line for a in every for line in _attempt(a, now))]

@@ -31,6 +31,7 @@ EXAMPLES = """examples:
   kubectl taobrev logs train-7 --tail 50 --timestamps
   kubectl taobrev logs train-7 --since 10m
   kubectl taobrev logs train-7 --attempt 1      # an earlier attempt's log (if it was archived)
+  kubectl taobrev logs chain --step evaluate    # a workflow step's log (running or archived)
   kubectl get --raw '/apis/logs.taobrev.io/v1alpha1/namespaces/ml/taobrevjobs/train-7/log?tailLines=20'
 
 exit codes: 0 the log was served (with -f: the container exited 0); with -f, the container's exit
@@ -52,6 +53,9 @@ def register(sub: Any) -> None:
         "-f", "--follow", action="store_true", help="stream new lines until the container exits"
     )
     parser.add_argument("--attempt", type=int, help="attempt number (default: the latest)")
+    parser.add_argument(
+        "--step", help="a workflow's step (spec.steps[].name; default: the one running, or the last that ran)"
+    )
     parser.add_argument("--tail", type=int, default=-1, help="lines from the end (default: all kept)")
     parser.add_argument("--since", help="only lines newer than this duration (e.g. 30s, 10m, 2h)")
     parser.add_argument("--timestamps", action="store_true", help="prefix each line with its time")
@@ -80,6 +84,8 @@ def log_path(namespace: str, name: str, args: argparse.Namespace) -> str:
         if args.attempt < 1:
             raise PluginError("--attempt must be 1 or more")
         query["attempt"] = str(args.attempt)
+    if args.step:
+        query["step"] = args.step
     if args.tail is not None and args.tail >= 0:
         query["tailLines"] = str(args.tail)
     if args.since:
@@ -116,7 +122,7 @@ def run(args: argparse.Namespace, kubectl: Kubectl, now: datetime) -> int:
         return 1  # kubectl said why on stderr (Forbidden, NotFound, ...)
     if not args.follow:
         return 0
-    code = _exit_code(kubectl, args.name, args.attempt)
+    code = _exit_code(kubectl, args.name, args.attempt, args.step)
     if code is None:
         print("the log ended; the container's exit code is not recorded yet", file=sys.stderr)
         return 0
@@ -124,11 +130,20 @@ def run(args: argparse.Namespace, kubectl: Kubectl, now: datetime) -> int:
     return code if 0 <= code <= 255 else 1
 
 
-def _exit_code(kubectl: Kubectl, name: str, attempt: int | None) -> int | None:
-    """The attempt's exit code from the job's status, once the operator has recorded it."""
+def _exit_code(kubectl: Kubectl, name: str, attempt: int | None, step: str | None = None) -> int | None:
+    """The attempt's (or workflow step's) exit code from the job's status, once the operator has
+    recorded it."""
     deadline = time.monotonic() + EXIT_CODE_WAIT_S
     while True:
         status = kubectl.job(name).get("status") or {}
+        if step is not None:
+            steps = [s for s in status.get("steps") or [] if isinstance(s, dict) and s.get("name") == step]
+            if steps and isinstance(steps[0].get("exitCode"), int):
+                return int(steps[0]["exitCode"])
+            if status.get("finishedAt") or time.monotonic() > deadline:
+                return None
+            time.sleep(1.0)
+            continue
         attempts = [a for a in status.get("attempts") or [] if isinstance(a, dict)]
         record = next((a for a in attempts if a.get("attempt") == attempt), None) if attempt else None
         record = record or (attempts[-1] if attempts else None)

@@ -103,7 +103,13 @@ class Preflight:
 
     async def _check(self, namespace: str, spec: TaoBrevJobSpec, job_id: str, uid: str) -> Verdict:
         now = self._clock()
-        problems: list[Problem] = list(image_problems(spec.task.image))
+        fields = (
+            [f"spec.steps[{i}].image" for i in range(len(spec.steps))] if spec.steps else ["spec.task.image"]
+        )
+        images = [step.image or "" for step in spec.workflow()]
+        problems: list[Problem] = [
+            p for f, i in zip(fields, images, strict=True) for p in image_problems(i, f)
+        ]
         self._missing.pop(uid, None)
         secrets: JobSecrets | None = None
         try:
@@ -154,7 +160,7 @@ class Preflight:
             checked_at=now,
             problems=tuple(problems),
             candidates=tuple(candidates),
-            images=(spec.task.image, *self._helper_images),
+            images=(*spec.images(), *self._helper_images),
         )
 
     async def _absent(self, namespace: str, spec: TaoBrevJobSpec) -> tuple[SecretKey, ...]:

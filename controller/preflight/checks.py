@@ -44,12 +44,12 @@ _REFERENCE = re.compile(
 _NAME_MAX = 255
 
 
-def image_problems(image: str) -> list[Problem]:
+def image_problems(image: str, field: str = "spec.task.image") -> list[Problem]:
     """docker's reference grammar: a repository path is lowercase, a first component without a
     dot, colon or `localhost` is a path (not a registry), and the name is at most 255 characters.
     The CRD's pattern lets some of these through (e.g. `TAO/toolkit:6`), which only `docker pull`
-    on the instance would refuse — after the boot is paid for."""
-    field = "spec.task.image"
+    on the instance would refuse — after the boot is paid for. `field`: where the image was
+    given (a workflow step's spec.steps[i].image)."""
     match = _REFERENCE.match(image)
     first = image.split("/", 1)[0]
     registry = "/" in image and ("." in first or ":" in first or first == "localhost")

@@ -33,6 +33,9 @@ def build_plan(spec: TaoBrevJobSpec, verdict: Verdict | None) -> PlanStatus:
     ephemeral = spec.instance.ephemeral
     results = spec.data.results_uri.rstrip("/")
     uploads = [f"{results}/results/ <- {RESULTS_DIR}", f"{results}/logs/ <- the container log"]
+    if spec.steps:  # a workflow: each step's results and log when it ends
+        uploads = [f"{results}/{s.name}/ <- step {s.name}'s {RESULTS_DIR}" for s in spec.steps]
+        uploads.append(f"{results}/logs/<step>/ <- each step's container log")
     attempts = spec.recovery.max_attempts if ephemeral is not None else 1
     if attempts > 1:
         uploads.append(
@@ -43,7 +46,7 @@ def build_plan(spec: TaoBrevJobSpec, verdict: Verdict | None) -> PlanStatus:
         planned_at=verdict.checked_at if verdict is not None else None,
         instance_types=[priced(t, p) for t, p in (verdict.candidates if verdict else ())][:16],
         reuse=spec.instance.reuse.name if spec.instance.reuse is not None else None,
-        images=list(verdict.images) if verdict is not None else [spec.task.image],
+        images=list(verdict.images) if verdict is not None else spec.images(),
         inputs=[f"{i.uri} -> {DATA_ROOT}/{i.path}" for i in spec.data.inputs],
         uploads=uploads,
         ready=verdict.passed if verdict is not None else None,

@@ -397,7 +397,8 @@ def _run_options(opts: dict[str, Any], counter: list[int]) -> dict[str, Any]:
                 125,
             )
         src, dst = parts[0], parts[1]
-        Path(src).mkdir(parents=True, exist_ok=True)  # dockerd creates a missing bind source
+        if not Path(src).exists():  # a file mounts as itself (a workflow step's input)
+            Path(src).mkdir(parents=True, exist_ok=True)  # dockerd creates a missing bind source
         mounts.append({"Source": src, "Destination": dst, "RW": not (len(parts) > 2 and "ro" in parts[2])})
     gpus = opts.get("gpus", "")
     if gpus:

@@ -53,6 +53,23 @@ ACTIONS = {
     "retrain",
     "gen_trt_engine",
 }
+# What each action reads from an earlier one (TAO's spec keys: `<action>.<key>`, in the spec's
+# `<action>:` mapping or as an override) and the file it writes under results_dir/<action>/.
+INPUT_KEYS = {
+    "evaluate": "checkpoint",
+    "prune": "checkpoint",
+    "retrain": "pruned_model_path",
+    "export": "checkpoint",
+    "gen_trt_engine": "onnx_file",
+    "inference": "checkpoint",
+}
+OUTPUT_FILES = {
+    "evaluate": "results.json",
+    "prune": "model_pruned.pth",
+    "export": "model.onnx",
+    "gen_trt_engine": "model.engine",
+    "inference": "inference.txt",
+}
 SIGTERM_EXIT = 128 + signal.SIGTERM
 KILLED_EXIT = 137  # the VM died under the container
 RESUME_KEY = "resume_training_checkpoint_path"
@@ -348,6 +365,15 @@ def run(
             status.write("FAILURE", f"File system error: Cannot resume from {resume}")
             return 1
         first = done + 1
+    # An earlier step's output this action reads (a workflow step's read-only input): missing, or
+    # a directory where a file belongs (dockerd makes a missing bind source a directory), fails
+    # as TAO does, before anything runs.
+    key = INPUT_KEYS.get(action)
+    needed = overrides.get(f"{action}.{key}") or (spec.get(action) or {}).get(key) if key else None
+    if needed and not Path(host_path(mounts, rootfs, str(needed))).is_file():
+        con.error(f"FileNotFoundError: [Errno 2] No such file or directory: '{needed}'\n")
+        status.write("FAILURE", f"File system error: {needed} not found")
+        return 1
     con.log(f"Starting {network} {action} with spec {spec_path}")
     for key in str(sim.get("echo_env") or "").split(","):  # a careless script printing its env
         if key.strip():
@@ -414,6 +440,8 @@ def run(
         return exit_code
     if action in ("train", "retrain"):
         (out_dir / "model_latest.pth").write_bytes(checkpoint_bytes(None))
+    elif action in OUTPUT_FILES:
+        (out_dir / OUTPUT_FILES[action]).write_text(f"{network} {action} output\n")
     # TAO 6's monitor_status ends a good run with RUNNING, not SUCCESS (nothing writes SUCCESS).
     status.write("RUNNING", f"{mode} finished successfully.")
     con.log(f"{action} finished successfully")

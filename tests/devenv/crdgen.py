@@ -48,7 +48,9 @@ _DROP = {"title", "$defs", "definitions"}
 # Numeric exclusive bounds (JSON Schema 2020) -> the OpenAPI v3.0 keyword holding the bound.
 _EXCLUSIVE = {"exclusiveMinimum": "minimum", "exclusiveMaximum": "maximum"}
 # Spec sections frozen once the job has left Pending (spec.timeouts stays mutable).
-IMMUTABLE_SPEC_FIELDS = ("task", "instance", "data", "credentials")
+IMMUTABLE_SPEC_FIELDS = ("task", "instance", "data", "credentials", "steps", "startAtStep")
+# Of those, the optional ones (absent on one side is a change too; CEL errors on a missing key).
+_OPTIONAL_SPEC_FIELDS = frozenset({"task", "steps", "startAtStep"})
 # Keywords that must never reach the CRD (tests assert on this list).
 FORBIDDEN_KEYWORDS = frozenset(
     {"$ref", "$defs", "definitions", "anyOf", "oneOf", "allOf", "not", "const", "title"}
@@ -154,6 +156,16 @@ def _keep_flat_fields(status: dict[str, Any]) -> None:
     attempt["required"] = [r for r in attempt.get("required", []) if r != "instance"]
 
 
+def _same(field: str) -> str:
+    """CEL: spec.<field> did not change (for an optional field: neither set nor removed)."""
+    if field not in _OPTIONAL_SPEC_FIELDS:
+        return f"self.spec.{field} == oldSelf.spec.{field}"
+    return (
+        f"(has(self.spec.{field}) == has(oldSelf.spec.{field}) && "
+        f"(!has(self.spec.{field}) || self.spec.{field} == oldSelf.spec.{field}))"
+    )
+
+
 def _immutability_rules() -> list[dict[str, str]]:
     # A root-level transition rule: spec and status arrive through different endpoints, and each
     # endpoint resets the other part to its stored value, so comparing oldSelf.spec with
@@ -164,7 +176,7 @@ def _immutability_rules() -> list[dict[str, str]]:
     )
     return [
         {
-            "rule": f"{left_pending} || self.spec.{field} == oldSelf.spec.{field}",
+            "rule": f"{left_pending} || {_same(field)}",
             "message": (
                 f"spec.{field} is immutable once the job has left phase {pending}; "
                 "create a new TaoBrevJob instead (spec.timeouts may still change)"
@@ -269,6 +281,7 @@ def crd() -> dict[str, Any]:
             ".status.progress.eta",
             desc="Time left as TAO estimated it at the last epoch (H:MM:SS).",
         ),
+        _column("Step", ".status.step", desc="A workflow's current step (`3/5 evaluate`; spec.steps)."),
         _column("Queued", ".status.queue.reason", priority=1, desc="Why it is not admitted yet."),
         _column("Action", ".spec.task.action", priority=1, desc="TAO action."),
         _column("Reason", ".status.reason", priority=1, desc="Reason of the outcome."),

@@ -230,6 +230,8 @@ class Options:
     speed: float
     keep: bool
     timeout: float
+    # docs/workflows.md: the sample as a workflow, train -> evaluate -> export on one instance.
+    workflow: bool = False
 
 
 def parse_args(argv: list[str]) -> Options:
@@ -261,6 +263,11 @@ def parse_args(argv: list[str]) -> Options:
         default=None,
         help="give up on the job after this many seconds (default: generous for the speed)",
     )
+    parser.add_argument(
+        "--workflow",
+        action="store_true",
+        help="run the sample as a workflow: train -> evaluate -> export on one instance (spec.steps)",
+    )
     ns = parser.parse_args(argv)
     if not 0 < ns.speed <= 1:
         parser.error(f"--speed must be in (0, 1], got {ns.speed}: e.g. --speed 0.1")
@@ -268,7 +275,8 @@ def parse_args(argv: list[str]) -> Options:
     nominal = sum(NOMINAL[k] for k in ("deploy_s", "ssh_delay_s", "pull_seconds", "delete_s"))
     nominal += EPOCHS * NOMINAL["epoch_seconds"]
     timeout = ns.timeout if ns.timeout is not None else 120 + 5 * nominal * ns.speed
-    return Options((ns.dir or default_demo_dir()).resolve(), ns.speed, ns.keep, timeout)
+    timeout += 3 * 120 * ns.speed if ns.workflow else 0  # two more steps and their uploads
+    return Options((ns.dir or default_demo_dir()).resolve(), ns.speed, ns.keep, timeout, ns.workflow)
 
 
 class Demo:
@@ -425,6 +433,8 @@ class Demo:
         data["s3Region"] = REGION  # the loopback S3's region
         if not data.get("inputs"):
             raise DemoError(f"{JOB_EXAMPLE} has no spec.data.inputs: the demo stages its dataset there")
+        if self.opts.workflow:
+            job["spec"]["steps"] = _workflow_steps(job["spec"].pop("task"))
         return job
 
     def create_job(self, cp: ControlPlane, job: dict[str, Any]) -> None:
@@ -555,6 +565,11 @@ class Demo:
         for text in table.splitlines():
             out.line(f"  {text}")
 
+        for step in status.get("steps") or []:  # --workflow: each step and where its results are
+            results_of = (step.get("results") or {}).get("uri") or "(not uploaded)"
+            out.line(
+                f"  step {step['name']:<9} {step['phase']:<10} exit {step.get('exitCode')}  {results_of}"
+            )
         results = sp.upload(status).get("results") or {}
         out.line()
         out.line(
@@ -632,6 +647,20 @@ class Demo:
         out.line()
         out.line(f"The stack keeps running (pids: {', '.join(pids)}). Stop it with:")
         out.line(f"  {_down_command(self.dir)}")
+
+
+def _workflow_steps(task: dict[str, Any]) -> list[dict[str, Any]]:
+    """The sample's task as train -> evaluate -> export (each reading train's final model,
+    mounted read-only; export runs in the -deploy image by default)."""
+    model = {"fromStep": "train", "path": "train/model_latest.pth"}
+    steps = [{"name": "train", **task}]
+    for action in ("evaluate", "export"):
+        spec = {action: {"checkpoint": "/workspace/inputs/train/train/model_latest.pth"},
+                "simulation": {"epochs": 1, "epoch_seconds": 10}}  # fmt: skip
+        steps.append({"name": action, "networkArch": task["networkArch"], "action": action,
+                      "specContent": yaml.safe_dump(spec, sort_keys=False), "inputs": [model]})  # fmt: skip
+    steps[0].pop("image", None)  # the pinned -pyt default, as the others get theirs
+    return steps
 
 
 def _with_instance(message: str, status: dict[str, Any]) -> str:

@@ -65,6 +65,11 @@ AWS_PINNED = "public.ecr.aws/aws-cli/aws-cli:2.22.35@sha256:" + "0" * 64
 Call = Callable[[Workload], Coroutine[Any, Any, object]]
 
 
+def _step(w: Workload, name: str = "evaluate") -> Workload:
+    """The same workload as a workflow step's (its own container and work directory)."""
+    return Workload(w.client, w.instance, w.job_id, settings=w.settings, step=name)
+
+
 def _calls() -> dict[str, Call]:
     """Every method, in every variant that changes its program: endpoint and region set or not,
     one or several inputs, secret env or none, shm size and gpus and args, a results URI with and
@@ -78,6 +83,9 @@ def _calls() -> dict[str, Call]:
         "probe": lambda w: w.probe(),
         "write_spec": lambda w: w.write_spec("a: 1\n"),
         "pull_image": lambda w: w.pull_image(IMAGE, ngc_api_key=b"nvapi-example"),
+        "pull_image[several]": lambda w: w.pull_images(
+            [IMAGE, IMAGE.replace("-pyt", "-deploy")], ngc_api_key=b"nvapi-example"
+        ),
         "stage_inputs": lambda w: w.stage_inputs(
             [StageInput("s3://bucket/data/x", "x")], ENDPOINT, REGION, credentials=CREDS
         ),
@@ -104,6 +112,10 @@ def _calls() -> dict[str, Call]:
             shm_size="8g",
         ),
         "start_container[gpus0]": lambda w: w.start_container(IMAGE, "a", "b", gpus=0, args=["k=v"]),
+        "start_container[step]": lambda w: _step(w).start_container(
+            IMAGE, "dino", "evaluate", inputs=[("train", "train/model_latest.pth"), ("prep", None)]
+        ),
+        "wait_exit_with_tail[step]": lambda w: _step(w).wait_exit_with_tail(60, progress_of="evaluate"),
         "container_state": lambda w: w.container_state(),
         "wait_exit": lambda w: w.wait_exit(60),
         "wait_exit_with_tail": lambda w: w.wait_exit_with_tail(60),
@@ -125,6 +137,18 @@ def _calls() -> dict[str, Call]:
             "s3://bucket/out", ENDPOINT, REGION, credentials=CREDS
         ),
         "sync_checkpoints[plain]": lambda w: w.sync_checkpoints("s3://bucket/out/", credentials=CREDS),
+        "sync_checkpoints[step]": lambda w: _step(w, "train").sync_checkpoints(
+            "s3://bucket/out", credentials=CREDS
+        ),
+        "upload_results[step]": lambda w: _step(w).upload_results(
+            "s3://bucket/out", ENDPOINT, REGION, credentials=CREDS
+        ),
+        "restore_steps": lambda w: _step(w).restore_steps(
+            "s3://bucket/out", ENDPOINT, REGION, outputs=["prep", "train"], credentials=CREDS
+        ),
+        "restore_steps[none]": lambda w: _step(w, "train").restore_steps(
+            "s3://bucket", outputs=[], credentials=CREDS
+        ),
         "restore_checkpoints": lambda w: w.restore_checkpoints(
             "s3://bucket/out", ENDPOINT, REGION, credentials=CREDS
         ),
@@ -133,6 +157,7 @@ def _calls() -> dict[str, Call]:
             "s3://bucket/x/y/", None, REGION, credentials=CREDS
         ),
         "clear": lambda w: w.clear(),
+        "clear[steps]": lambda w: w.clear(steps=["train", "evaluate"]),
         "keep_for_debug": lambda w: w.clear(keep=True, keep_container=True),
         "keep_for_debug[no-container]": lambda w: w.clear(keep=True),
     }

@@ -200,12 +200,13 @@ def test_printer_columns(kubectl: Kubectl, tbj_ns: str) -> None:
         "QUEUE",
         "PROGRESS",
         "ETA",
+        "STEP",
         "AGE",
     ]
     assert narrow[1].split()[:7] == ["cols", "Deleted", "Failed", "tbj-abc123", "L40S", "30", "1:02:03"]
     wide = kubectl("get", "tbj", "-n", tbj_ns, "-o", "wide").stdout.splitlines()
     assert wide[0].split() == [
-        "NAME", "PHASE", "OUTCOME", "INSTANCE", "GPU", "QUEUE", "PROGRESS", "ETA", "QUEUED", "ACTION",
+        "NAME", "PHASE", "OUTCOME", "INSTANCE", "GPU", "QUEUE", "PROGRESS", "ETA", "STEP", "QUEUED", "ACTION",
         "REASON", "FAILURE", "KEPT-UNTIL", "ATTEMPT", "BILLED", "COST", "AGE",
     ]  # fmt: skip
     assert wide[1].split()[:13] == [

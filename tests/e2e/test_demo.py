@@ -82,7 +82,7 @@ def _assert_job_shown_end_to_end(out: str) -> None:
     assert re.search(r"^Outcome: Succeeded \(reason Succeeded, exit code 0\)", out, flags=re.MULTILINE), out
     # The printer columns of `kubectl get tbj -o wide`, with the job's row.
     assert re.search(
-        r"NAME\s+PHASE\s+OUTCOME\s+INSTANCE\s+GPU\s+QUEUE\s+PROGRESS\s+ETA\s+QUEUED\s+ACTION\s+REASON\s+FAILURE\s+KEPT-UNTIL\s+ATTEMPT\s+BILLED\s+COST\s+AGE",
+        r"NAME\s+PHASE\s+OUTCOME\s+INSTANCE\s+GPU\s+QUEUE\s+PROGRESS\s+ETA\s+STEP\s+QUEUED\s+ACTION\s+REASON\s+FAILURE\s+KEPT-UNTIL\s+ATTEMPT\s+BILLED\s+COST\s+AGE",
         out,
     ), out
     # ... PROGRESS 100 and ETA (TAO's last estimate) between GPU and ACTION

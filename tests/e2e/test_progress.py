@@ -56,7 +56,9 @@ def progress_gauges(stack: Stack, name: str) -> dict[str, float]:
 def test_kubectl_get_shows_progress_and_eta_moving_during_a_run(stack: Stack) -> None:
     stack.apply(stack.job_manifest("watched", simulation={"epochs": EPOCHS, "epoch_seconds": EPOCH_SECONDS}))
     header = stack.kubectl("get", "taobrevjobs", "-n", stack.namespace).stdout.splitlines()[0].split()
-    assert header == ["NAME", "PHASE", "OUTCOME", "INSTANCE", "GPU", "QUEUE", "PROGRESS", "ETA", "AGE"]
+    assert header == [
+        "NAME", "PHASE", "OUTCOME", "INSTANCE", "GPU", "QUEUE", "PROGRESS", "ETA", "STEP", "AGE"
+    ]  # fmt: skip
 
     seen: list[tuple[int, str]] = []
     gauges: dict[str, float] = {}

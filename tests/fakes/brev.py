@@ -111,6 +111,8 @@ class Faults:
     epochs: int = 6
     sync_s: float = 5.0  # a detached checkpoint sync lands in S3 this long after it started ...
     sync_failures: int = 0  # ... unless it is one of the next N syncs, which fail
+    # Workflows: a step's container exits with this code (by step name; others: exit_code).
+    step_exit_codes: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -238,6 +240,7 @@ class UploadRecord:
     at: float
     ok: bool
     seq: int  # global order of everything that happened in this world
+    step: str | None = None  # a workflow step's results (<resultsUri>/<step>/)
 
 
 class FakeBrev:
@@ -267,6 +270,12 @@ class FakeBrev:
         self.deletes: list[DeleteRecord] = []
         self.execs: list[ExecRecord] = []
         self.uploads: list[UploadRecord] = []
+        # Workflows: images pulled (instance id, image); each step's results on an instance's disk
+        # (instance id, job id, step) and in S3 (resultsUri, step); restores of earlier steps.
+        self.pulls: list[tuple[str, str]] = []
+        self.step_outputs: set[tuple[str, str, str]] = set()
+        self.stored_steps: set[tuple[str, str]] = set()
+        self.restores: list[tuple[str, str, tuple[str, ...]]] = []
         self.container_starts: list[ContainerStart] = []
         # "S3": the latest checkpoint epoch under <resultsUri>/checkpoints/ per job, and the
         # detached syncs that were started (a sync lands only if its instance still exists).

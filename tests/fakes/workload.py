@@ -17,8 +17,14 @@ import re
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 
-from controller.api.container_paths import SPEC_MOUNT_PATH
-from controller.api.errors import BrevTransientError, EntitlementError, TaoBrevError, TransientError
+from controller.api.container_paths import SPEC_MOUNT_PATH, step_container
+from controller.api.errors import (
+    BrevTransientError,
+    EntitlementError,
+    SpecError,
+    TaoBrevError,
+    TransientError,
+)
 from controller.brev.envfile import S3Credentials
 from controller.brev.logtail import TAIL_LINES
 from controller.brev.progress_parse import TaoProgress, clock_text
@@ -73,9 +79,15 @@ def epoch_progress(done: int, epochs: int, epoch_s: float) -> TaoProgress | None
 
 class FakeWorkload(Workload):
     def __init__(
-        self, world: FakeBrev, instance: str, job_id: str, *, settings: WorkloadSettings | None = None
+        self,
+        world: FakeBrev,
+        instance: str,
+        job_id: str,
+        *,
+        settings: WorkloadSettings | None = None,
+        step: str | None = None,
     ) -> None:
-        super().__init__(world, instance, job_id, settings=settings, clock=world.clock.now)
+        super().__init__(world, instance, job_id, settings=settings, clock=world.clock.now, step=step)
         self.world = world
 
     def _gate(self, op: str, timeout: float | None = None, deadline: datetime | None = None) -> FakeInstance:
@@ -113,11 +125,31 @@ class FakeWorkload(Workload):
         data = content.encode() if isinstance(content, str) else content
         await self.world.put_file(
             self.instance,
-            f"{self.remote_dir}/spec/spec.yaml",
+            f"{self.remote_dir}/{self.work + '/' if self.work else ''}spec/spec.yaml",
             data,
             mode=0o644,
             timeout=self._limit(self.settings.put_timeout, deadline, "writing the spec"),
         )
+
+    async def pull_images(
+        self, images: Sequence[str], *, ngc_api_key: bytes, deadline: datetime | None = None
+    ) -> None:
+        # One delivery and one login for all of them, like the real one.
+        path = await self._deliver(NGC_KEY_FILE, ngc_api_key, deadline)
+        try:
+            inst = self._gate("docker pull", self.settings.pull_timeout * len(images), deadline)
+            if self.world.faults.entitlement_denied:
+                raise EntitlementError(
+                    f"docker login to {self.settings.registry} was refused: check the NGC API key in "
+                    "the job's NGC Secret"
+                )
+            for image in images:
+                if image not in inst.images:
+                    self.world.clock.advance(self.world.faults.pull_s)
+                    inst.images.add(image)
+                    self.world.pulls.append((inst.id, image))
+        finally:
+            self._remove(path)
 
     async def pull_image(self, image: str, *, ngc_api_key: bytes, deadline: datetime | None = None) -> None:
         path = await self._deliver(NGC_KEY_FILE, ngc_api_key, deadline)
@@ -131,6 +163,7 @@ class FakeWorkload(Workload):
             if image not in inst.images:
                 self.world.clock.advance(self.world.faults.pull_s)
                 inst.images.add(image)
+                self.world.pulls.append((inst.id, image))
         finally:
             self._remove(path)
 
@@ -164,6 +197,7 @@ class FakeWorkload(Workload):
         secret_env: Mapping[str, bytes | str] | None = None,
         args: Sequence[str] = (),
         shm_size: str | None = None,
+        inputs: Sequence[tuple[str, str | None]] = (),
         deadline: datetime | None = None,
     ) -> bool:
         path = None
@@ -175,7 +209,7 @@ class FakeWorkload(Workload):
             path = await self._deliver(CONTAINER_ENV_FILE, content, deadline)
         try:
             inst = self._gate("docker run", deadline=deadline)
-            if self.job_id in inst.containers:
+            if self.container in inst.containers:
                 return False
             if image not in inst.images:
                 raise ImageNotPresent(f"image {image} is not on {self.instance}; it must be pulled first")
@@ -184,17 +218,22 @@ class FakeWorkload(Workload):
             resumed = [int(m.group(1)) for a in args if (m := _RESUME.match(a))]
             first = resumed[-1] + 1 if resumed else 1
             run_s = max(0, f.epochs - first + 1) * f.epoch_s if f.epoch_s > 0 else f.run_s
-            inst.containers[self.job_id] = FakeContainer(
-                self.job_id,
+            # A workflow step's own exit code (Faults.step_exit_codes), and its inputs: an
+            # earlier step's results missing from this instance fail it as TAO would (exit 1).
+            code = f.step_exit_codes.get(self.step or "", f.exit_code)
+            if any((inst.id, self.job_id, src) not in self.world.step_outputs for src, _ in inputs):
+                code, run_s = 1, 0.0
+            inst.containers[self.container] = FakeContainer(
+                self.container,
                 now,
                 run_s,
-                f.exit_code,
+                code,
                 epoch_s=f.epoch_s,
                 first_epoch=first,
                 carries_secrets=bool(secret_env),
             )
             self.world.container_starts.append(
-                ContainerStart(inst.id, self.job_id, now, self.world.next_seq(), first_epoch=first)
+                ContainerStart(inst.id, self.container, now, self.world.next_seq(), first_epoch=first)
             )
             return True
         finally:
@@ -213,9 +252,9 @@ class FakeWorkload(Workload):
     ) -> ExitInfo:
         seconds = self._wait_seconds(timeout_s, deadline)
         inst = self._gate("docker wait", seconds + self.settings.wait_margin, deadline)
-        container = inst.containers.get(self.job_id)
+        container = inst.containers.get(self.container)
         if container is None:
-            raise ContainerNotFound(f"container {self.job_id} is not on {self.instance}")
+            raise ContainerNotFound(f"container {self.container} is not on {self.instance}")
         clock = self.world.clock
         if container.running:
             ends = container.started_at + container.run_s
@@ -231,6 +270,9 @@ class FakeWorkload(Workload):
             return ExitInfo(
                 None, None, lines if tail_while_running else (), progress if progress_while_running else None
             )
+        if self.step is not None:
+            # What the step wrote is on this instance's disk now (later steps read it).
+            self.world.step_outputs.add((inst.id, self.job_id, self.step))
         # docker's State.FinishedAt: when it really exited, not when we looked.
         finished = clock.now() - timedelta(seconds=clock.monotonic() - container.exited_at)
         return ExitInfo(container.final_code, finished, lines, progress)
@@ -238,7 +280,7 @@ class FakeWorkload(Workload):
     async def stop_container(self, grace_s: int | None = None, *, deadline: datetime | None = None) -> None:
         grace = max(0, int(self.settings.stop_grace_s if grace_s is None else grace_s))
         inst = self._gate("docker stop", grace + self.settings.stop_margin, deadline)
-        container = inst.containers.get(self.job_id)
+        container = inst.containers.get(self.container)
         if container is not None and container.running:
             container.exited_at = self.world.clock.monotonic()
             container.final_code = STOPPED_EXIT
@@ -277,14 +319,18 @@ class FakeWorkload(Workload):
                 reason="UploadFailed",
                 cli_message="upload failed: An error occurred (SlowDown)",
             )
-        world.uploads.append(UploadRecord(inst_id, self.job_id, at, ok=True, seq=world.next_seq()))
+        world.uploads.append(
+            UploadRecord(inst_id, self.job_id, at, ok=True, seq=world.next_seq(), step=self.step)
+        )
+        if self.step is not None:
+            world.stored_steps.add((results_uri, self.step))
         epoch = self._disk_epoch(world.instances[inst_id])
         world.results_epochs[self.job_id] = max(epoch, world.results_epochs.get(self.job_id, 0))
         return 3, 300
 
     def _disk_epoch(self, inst: FakeInstance) -> int:
         """The latest checkpoint in this job's results directory on `inst`."""
-        container = inst.containers.get(self.job_id)
+        container = inst.containers.get(self.container)
         now = self.world.clock.monotonic()
         running = container.epoch_at(now) if container is not None else 0
         return max(running, inst.disk_epochs.get(self.job_id, 0))
@@ -354,12 +400,42 @@ class FakeWorkload(Workload):
         inst.disk_epochs[self.job_id] = max(epoch, inst.disk_epochs.get(self.job_id, 0))
         return RestoreReport(objects=epoch, latest=f"results/train/model_epoch_{epoch:03d}.pth", epoch=epoch)
 
+    async def restore_steps(
+        self,
+        results_uri: str,
+        endpoint: str | None = None,
+        region: str | None = None,
+        *,
+        outputs: Sequence[str],
+        credentials: S3Credentials,
+        deadline: datetime | None = None,
+    ) -> RestoreReport:
+        world = self.world
+        path = await self._deliver(S3_ENV_FILE, credentials.secret_access_key, deadline)
+        try:
+            inst = self._gate("steps restore", self.settings.transfer_timeout, deadline)
+        finally:
+            self._remove(path)
+        for name in outputs:
+            if (results_uri, name) not in world.stored_steps:
+                raise SpecError(f"no results of step {name} under {results_uri}/{name}/")
+            world.step_outputs.add((inst.id, self.job_id, name))
+        world.restores.append((inst.id, self.job_id, tuple(outputs)))
+        return RestoreReport(objects=len(outputs), latest=None, epoch=None)
+
     async def clear(
-        self, *, deadline: datetime | None = None, keep: bool = False, keep_container: bool = False
+        self,
+        *,
+        deadline: datetime | None = None,
+        keep: bool = False,
+        keep_container: bool = False,
+        steps: Sequence[str] = (),
     ) -> None:
         inst = self._gate("cleanup", deadline=deadline)  # one remote call, like the real one
         if not (keep and keep_container):
             inst.containers.pop(self.job_id, None)
+            for step in steps:
+                inst.containers.pop(step_container(self.job_id, step), None)
         # Kept for debugging: only the secrets directory goes (keep_for_debug.sh).
         gone = f"{self.remote_dir}/secrets/" if keep else f"{self.remote_dir}/"
         for path in [p for p in inst.files if p.startswith(gone)]:
@@ -373,5 +449,5 @@ class FakeActionRunner(ActionRunner):
         super().__init__(world, directory, lanes=Lanes.uniform(4, clock=world.clock.now))
         self.world = world
 
-    def _workload(self, instance: str, job: JobContext) -> Workload:
-        return FakeWorkload(self.world, instance, job.job_id, settings=self._wl_settings)
+    def _workload(self, instance: str, job: JobContext, step: str | None = None) -> Workload:
+        return FakeWorkload(self.world, instance, job.job_id, settings=self._wl_settings, step=step)

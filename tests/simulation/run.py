@@ -88,6 +88,7 @@ class Job:
     keep: str | None = None
     secret_env: bool = False
     canceled_at: float | None = None  # when `kubectl taobrev cancel` annotated it
+    steps: int = 0  # a workflow's steps (Knobs.workflows); 0: spec.task
     released_at: float | None = None
     final_status: dict[str, Any] = field(default_factory=dict)
 
@@ -119,12 +120,18 @@ class Simulation:
         self.rng = random.Random(seed)  # noqa: S311 - a simulation's seeded RNG, not crypto
         self.clock = SimClock()
         # Drawn either way: the rest of the seed's draws stay put.
-        drawn = Knobs.draw(self.rng, random.Random(f"later-knobs-{seed}"))  # noqa: S311 - seeded, not crypto
+        drawn = Knobs.draw(
+            self.rng,
+            random.Random(f"later-knobs-{seed}"),  # noqa: S311 - seeded, not crypto
+            random.Random(f"workflow-knobs-{seed}"),  # noqa: S311 - seeded, not crypto
+        )
         self.knobs = knobs if knobs is not None else drawn
         # Issue 27's keepInstanceOnFailure and cancel annotation (Knobs.user_cancel,
         # keep_on_failure): each job's draws come from a stream of their own, so the main stream
         # (faults, jobs, the scheduler) of a seed without them is unchanged.
         self.extra = random.Random(f"keep-cancel-{seed}")  # noqa: S311 - seeded, not crypto
+        # Issue 28's workflows (Knobs.workflows): which jobs are workflows, and their steps.
+        self.flows = random.Random(f"workflows-{seed}")  # noqa: S311 - seeded, not crypto
         self.healed = False
         self.lines: list[str] = []
         self.violations: list[str] = []
@@ -433,6 +440,14 @@ class Simulation:
             return  # several attempts share the budget: not judged here
         for inst in self._instances_of(job):
             container = next(iter(inst.containers.values()), None)
+            if job.steps:
+                # A workflow is inside its budget only when its LAST step exited 0 inside it
+                # (every step ran on this instance, each exited 0); a budget spent in a later
+                # step is a BudgetExceeded whatever the earlier steps did.
+                ran = list(inst.containers.values())
+                if len(ran) < job.steps or any(c.exited_at is None or c.final_code != 0 for c in ran):
+                    continue
+                container = max(ran, key=lambda c: c.exited_at or 0.0)
             if container is None or container.exited_at is None or container.final_code != 0:
                 continue
             # Billing counts from the attempt's first create marker (the operator cannot know
@@ -851,7 +866,11 @@ class Simulation:
             if job.secret_env:  # the container's config then holds a secret: it may not be kept
                 ref = {"name": secret_name, "key": "api-key"}
                 spec["credentials"]["extraEnv"] = [{"name": "HF_TOKEN", "secretKeyRef": ref}]
-        self.trace(f"kubectl create {namespace}/{name} uid={uid} retain={retain} keep={job.keep}")
+        if self.knobs.workflows and self.flows.random() < self.knobs.workflows:
+            job.steps = _workflow(self.flows, spec)
+        self.trace(
+            f"kubectl create {namespace}/{name} uid={uid} retain={retain} keep={job.keep} steps={job.steps}"
+        )
         self.kube.create(namespace, name, uid, spec)
 
     def run(self) -> list[str]:
@@ -869,6 +888,30 @@ class Simulation:
             asyncio.set_event_loop(None)
             logs.forget_registered_secrets()
         return self.violations
+
+
+_WORKFLOW_ACTIONS = (("train", "pyt"), ("evaluate", "pyt"), ("export", "deploy"), ("inference", "deploy"))
+
+
+def _workflow(rng: random.Random, spec: dict[str, Any]) -> int:
+    """Turn `spec` into a workflow of 2-4 steps (train, evaluate, export, inference; each reading
+    the one before, some `when: Always`) on one instance; returns the number of steps."""
+    task = spec.pop("task")
+    steps: list[dict[str, Any]] = []
+    for i, (action, kind) in enumerate(_WORKFLOW_ACTIONS[: rng.choice((2, 3, 4))]):
+        step: dict[str, Any] = {
+            "name": action,
+            "networkArch": task["networkArch"],
+            "action": action,
+            "image": task["image"].replace("-pyt", f"-{kind}"),
+            "specContent": task["specContent"],
+        }
+        if i:
+            step["inputs"] = [{"fromStep": steps[-1]["name"]}]
+            step["when"] = rng.choice(("OnSuccess", "Always"))
+        steps.append(step)
+    spec["steps"] = steps
+    return len(steps)
 
 
 def _superseded(status: dict[str, Any]) -> list[dict[str, Any]]:

@@ -63,6 +63,8 @@ MISSING_BUCKET = "no-such-results-bucket"
 LATER_KNOBS = frozenset({"late_secret", "missing_bucket"})
 # Issue 27's: after those in the later stream (their draws stay as they were).
 ISSUE_27_KNOBS = frozenset({"user_cancel", "keep_on_failure"})
+# Issue 28 (workflows): drawn from a stream of its own, so every other knob of a seed stays put.
+ISSUE_28_KNOBS = frozenset({"workflows"})
 
 
 @dataclass(frozen=True)
@@ -95,15 +97,19 @@ class Knobs:
     # Issue 27 (drawn last from the later stream; each job's own draws come from Simulation.extra):
     user_cancel: float = 0.0  # per job: `kubectl taobrev cancel` (the annotation) at some point
     keep_on_failure: float = 0.0  # per Delete job: spec.debug.keepInstanceOnFailure, half its runs exit 2
+    # Issue 28: per job, spec.steps (2-4 steps on one instance) instead of spec.task.
+    workflows: float = 0.0
 
     @classmethod
-    def draw(cls, rng: random.Random, later: random.Random) -> Knobs:
+    def draw(cls, rng: random.Random, later: random.Random, flows: random.Random | None = None) -> Knobs:
         """Each fault on with probability 1/2, at a rate drawn for this seed. Knobs added after
         seeds were kept as tests (LATER_KNOBS) draw from `later`, so every kept seed's stream
         (knobs, then the run) stays as it was."""
         values: dict[str, float] = {}
         for f in fields(cls):
-            if f.name in ISSUE_27_KNOBS:
+            if f.name in ISSUE_28_KNOBS:
+                values[f.name] = (flows or random.Random(0)).choice((0.0, 0.0, 0.3, 0.7))  # noqa: S311
+            elif f.name in ISSUE_27_KNOBS:
                 values[f.name] = later.choice((0.0, 0.0, 0.25, 0.6))
             elif f.name in LATER_KNOBS:
                 values[f.name] = later.choice((0.0, 0.0, 0.05, 0.2))
@@ -357,14 +363,16 @@ class SimWorkload(FakeWorkload):
             inst = self._gate("docker wait", seconds + self.settings.wait_margin, deadline)
         finally:
             await sim.pay()
-        container = inst.containers.get(self.job_id)
+        container = inst.containers.get(self.container)
         if container is None:
-            raise ContainerNotFound(f"container {self.job_id} is not on {self.instance}")
+            raise ContainerNotFound(f"container {self.container} is not on {self.instance}")
         clock = world.clock
         if container.running:
             ends = container.started_at + container.run_s
             await asyncio.sleep(min(max(0.0, ends - clock.monotonic()), seconds))
             container.settle(clock.monotonic())
+        if self.step is not None and container.exited_at is not None:
+            world.step_outputs.add((inst.id, self.job_id, self.step))
         await sim.latency()
         sim.alive_caller()
         lines: tuple[str, ...] = tuple(f"epoch {k} loss 0.{k}" for k in range(1, 4))
@@ -401,7 +409,7 @@ class SimWorkload(FakeWorkload):
             world.set_faults(exit_code=program_failure)
         started: bool = await _paid(FakeWorkload.start_container)(self, *args, **kwargs)
         if started:
-            sim.container_started(self.job_id, self.instance)
+            sim.container_started(self.container, self.instance)
         return started
 
 
@@ -430,6 +438,8 @@ for _name in (
     "probe",
     "write_spec",
     "pull_image",
+    "pull_images",
+    "restore_steps",
     "stage_inputs",
     "stop_container",
     "upload_results",
@@ -447,8 +457,8 @@ class SimRunner(ActionRunner):
         super().__init__(world, directory, lanes=lanes)
         self.world = world
 
-    def _workload(self, instance: str, job: JobContext) -> Workload:
-        return SimWorkload(self.world, instance, job.job_id, settings=self._wl_settings)
+    def _workload(self, instance: str, job: JobContext, step: str | None = None) -> Workload:
+        return SimWorkload(self.world, instance, job.job_id, settings=self._wl_settings, step=step)
 
 
 class SimKube(FakeKube):

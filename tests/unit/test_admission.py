@@ -237,6 +237,9 @@ def test_gpus_of_reads_task_gpus_then_the_instance_type_then_one() -> None:
     assert gpus_of(spec(types=["g5.12xlarge"])) == 1
     assert gpus_of({}) == 1
     assert gpus_of({"task": "garbage", "instance": None}) == 1
+    # A workflow (spec.steps) holds what its largest step asks for on its one instance.
+    assert gpus_of({"steps": [{"gpus": 1}, {"gpus": 4}, {}], "instance": {"ephemeral": {}}}) == 4
+    assert gpus_of({"steps": ["garbage", {}], "instance": {"ephemeral": {"types": ["a:b:2"]}}}) == 2
 
 
 def test_namespace_annotations_override_the_defaults_and_name_their_source() -> None:

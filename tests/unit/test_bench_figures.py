@@ -159,7 +159,7 @@ def test_default_factor_is_0_05_and_quick_is_small() -> None:
     args = parse([])
     assert args.scale == 0.05
     assert (args.stops, args.burst) == ((50, 100, 200), 100)
-    assert (args.busy, args.rss_jobs, args.budget) == (50, 1000, 900.0)
+    assert (args.busy, args.rss_jobs, args.budget) == (50, 1000, 1800.0)
     assert parse(["--quick"]).budget == 180.0
     with pytest.raises(SystemExit):
         parse(["--busy", "0"])

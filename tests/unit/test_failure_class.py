@@ -38,6 +38,12 @@ NO_FAILURE = {
     reasons.EXIT_CODE_RETRIED,
     reasons.RECOVERING,
     reasons.ATTEMPT_STARTED,
+    # workflow steps' own Events (the run's outcome carries StepFailed / StepTimedOut)
+    reasons.STEP_STARTED,
+    reasons.STEP_SUCCEEDED,
+    reasons.STEP_SKIPPED,
+    reasons.STEP_REUSED,
+    reasons.STEP_INTERRUPTED,
     reasons.CHECKPOINT_SYNC_FAILED,
     reasons.CHECKPOINT_RESTORED,
     reasons.KUEUE_EVICTED,

@@ -149,6 +149,7 @@ def _args(**kw: Any) -> argparse.Namespace:
         "since": None,
         "timestamps": False,
         "limit_bytes": None,
+        "step": None,
     }
     return argparse.Namespace(**{**base, **kw})
 
@@ -164,3 +165,41 @@ def test_the_plugin_asks_the_log_api_with_kubectl_logs_options() -> None:
             since_seconds(bad)
     with pytest.raises(PluginError, match="--attempt"):
         log_path("ml", "t7", _args(attempt=0))
+    assert log_path("ml", "t7", _args(step="evaluate")) == f"{prefix}?step=evaluate"
+
+
+def _workflow(*steps: dict[str, Any], run_step: str | None, phase: str = "Running") -> TaoBrevJobStatus:
+    attempt = _attempt(1, startedAt="2026-12-05T10:00:00Z", step=run_step)
+    return TaoBrevJobStatus.from_k8s(
+        {"phase": phase, "jobId": "job-1", "attempts": [attempt], "steps": list(steps)}
+    )
+
+
+def test_a_workflow_steps_log_is_read_live_while_its_container_runs_then_from_its_archive() -> None:
+    """`kubectl taobrev logs JOB --step NAME`: the step's own container while it is the current
+    one, then logs/<step>/container.log; without --step, the running step's."""
+    done = {"name": "train", "phase": "Succeeded", "attempt": 1, "startedAt": "2026-12-05T10:00:00Z",
+            "resultsVerified": True}  # fmt: skip
+    running = {"name": "evaluate", "phase": "Running", "attempt": 1, "startedAt": "2026-12-05T10:10:00Z"}
+    pending = {"name": "export", "phase": "Pending"}
+    status = _workflow(done, running, pending, run_step="evaluate")
+    assert log_source(status, None, "evaluate") == Live(1, "inst-a1", "job-1.evaluate", running=True)
+    assert log_source(status, None) == Live(1, "inst-a1", "job-1.evaluate", running=True)
+    assert log_source(status, None, "train") == Archived(1, step="train")
+    assert log_source(status, None, "export") == NoLog("step export has not run (Pending)")
+    missing = log_source(status, None, "prune")
+    assert isinstance(missing, NoLog) and "its steps are train, evaluate, export" in missing.message
+    reused = {"name": "train", "phase": "Reused"}
+    assert log_source(_workflow(reused, run_step=None), None, "train") == Archived(1, step="train")
+    single = _status(_attempt(1, startedAt="2026-12-05T10:00:00Z"))
+    no_flow = log_source(single, None, "train")
+    assert isinstance(no_flow, NoLog) and "leave --step out" in no_flow.message
+    assert parse_query({"step": "evaluate"}, MiB).step == "evaluate"
+    with pytest.raises(QueryError, match="step"):
+        parse_query({"step": "Bad Name"}, MiB)
+
+
+def test_a_steps_archived_log_is_under_logs_step() -> None:
+    assert archive_key("s3://b/out", "evaluate") == ("b", "out/logs/evaluate/container.log")
+    assert archive_key("s3://b", "evaluate") == ("b", "logs/evaluate/container.log")
+    assert archive_key("s3://b/out") == ("b", "out/logs/container.log")

@@ -109,7 +109,42 @@ class InvalidSpec:
 
 
 INVALID_SPECS = [
-    InvalidSpec("missing-task", _drop("task"), "spec.task", "Required value"),
+    InvalidSpec("missing-task", _drop("task"), "spec.task", "set exactly one of spec.task"),
+    # Workflows (spec.steps, issue 28): the CEL rules and the model say the same.
+    InvalidSpec(
+        "task-and-steps",
+        _set("steps", [{"name": "train", "networkArch": "dino", "action": "train", "specContent": "a: 1\n"}]),
+        "spec.task",
+        "set exactly one of spec.task",
+    ),
+    InvalidSpec(
+        "start-at-step-without-steps",
+        _set("startAtStep", "train"),
+        "spec.startAtStep",
+        "must name one of spec.steps",
+    ),
+    InvalidSpec(
+        "step-input-from-no-step",
+        _both(
+            _drop("task"),
+            _set(
+                "steps",
+                [
+                    {
+                        **{
+                            "name": "train",
+                            "networkArch": "dino",
+                            "action": "train",
+                            "specContent": "a: 1\n",
+                        },
+                        "inputs": [{"fromStep": "prep"}],
+                    }
+                ],
+            ),
+        ),
+        "spec.steps",
+        "fromStep",
+    ),
     InvalidSpec("missing-network-arch", _drop("task.networkArch"), "spec.task.networkArch", "Required value"),
     InvalidSpec("missing-action", _drop("task.action"), "spec.task.action", "Required value"),
     InvalidSpec("missing-results-uri", _drop("data.resultsUri"), "spec.data.resultsUri", "Required value"),
@@ -319,6 +354,7 @@ def test_every_bad_field_is_reported_at_once() -> None:
 def test_defaults_follow_the_api_contract() -> None:
     """Omitted fields get the SPEC.md defaults; the image default comes from versions.yaml."""
     spec = parse_spec(valid_job()["spec"], default_image=PINNED_IMAGE)
+    assert spec.task is not None
     assert spec.task.image == PINNED_IMAGE
     assert spec.task.shm_size == "16g"
     assert spec.task.gpus is None
@@ -391,7 +427,7 @@ def test_api_field_names_match_the_contract() -> None:
     props = crdgen.openapi_schema()["properties"]["spec"]["properties"]
     assert set(props) == {
         "task", "instance", "data", "credentials", "timeouts", "recovery", "budget", "priority", "suspend",
-        "dryRun", "notify", "debug", "ttlSecondsAfterFinished",
+        "dryRun", "notify", "debug", "ttlSecondsAfterFinished", "steps", "startAtStep",
     }  # fmt: skip
     assert set(props["notify"]["properties"]) == {"notifiers", "namespaceNotifiers", "events"}
     assert set(props["debug"]["properties"]) == {"keepInstanceOnFailure"}
@@ -418,7 +454,11 @@ def test_api_field_names_match_the_contract() -> None:
         "phase", "outcome", "runOutcome", "reason", "message", "failureClass", "observedGeneration", "jobId",
         "backendRef", "phaseTimes", "finishedAt", "stalledReason", "stalledMessage", "retries",
         "billedSeconds", "estimatedCostDollars", "costKnown", "conditions", "queue", "attempts", "teardown",
-        "checkpoint", "preflight", "plan", "notifications", "progress",
+        "checkpoint", "preflight", "plan", "notifications", "progress", "steps", "step", "failedStep",
+    }  # fmt: skip
+    assert set(status["steps"]["items"]["properties"]) == {
+        "name", "action", "phase", "attempt", "startedAt", "finishedAt", "exitCode", "resultsVerified",
+        "results", "message", "progress",
     }  # fmt: skip
     # The flat fields of releases before sub-records stay in the schema (Deprecated) so the objects
     # they wrote survive until rewritten.
@@ -451,7 +491,7 @@ def test_api_field_names_match_the_contract() -> None:
     assert set(absence["properties"]) == {"listings", "since", "checkedAt"}
     assert set(attempt["run"]["properties"]) == {
         "startedAt", "exitedAt", "endedAt", "exitCode", "logTail", "unansweredSince", "unansweredCheckedAt",
-        "cleanedUpAt",
+        "cleanedUpAt", "step",
     }  # fmt: skip
     assert set(attempt["upload"]["properties"]) == {"attempts", "uploadedAt", "results"}
     assert set(props["recovery"]["properties"]) == {
@@ -663,8 +703,8 @@ def test_examples_cover_the_documented_cases() -> None:
     """crds/examples holds an ephemeral job with inline spec + S3 input, a reuse job with specPath,
     and a minimal job."""
     specs = [parse_spec(job["spec"], default_image=PINNED_IMAGE) for job in example_jobs()]
-    assert any(s.instance.ephemeral and s.task.spec_content and s.data.inputs for s in specs)
-    assert any(s.instance.reuse and s.task.spec_path for s in specs)
+    assert any(s.instance.ephemeral and s.task and s.task.spec_content and s.data.inputs for s in specs)
+    assert any(s.instance.reuse and s.task and s.task.spec_path for s in specs)
     assert any(job["metadata"]["name"] == "minimal" for job in example_jobs())
 
 
@@ -788,7 +828,9 @@ def test_immutability_rules_guard_every_section_but_timeouts() -> None:
     """Root-level transition rules freeze task/instance/data/credentials after Pending only."""
     rules = crdgen.openapi_schema()["x-kubernetes-validations"]
     guarded = {r["fieldPath"] for r in rules}
-    assert guarded == {".spec.task", ".spec.instance", ".spec.data", ".spec.credentials"}
+    assert guarded == {
+        ".spec.task", ".spec.instance", ".spec.data", ".spec.credentials", ".spec.steps", ".spec.startAtStep"
+    }  # fmt: skip
     assert all("oldSelf.status.phase == 'Pending'" in r["rule"] for r in rules)
 
 
@@ -811,6 +853,7 @@ def test_crd_names_columns_and_subresources() -> None:
         "Progress": (".status.progress.percent", 0),
         "ETA": (".status.progress.eta", 0),
         "Queued": (".status.queue.reason", 1),
+        "Step": (".status.step", 0),
         "Action": (".spec.task.action", 1),
         "Reason": (".status.reason", 1),
         "Failure": (".status.failureClass", 1),

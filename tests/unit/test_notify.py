@@ -16,6 +16,7 @@ from controller.api.status import (
     Condition,
     NotificationsRecord,
     ResultsSummary,
+    StepPhase,
     TaoBrevJobStatus,
 )
 from controller.api.vocabulary import ConditionStatus, NotifyFormat, Outcome, Transition
@@ -116,6 +117,31 @@ def test_filters_let_an_event_through_only_when_every_non_empty_one_names_it() -
     assert wanted(e, [Transition.FAILED], [])
     assert not wanted(e, [Transition.SUCCEEDED], [])
     assert not wanted(e, [], [Transition.SUCCEEDED])
+
+
+def test_each_workflow_step_that_ended_is_a_notification_naming_the_step() -> None:
+    """spec.steps: StepSucceeded / StepFailed per step (key stepSucceeded/<step>/<attempt>), with
+    the step, its exit code and where its results are in the payload."""
+    s = lifecycle()
+    s.plan_steps([("train", "train"), ("evaluate", "evaluate"), ("export", "export")])
+    train = s.step_record("train")
+    train.start(at(10), 1)
+    train.exited(0, at(20))
+    train.verified(ResultsSummary(uri="s3://b/x/train/", objects=2, bytes=9))
+    train.end(at(21), StepPhase.SUCCEEDED, "exited 0")
+    evaluate = s.step_record("evaluate")
+    evaluate.start(at(22), 1)
+    evaluate.exited(3, at(30))
+    evaluate.end(at(31), StepPhase.FAILED, "exited 3")
+    steps = [e for e in job_events(s) if e.step is not None]
+    assert [(e.transition, e.key, e.time) for e in steps] == [
+        (Transition.STEP_SUCCEEDED, "stepSucceeded/train/1", at(20)),
+        (Transition.STEP_FAILED, "stepFailed/evaluate/1", at(30)),
+    ]
+    data = _data(s, steps[0])
+    assert (data["step"], data["stepExitCode"], data["stepResultsUri"]) == ("train", 0, "s3://b/x/train/")
+    assert _data(s, steps[1])["stepExitCode"] == 3
+    assert wanted(steps[1], [Transition.STEP_FAILED]) and not wanted(steps[0], [Transition.STEP_FAILED])
 
 
 def _data(status: TaoBrevJobStatus, event: JobEvent) -> dict[str, object]:

@@ -159,3 +159,24 @@ def test_describe_still_describes_when_events_cannot_be_listed() -> None:
     text = describe.render(real("real-succeeded"), "events is forbidden", NOW)
     assert text.splitlines()[-1] == "Events:         <cannot list: events is forbidden>"
     assert "Failure class" not in text
+
+
+def test_describe_lists_a_workflows_steps_and_the_failed_one() -> None:
+    job = real("real-failed")
+    job["status"]["step"] = "2/3 evaluate"
+    job["status"]["failedStep"] = "evaluate"
+    job["status"]["steps"] = [
+        {"name": "train", "phase": "Succeeded", "attempt": 1, "exitCode": 0,
+         "results": {"uri": "s3://b/out/train/"}},
+        {"name": "evaluate", "phase": "Failed", "attempt": 1, "exitCode": 3, "message": "exited 3"},
+        {"name": "export", "phase": "Skipped"},
+    ]  # fmt: skip
+    lines = describe.render(job, [], NOW).splitlines()
+    at = lines.index("Steps:          2/3 evaluate")
+    assert lines[at + 1 : at + 5] == [
+        "  train:        Succeeded (attempt 1), exit 0  s3://b/out/train/",
+        "  evaluate:     Failed (attempt 1), exit 3  exited 3",
+        "  export:       Skipped",
+        "  Failed step:  evaluate",
+    ]
+    assert "Steps:" not in describe.render(real("real-failed"), [], NOW)

@@ -120,7 +120,7 @@ def test_each_template_file_is_read_once(monkeypatch: pytest.MonkeyPatch) -> Non
     monkeypatch.setattr(remote, "source", counting)
     try:
         for _ in range(3):
-            remote.render("clear", name="n", ckpt="c", job_dir="d")
+            remote.render("clear", names=["n", "c"], job_dir="d")
         assert reads == ["clear"]
     finally:
         remote.template.cache_clear()

@@ -17,10 +17,10 @@ CONTROLLER = Path(__file__).resolve().parents[2] / "controller"
 OWNERS = {CONTROLLER / "api" / "status.py", CONTROLLER / "api" / "status_legacy.py"}
 # Attributes that hold a sub-record (or the current attempt).
 RECORDS = frozenset(
-    {"queue", "teardown", "attempts", "current", "instance", "run", "upload", "absence", "progress"}
+    {"queue", "teardown", "attempts", "current", "instance", "run", "upload", "absence", "progress", "steps"}
 )
 # Calls that return an attempt record.
-ATTEMPT_CALLS = frozenset({"current", "start_attempt"})
+ATTEMPT_CALLS = frozenset({"current", "start_attempt", "step_record"})
 
 
 def _is_record(expr: ast.expr) -> bool:

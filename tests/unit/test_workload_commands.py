@@ -113,8 +113,9 @@ def test_pull_image_delivers_the_key_then_logs_in_pulls_and_removes_key_and_logi
         "HOME/taobrev/job-1234abcd/secrets/ngc_api_key", "2>&1",
     ]  # fmt: skip
     assert "'$oauthtoken'" in command, "the literal user name must not be expanded by the remote shell"
-    assert f"docker manifest inspect {TAO_IMAGE}" in command
-    assert f"docker image inspect {TAO_IMAGE} >/dev/null 2>&1 || docker pull {TAO_IMAGE}" in command
+    assert f"set -- {TAO_IMAGE};" in command
+    assert 'docker manifest inspect "$image"' in command
+    assert 'docker image inspect "$image" >/dev/null 2>&1 || docker pull "$image"' in command
     assert command.index("login") < command.index("manifest inspect") < command.index("docker pull")
 
 
@@ -608,11 +609,10 @@ def test_clear_removes_containers_and_files_in_one_call_and_checks_each() -> Non
     client = FakeClient(answer=lambda _c: (0, "TAOBREV_CLEARED 0 0"))
     run(_job(client).clear())
     (command,) = client.commands
-    assert command.startswith("docker rm -f job-1234abcd job-1234abcd-ckpt >/dev/null 2>&1; ")
+    assert command.startswith('set -- job-1234abcd job-1234abcd-ckpt; docker rm -f "$@" >/dev/null 2>&1; ')
     assert 'rm -rf "$HOME"/taobrev/job-1234abcd' in command
     # Each container is checked gone, the checkpoint sync's too (its config has the S3 keys).
-    assert "docker inspect job-1234abcd >/dev/null 2>&1 && c=1" in command
-    assert "docker inspect job-1234abcd-ckpt >/dev/null 2>&1 && c=1" in command
+    assert 'for n in "$@"; do docker inspect "$n" >/dev/null 2>&1 && c=1; done' in command
 
 
 @pytest.mark.parametrize("keep_container", [True, False])

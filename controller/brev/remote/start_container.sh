@@ -14,6 +14,7 @@
 #   @network_arch@ @action@  TAO's entry point and subcommand
 #   @spec_path@     the spec file in the container
 #   @args@          extra TAO arguments, or none
+#   @inputs@        a workflow step's `-v <earlier step's results>:<inputs path>:ro` words, or none
 # Why: the existence check makes a repeated start (the transport may run a command twice) start
 # nothing; `--pull never` and the image check: the registry login is gone by now, so docker must
 # not try to pull (TAOBREV_IMAGE_MISSING, exit 3: the operator pulls with credentials, then starts
@@ -25,6 +26,6 @@ elif ! docker image inspect @image@ >/dev/null 2>&1; then
   echo TAOBREV_IMAGE_MISSING; exit 3;
 else
   docker run -d --pull never --name @name@ --label @label@ --gpus @gpus@ @shm@ \
-    -v @spec@:@spec_dir@:ro -v @data@:@data_dir@ -v @results@:@results_dir@ @env_file@ @env@ \
+    -v @spec@:@spec_dir@:ro -v @data@:@data_dir@ -v @results@:@results_dir@ @inputs@ @env_file@ @env@ \
     @image@ @network_arch@ @action@ -e @spec_path@ results_dir=@results_dir@ @args@ 2>&1;
 fi
