@@ -412,7 +412,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"wrote {path}")
         return 0
     if args.check:
-        status = max(_check(path, text) for path, text in files)
+        status = max(check_file(path, text) for path, text in files)
         if args.path == CRD_PATH:
             for path in chartgen.drifted():
                 print(
@@ -425,7 +425,11 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _check(path: Path, text: str) -> int:
+REGENERATE = "`make crds` (python -m tests.devenv.crdgen --write)"
+
+
+def check_file(path: Path, text: str, fix: str = REGENERATE) -> int:
+    """0 when `path` holds `text`; else print the diff and how to regenerate it, and 1."""
     current = path.read_text() if path.exists() else ""
     if current == text:
         return 0
@@ -438,7 +442,7 @@ def _check(path: Path, text: str) -> int:
         )
     )
     print(
-        f"\n{path} is out of date: run `make crds` (python -m tests.devenv.crdgen --write)",
+        f"\n{path} is out of date: run {fix}",
         file=sys.stderr,
     )
     return 1

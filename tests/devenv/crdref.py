@@ -15,7 +15,6 @@ path is there). Deterministic: `--check` is a plain text comparison.
 from __future__ import annotations
 
 import argparse
-import difflib
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from tests.devenv.crdgen import check_file
 
 REPO = Path(__file__).resolve().parents[2]
 CRD_FILES = (REPO / "crds" / "taobrevjob.yaml", REPO / "crds" / "taobrevnotifier.yaml")
@@ -225,20 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     if not args.check:
         sys.stdout.write(text)
         return 0
-    current = REFERENCE_PATH.read_text() if REFERENCE_PATH.exists() else ""
-    if current == text:
-        return 0
-    sys.stdout.writelines(
-        difflib.unified_diff(
-            current.splitlines(keepends=True),
-            text.splitlines(keepends=True),
-            fromfile=f"{REFERENCE_PATH} (committed)",
-            tofile=f"{REFERENCE_PATH} (generated)",
-        )
-    )
-    print(f"\n{REFERENCE_PATH} is out of date: run `python -m tests.devenv.crdref --write`", file=sys.stderr)
-    return 1
-
+    return check_file(REFERENCE_PATH, text, "`make crds` (python -m tests.devenv.crdref --write)")
 
 if __name__ == "__main__":
     sys.exit(main())
