@@ -228,5 +228,6 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     return check_file(REFERENCE_PATH, text, "`make crds` (python -m tests.devenv.crdref --write)")
 
+
 if __name__ == "__main__":
     sys.exit(main())
