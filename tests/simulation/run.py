@@ -523,7 +523,13 @@ class Simulation:
                 self._unowned_since.pop(inst.id, None)
                 continue  # going, or a Retain job's to keep (silent or not)
             if self.unreachable(inst) and inst.id not in self._flagged:
-                exits = [c.exited_at for c in inst.containers.values() if c.exited_at is not None]
+                # From the non-zero exit that silenced it (`unreachable`): a workflow's earlier steps
+                # exited 0 and the instance answered after them (seed 319).
+                exits = [
+                    c.exited_at
+                    for c in inst.containers.values()
+                    if c.exited_at is not None and c.final_code != 0  # as `unreachable` judges it
+                ]
                 # Counted while its deployment could act (a leader reaching the API server).
                 able = self.availability.able
                 silent = able(self._deployment_of(inst.name), min(exits), now) if exits else 0.0

@@ -26,6 +26,8 @@ FOUND = {
     365: "a daemon's pass cancelled with its patch on the way: the next pass began before it",
     735: "a listed instance silent since its container exited, the exit never seen (the wait was "
     "cancelled with the Lease): Running's waits failed until the Running timeout",
+    319: "the silent bound counted from a workflow's first step's exit 0 (the instance answered after "
+    "it), not from the non-zero exit that silenced it (339 too)",
     8122: "a container that exited 0 just inside its budget on an instance that then went silent: "
     "the attempt ended unresponsive, and the next pass reported BudgetExceeded",
     14331: "a probe after a non-zero exit (keepInstanceOnFailure) hung for the first-exec timeout "
