@@ -279,6 +279,10 @@ def _finished(body: kopf.Body) -> bool:
 @kopf.daemon(*RESOURCE, cancellation_timeout=2.0, initial_delay=0, backoff=5.0)
 async def drive(stopped: kopf.DaemonStopped, body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     if _finished(body):
+        done = memo.get("app")
+        if done is not None:
+            meta = body.metadata
+            done.reconciler.finished_seen(str(meta.namespace), str(meta.name), body.status)
         return
     app = memo["app"]
     key = _job_key(body)

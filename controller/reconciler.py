@@ -204,6 +204,14 @@ class Reconciler:
             self._preflight.forget(ref.uid)
         self._recorder.job_forgotten(ref.namespace, ref.name)
 
+    def finished_seen(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+        """A finished job met at start-up (its daemon makes no pass): only its spend gauges, read
+        from the stored status, so a restart does not drop it from the spend-per-namespace panel;
+        nothing else is kept or done for it."""
+        billed, cost = _number(status.get("billedSeconds")), _number(status.get("estimatedCostDollars"))
+        if billed is not None:
+            self._recorder.job_billing(namespace, name, billed, cost)
+
     def notice(self, ref: JobRef) -> None:
         """A watch event of the job (kopf's on-event handler). A cancel annotation the job's pass
         in flight (or its wait until the next one) started without cuts that pass or wait short,
@@ -916,3 +924,7 @@ def _deadline(spec: TaoBrevJobSpec | None, status: TaoBrevJobStatus, now: dateti
     if status.phase == Phase.UPLOADING and not status.upload.attempts:
         return max(end, now + timedelta(seconds=limit))
     return end
+
+
+def _number(value: object) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None

@@ -186,8 +186,20 @@ def test_without_a_finalizer_the_passes_go_on_after_the_bounded_wait(monkeypatch
 
 def test_a_finished_job_s_daemon_ends_before_any_pass() -> None:
     """A finished job (a new run is a new object) gets no pass at start-up and no body kept
-    (issue 30: 10,000 objects): its daemon returns before it touches the app."""
-    raw: Any = {"metadata": {"name": "a", "namespace": "ml", "uid": "u"}, "status": {"finishedAt": "x"}}
-    body = kopf.Body(raw)
-    memo = kopf.Memo()  # no app in it: a pass would fail with KeyError
-    asyncio.run(drive(stopped=Stopped(), body=body, memo=memo))
+    (issue 30: 10,000 objects): its daemon only restores its spend gauges from the stored status
+    (the spend-per-namespace panel survives a restart) and returns."""
+    seen: list[tuple[str, str, float | None]] = []
+
+    class Reconciler:
+        def finished_seen(self, namespace: str, name: str, status: Any) -> None:
+            seen.append((namespace, name, status.get("billedSeconds")))
+
+        async def reconcile(self, ref: Any) -> None:
+            raise AssertionError("a pass for a finished job")
+
+    status = {"finishedAt": "2026-12-05T12:00:00Z", "billedSeconds": 42}
+    raw: Any = {"metadata": {"name": "a", "namespace": "ml", "uid": "u"}, "status": status}
+    memo = kopf.Memo()
+    memo["app"] = SimpleNamespace(reconciler=Reconciler())
+    asyncio.run(drive(stopped=Stopped(), body=kopf.Body(raw), memo=memo))
+    assert seen == [("ml", "a", 42)]
