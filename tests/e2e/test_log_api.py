@@ -105,9 +105,11 @@ def test_a_viewer_follows_a_running_log_shares_one_stream_and_reads_the_archive(
     stack: Stack, viewer: Path, followers: list[Follower]
 ) -> None:
     name = "watched"
-    # 2 s per epoch at the simulator's speed (0.01): epochs arrive while viewers watch.
+    # 5 s per epoch at the simulator's speed (0.01): epochs arrive while viewers watch. At 2 s the
+    # whole run (12 s) could end before two viewers connected on a loaded machine (a fresh-clone
+    # run with load ~10 saw neither follower get epoch 2 while it ran).
     manifest = stack.job_manifest(
-        name, simulation={"epochs": 6, "epoch_seconds": 200, "echo_env": "HF_TOKEN"}
+        name, simulation={"epochs": 6, "epoch_seconds": 500, "echo_env": "HF_TOKEN"}
     )
     stack.apply(manifest)
     stack.wait_for(name, lambda o: ((o or {}).get("status") or {}).get("phase") == "Running", "Running")
