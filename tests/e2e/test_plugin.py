@@ -179,7 +179,9 @@ def test_get_describe_and_cost_read_real_status_through_kubectl_taobrev(
     # come off the 30 min (a minute at most on a loaded machine).
     inside = by_ns[ns]["billedSeconds"]
     assert 1740 <= inside <= 1800
-    assert by_ns[ns]["costDollars"] == pytest.approx(inside * 1.86 / 3600, abs=0.0002)
+    # billedSeconds is rounded to the second and the cost to 1/10,000 of a dollar, each from the
+    # exact seconds: half a second's price plus half a rounding step apart at most.
+    assert by_ns[ns]["costDollars"] == pytest.approx(inside * 1.86 / 3600, abs=0.5 * 1.86 / 3600 + 0.00005)
     assert by_ns[other_ns] == {
         "namespace": other_ns, "jobs": 1, "billedSeconds": 1200, "costDollars": None,
         "knownCostDollars": 0.0, "costKnown": False, "attempts": 1,
