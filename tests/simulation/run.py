@@ -387,7 +387,7 @@ class Simulation:
     ) -> None:
         """status.progress adds up, and costs at most one write per progress interval: a new
         reading only once the interval (in whole waits) has passed since the last, or with the
-        container's exit (issue 27)."""
+        container's exit, or in a write that changes more than progress (issue 27)."""
         new, old = after.get("progress") or {}, before.get("progress") or {}
         if not new:
             return
@@ -401,6 +401,10 @@ class Simulation:
             return
         if sp.run(after).get("exitCode") is not None:
             return
+        if {k: v for k, v in after.items() if k != "progress"} != {
+            k: v for k, v in before.items() if k != "progress"
+        }:
+            return  # a write that happened anyway (an attempt ended: seed 24128) costs nothing more
         tun = proc.deployment.settings.tunables()
         gap = (_parse_time(now) - _parse_time(was)).total_seconds()
         # Status keeps whole seconds: up to a second less apart.

@@ -30,6 +30,8 @@ FOUND = {
     "it), not from the non-zero exit that silenced it (339 too)",
     8122: "a container that exited 0 just inside its budget on an instance that then went silent: "
     "the attempt ended unresponsive, and the next pass reported BudgetExceeded",
+    24128: "the progress check flagged a reading carried by a write that happened anyway (an attempt "
+    "ended in a workflow's step): it costs no write of its own",
     14331: "a probe after a non-zero exit (keepInstanceOnFailure) hung for the first-exec timeout "
     "(900 s) on a silent instance: the answer bound (300 s past the settle listings) overrun",
     15347: "the simulation logged a listing when it returned, the operator when it was asked for: "
