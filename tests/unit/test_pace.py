@@ -12,24 +12,20 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controller.brev.pace import BrevPace, PacePolicy, Throttle, throttle_of
+from tests.fakes.clock import FakeClock
 
 
-class VirtualTime:
-    """The pace sleeps only while holding its lock, so one sleeper at a time moves the clock."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def clock(self) -> float:
-        return self.now
+class VirtualTime(FakeClock):
+    """The fakes' clock with the async sleep the pace takes: sleeping moves it. The pace sleeps
+    only while holding its lock, so one sleeper at a time moves the clock."""
 
     async def sleep(self, seconds: float) -> None:
-        self.now += max(0.0, seconds)
+        self.advance(max(0.0, seconds))
         await asyncio.sleep(0)
 
 
 def pace(policy: PacePolicy, t: VirtualTime, seed: int = 0) -> BrevPace:
-    return BrevPace(policy, clock=t.clock, sleep=t.sleep, rng=random.Random(seed))  # noqa: S311 - jitter
+    return BrevPace(policy, clock=t.monotonic, sleep=t.sleep, rng=random.Random(seed))  # noqa: S311 - jitter
 
 
 def grants(p: BrevPace, t: VirtualTime, n: int) -> list[float]:
@@ -38,7 +34,7 @@ def grants(p: BrevPace, t: VirtualTime, n: int) -> list[float]:
 
         async def one() -> None:
             await p.slot()
-            out.append(t.now)
+            out.append(t.elapsed)
 
         await asyncio.gather(*(one() for _ in range(n)))
         return out
@@ -70,10 +66,10 @@ def test_no_window_ever_sees_more_than_burst_plus_rate_times_its_length(
         async def one(delay: float) -> None:
             await asyncio.sleep(0)
             await p.slot()
-            out.append(t.now)
+            out.append(t.elapsed)
 
         for gap in gaps:  # arrivals spread over time, some at once
-            t.now += gap
+            t.elapsed += gap
             await asyncio.gather(one(0), one(0))
         return out
 
@@ -89,8 +85,8 @@ def test_a_429_makes_every_caller_wait_a_doubling_jittered_cool_down_until_an_an
     p = pace(PacePolicy(rate=100.0, burst=100, backoff_base=1.0, backoff_max=8.0), t)
 
     def later() -> float:  # each call sent after the last refusal: a new wave
-        t.now += 0.001
-        return t.now
+        t.elapsed += 0.001
+        return t.elapsed
 
     first = p.throttled("ls", Throttle("rate_limited"), later())
     second = p.throttled("create", Throttle("server_error"), later())
@@ -109,17 +105,17 @@ def test_a_429_makes_every_caller_wait_a_doubling_jittered_cool_down_until_an_an
 def test_refusals_of_one_wave_grow_the_cool_down_once() -> None:
     t = VirtualTime()
     p = pace(PacePolicy(rate=0.0, burst=1, backoff_base=1.0, backoff_max=60.0), t)
-    sent = t.now  # six calls granted together, all refused
+    sent = t.elapsed  # six calls granted together, all refused
     delays = [p.throttled("ls", Throttle("rate_limited"), sent) for _ in range(6)]
     assert all(0.5 <= d <= 1.0 for d in delays)
-    t.now += 1.0
-    assert 1.0 <= p.throttled("ls", Throttle("rate_limited"), t.now) <= 2.0  # the next wave doubles
+    t.elapsed += 1.0
+    assert 1.0 <= p.throttled("ls", Throttle("rate_limited"), t.elapsed) <= 2.0  # the next wave doubles
 
 
 def test_retry_after_wins_and_the_bucket_restarts_empty() -> None:
     t = VirtualTime()
     p = pace(PacePolicy(rate=1.0, burst=10), t)
-    assert p.throttled("ls", Throttle("rate_limited", retry_after=3.0), t.now) == 3.0
+    assert p.throttled("ls", Throttle("rate_limited", retry_after=3.0), t.elapsed) == 3.0
     # No burst into an API that just refused: the first call at 3 s, then one per second.
     assert grants(p, t, 3) == pytest.approx([4.0, 5.0, 6.0])
 
@@ -128,7 +124,7 @@ def test_no_limit_still_honours_a_cool_down() -> None:
     t = VirtualTime()
     p = pace(PacePolicy(rate=0.0, burst=1), t)
     assert grants(p, t, 50) == [0.0] * 50
-    p.throttled("delete", Throttle("server_error", retry_after=2.0), t.now)
+    p.throttled("delete", Throttle("server_error", retry_after=2.0), t.elapsed)
     assert grants(p, t, 2) == [2.0, 2.0]
 
 
