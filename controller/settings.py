@@ -100,8 +100,10 @@ class Settings(BaseModel):
     )
     # --- timing (seconds)
     poll_interval: float = Field(5.0, gt=0, le=300, description="re-observe period while waiting on brev")
+    # 300, not 120: over any 5 minutes a running job then costs at most 2 waits (the first after
+    # a takeover or restart, and one grid point), the issue-30 bound of 3 calls per job included.
     wait_timeout: float = Field(
-        120.0,
+        300.0,
         ge=1,
         le=600,
         description="bound of the blocking `docker wait` of a running job: it returns at the exit, "

@@ -139,7 +139,9 @@ class BrevCLISettings:
     # Socket of a long-lived ssh-agent; default: one per home (see runner.default_agent_socket).
     agent_socket: Path | None = None
     # An instance's ssh master lives this long after its last session (brev's template: 10m).
-    control_persist_s: int = 600
+    # Short: only short calls use it (probes, pulls, starts, syncs every 600 s), so a running
+    # job holds no master between them; its exit wait has a connection of its own (sshmux).
+    control_persist_s: int = 60
     ssh_connect_timeout_s: int = 10
     # One pace for every call to Brev's API (controller/brev/pace.py); ssh is not paced.
     pace: PacePolicy = field(default_factory=PacePolicy)
@@ -506,7 +508,7 @@ class BrevCLI:
     def _ssh_config(self) -> Path:
         return self._settings.home / ".ssh" / "config"
 
-    def _ssh_argv(self, instance: str, command: str) -> list[str]:
+    def _ssh_argv(self, instance: str, command: str, *, shared: bool = True) -> list[str]:
         s = self._settings
         return ssh_argv(
             s.ssh_binary,
@@ -516,6 +518,7 @@ class BrevCLI:
             command,
             persist_s=s.control_persist_s,
             connect_timeout_s=s.ssh_connect_timeout_s,
+            shared=shared,
         )
 
     async def _refresh_after(self, failed_at: float) -> None:
@@ -526,7 +529,7 @@ class BrevCLI:
                 return
             await self.refresh()
 
-    async def _ssh_ready(self, instance: str, command: str) -> list[str]:
+    async def _ssh_ready(self, instance: str, command: str, *, shared: bool = True) -> list[str]:
         """The ssh argv for `instance`, with brev's ssh config and the master's control directory
         in place first."""
         if not self._ssh_config.is_file():
@@ -536,7 +539,7 @@ class BrevCLI:
             control_dir(self._settings.home).mkdir(mode=0o700, parents=True, exist_ok=True)
             self._control_dir_ready = True
         self._ssh_aliases.add(instance)
-        return self._ssh_argv(instance, command)
+        return self._ssh_argv(instance, command, shared=shared)
 
     async def _ssh(
         self,
@@ -546,11 +549,12 @@ class BrevCLI:
         verb: str,
         timeout: float,  # noqa: ASYNC109 - the budget of both attempts together; the runner kills on expiry
         stdin: bytes | None = None,
+        shared: bool = True,
     ) -> RunResult:
         """One ssh call to `instance`'s alias, refreshing the ssh config once when ssh does not
         know the alias yet (brev refresh writes only instances RUNNING at the time)."""
         deadline = time.monotonic() + timeout
-        argv = await self._ssh_ready(instance, command)
+        argv = await self._ssh_ready(instance, command, shared=shared)
         started = time.monotonic()
         result = await self._runner.run(argv, verb=verb, timeout=timeout, stdin=stdin)
         if result.returncode == SSH_CONNECTION_FAILED and "Could not resolve hostname" in result.stderr:
@@ -565,11 +569,11 @@ class BrevCLI:
     async def open_stream(self, instance: str, command: str) -> asyncio.subprocess.Process:
         """A long-running remote command whose stdout the caller reads as it arrives (the log
         API's one stream per followed job); the caller kills its process group. Its own ssh
-        session over the instance's master, so it never holds a lane or a pass. A stream that
-        ended at once with ssh's 255 is retried by the caller after `refresh_alias`."""
+        connection (a long session: see sshmux), so it never holds a lane, a pass or a master. A
+        stream that ended at once with ssh's 255 is retried by the caller after `refresh_alias`."""
         check_name(instance)
         return await asyncio.create_subprocess_exec(
-            *await self._ssh_ready(instance, command),
+            *await self._ssh_ready(instance, command, shared=False),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
@@ -583,14 +587,23 @@ class BrevCLI:
         await self.ensure_login()
         await self._refresh_after(failed_at)
 
-    async def ssh_exec(self, instance: str, command: str, *, timeout: float) -> ExecResult:  # noqa: ASYNC109
+    async def ssh_exec(
+        self,
+        instance: str,
+        command: str,
+        *,
+        timeout: float,  # noqa: ASYNC109
+        own_connection: bool = False,
+    ) -> ExecResult:
         check_name(instance)
         marker = new_marker()
         try:
             wrapped = wrap_command(command, marker)
         except ValueError as exc:
             raise SpecError(f"cannot send remote command: {exc}") from exc
-        result = await self._ssh(instance, wrapped, verb="ssh_exec", timeout=timeout)
+        result = await self._ssh(
+            instance, wrapped, verb="ssh_exec", timeout=timeout, shared=not own_connection
+        )
         unwrapped = unwrap_ssh(result.stdout, marker)
         if unwrapped is None:
             raise ssh_transport_error(instance, result)

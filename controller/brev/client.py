@@ -151,11 +151,20 @@ class BrevClient(Protocol):
     async def refresh(self) -> None:
         """`brev refresh`: (re)write the ssh config so newly RUNNING instances can be reached."""
 
-    async def ssh_exec(self, instance: str, command: str, *, timeout: float) -> ExecResult:  # noqa: ASYNC109
+    async def ssh_exec(
+        self,
+        instance: str,
+        command: str,
+        *,
+        timeout: float,  # noqa: ASYNC109
+        own_connection: bool = False,
+    ) -> ExecResult:
         """Run ONE shell command string on the instance over plain ssh through its shared
         ControlMaster (not `brev exec`: no brev process per call, no re-run of a failing
         command) and return its real exit status; a connection failure raises
-        `BrevTransientError`. Needs the instance RUNNING (brev's ssh config lists only those)."""
+        `BrevTransientError`. Needs the instance RUNNING (brev's ssh config lists only those).
+        `own_connection`: a long session (a running job's exit wait) on a connection of its own,
+        not through the master (controller/brev/sshmux.py says why)."""
 
     async def put_file(
         self,

@@ -12,6 +12,12 @@ The three options are spelled out on the command line rather than taken from the
   unix socket path gets a short per-home directory in the temp dir instead.
 - ControlMaster/ControlPersist: the memory bound per job (docs/sizing.md) counts one master per instance
   living at most ControlPersist after its last use; it must not depend on brev's template.
+
+Long sessions (a running job's `docker wait`, a followed log stream) take a connection of their
+own instead (`ControlMaster=no`, `ControlPath=none`): over a master they would cost two ssh
+processes per running job for as long as it runs (the master, ~1.4 MiB PSS, and the mux client,
+~1.1 MiB: 2.5 GiB at 1,000 jobs, issue 30), alone one. Short calls (probes, pulls, starts,
+syncs) still share a master, which then lives only ControlPersist after a job's last short call.
 """
 
 from __future__ import annotations
@@ -43,7 +49,22 @@ def control_path(home: Path) -> str:
     return str(control_dir(home) / "brev-control-%C")
 
 
-def mux_options(home: Path, *, persist_s: int, connect_timeout_s: int) -> list[str]:
+def mux_options(home: Path, *, persist_s: int, connect_timeout_s: int, shared: bool = True) -> list[str]:
+    """`shared`: through the instance's master (started if none); otherwise a connection of the
+    call's own that no other call joins and that ends with it."""
+    if not shared:
+        return [
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "LogLevel=ERROR",
+            "-o",
+            f"ConnectTimeout={int(connect_timeout_s)}",
+            "-o",
+            "ControlMaster=no",
+            "-o",
+            "ControlPath=none",
+        ]
     return [
         "-o",
         "BatchMode=yes",
@@ -63,7 +84,15 @@ def mux_options(home: Path, *, persist_s: int, connect_timeout_s: int) -> list[s
 
 
 def ssh_argv(
-    binary: str, config: Path, home: Path, alias: str, command: str, *, persist_s: int, connect_timeout_s: int
+    binary: str,
+    config: Path,
+    home: Path,
+    alias: str,
+    command: str,
+    *,
+    persist_s: int,
+    connect_timeout_s: int,
+    shared: bool = True,
 ) -> list[str]:
     """`ssh -T ... -F <config> <alias> <command>`: no TTY (brev's config says RequestTTY yes, which
     would merge stderr into stdout and turn stdin into a terminal). `-F` names the config so ssh
@@ -72,7 +101,7 @@ def ssh_argv(
     return [
         binary,
         "-T",
-        *mux_options(home, persist_s=persist_s, connect_timeout_s=connect_timeout_s),
+        *mux_options(home, persist_s=persist_s, connect_timeout_s=connect_timeout_s, shared=shared),
         "-F",
         str(config),
         alias,

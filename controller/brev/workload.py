@@ -376,15 +376,24 @@ class Workload:
         return min(default, remaining)
 
     async def _run(
-        self, command: str, limit: float, deadline: datetime | None = None, what: str = "remote command"
+        self,
+        command: str,
+        limit: float,
+        deadline: datetime | None = None,
+        what: str = "remote command",
+        *,
+        own_connection: bool = False,
     ) -> ExecResult:
         """Every step, the probe included: plain ssh over the instance's shared master connection
         (no `brev exec` + bash + ssh process chain per call, and no re-run of a failing command).
         brev exec's extras are not needed: the client refreshes brev's ssh config when an alias
         is missing; ssh bring-up is waited out by probing again each poll interval (a refused
         connection fails in seconds, not after brev's 41 s retry loop); and its auto-start of a
-        STOPPED instance must not happen behind the operator's back."""
-        return await self.client.ssh_exec(self.instance, command, timeout=self._limit(limit, deadline, what))
+        STOPPED instance must not happen behind the operator's back. `own_connection` for the
+        exit waits: a long session on a connection of its own (sshmux says why)."""
+        return await self.client.ssh_exec(
+            self.instance, command, timeout=self._limit(limit, deadline, what), own_connection=own_connection
+        )
 
     async def _put_secret(self, name: str, content: bytes, deadline: datetime | None) -> None:
         await self.client.put_file(
@@ -709,7 +718,9 @@ class Workload:
         None if it is still running. One brev call notices an exit within about a second."""
         seconds = self._wait_seconds(timeout_s, deadline)
         command = render("wait_exit", seconds=seconds, name=shlex.quote(self.container))
-        result = await self._run(command, seconds + self.settings.wait_margin, deadline, "docker wait")
+        result = await self._run(
+            command, seconds + self.settings.wait_margin, deadline, "docker wait", own_connection=True
+        )
         if result.exit_code == _TIMEOUT_RC:
             return None
         if result.ok:
@@ -762,7 +773,9 @@ class Workload:
             read_progress=read_progress,
             read_tail=read_tail,
         )
-        result = await self._run(command, seconds + self.settings.wait_margin, deadline, "docker wait")
+        result = await self._run(
+            command, seconds + self.settings.wait_margin, deadline, "docker wait", own_connection=True
+        )
         head, _, rest = result.stdout.partition(f"{_STATE_MARK}\n")
         sections, _, logs = rest.partition(f"{_TAIL_MARK}\n")
         state_text, marked, status_tail = sections.partition(f"{_PROGRESS_MARK}\n")

@@ -55,7 +55,7 @@ def _metric(url: str, name: str) -> float:
     return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name + " "))
 
 
-def _create_finished(sc: Scenario, n: int) -> float:
+def create_finished(sc: Scenario, n: int) -> float:
     began = time.time()
     names = [f"done-{i:05d}" for i in range(n)]
     for i in range(0, n, CHUNK):
@@ -94,7 +94,7 @@ def run(bench: Bench, n: int) -> FinishedResult:
         time.sleep(5)  # settle: an idle operator on an empty namespace
         rss_empty = memory_of(op.proc.pid) / 2**20
         op.stop()
-        create_wall = _create_finished(sc, n)
+        create_wall = create_finished(sc, n)
         calls_before = len(sc.sim.calls())
         began = time.monotonic()
         op.start(timeout=600)

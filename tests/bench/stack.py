@@ -23,7 +23,7 @@ from tests.devenv.controlplane import ControlPlane, kubectl_path
 from tests.devenv.operator import OperatorProcess, install_operator_identity
 from tests.devenv.s3 import S3Server
 from tests.fixtures.operator import Stack
-from tests.status_paths import instance
+from tests.status_paths import instance, run
 
 REPO = Path(__file__).resolve().parents[2]
 BUCKET = "bench-results"
@@ -39,6 +39,7 @@ class PhaseWatch(threading.Thread):
         self.writes: Counter[str] = Counter()
         self.first_seen: dict[str, dict[str, float]] = defaultdict(dict)
         self.status: dict[str, dict[str, Any]] = {}
+        self.exit_seen: dict[str, float] = {}  # per job: when its status first showed an exit code
         self.lock = threading.Lock()
         self.changed = threading.Condition(self.lock)
         self.ready = threading.Event()
@@ -101,6 +102,8 @@ class PhaseWatch(threading.Thread):
             phase = status.get("phase")
             if phase:
                 self.first_seen[name].setdefault(str(phase), now)
+            if run(status).get("exitCode") is not None:
+                self.exit_seen.setdefault(name, now)
             self.changed.notify_all()
 
     def phase(self, name: str) -> str | None:

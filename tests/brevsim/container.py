@@ -144,7 +144,7 @@ def signal_container(store: Store, instance_id: str, cid: str, state: dict[str, 
     if not state.get("InProcess"):
         kill_tree(state, sig)
         return
-    name = "KILL" if sig == signal.SIGKILL else "TERM"
+    name = {signal.SIGKILL: "KILL", signal.SIGUSR1: "USR1"}.get(signal.Signals(sig), "TERM")
     if LOCAL_ENGINE is not None:
         LOCAL_ENGINE.signal(instance_id, cid, name)
         return

@@ -34,6 +34,7 @@ class KillableStop(threading.Event):
     def __init__(self) -> None:
         super().__init__()
         self.killed = False
+        self.finishing = False  # set with it: end training now, successfully (tao.py: SIGUSR1)
 
     def kill(self) -> None:
         self.killed = True
@@ -137,7 +138,8 @@ class Engine:
             )
 
     def signal(self, instance_id: str, cid: str, sig: str) -> bool:
-        """TERM: ask the program to stop; KILL: it is dead now (137). False if not running here."""
+        """TERM: ask the program to stop; KILL: it is dead now (137); USR1: the harness asks it to
+        finish now, exit 0 (tao.py). False if not running here."""
         with self.lock:
             run = self.running.get((instance_id, cid))
         if run is None:
@@ -145,6 +147,7 @@ class Engine:
         if sig == "KILL":
             self._kill(run)
         else:
+            run.stop.finishing = sig == "USR1"
             run.stop.set()
         return True
 

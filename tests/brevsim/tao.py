@@ -15,6 +15,10 @@ when an epoch ends (SIM-CONTRACT.md section 6).
 `run()` is usable in-process (a thread per container): it never exits the interpreter, installs
 no signal handler and sleeps only through `stop.wait()`, so setting `stop` is what SIGTERM is to
 the process form. `main()` is that process form: a thin wrapper turning SIGTERM into `stop`.
+
+A test harness control, not TAO: SIGUSR1 (or `stop` set with its `finishing` attribute true) ends
+training now as if its last epoch had just completed, exit 0 with its outputs written (the
+benchmarks stop an endless job at a moment they choose and time how fast the exit is noticed).
 """
 
 from __future__ import annotations
@@ -394,8 +398,12 @@ def run(
         began = time.monotonic()
         if bars:
             if not con.progress_bar(epoch, epochs, epoch_s):
+                if _finishing(stop):
+                    break
                 return stopped()
         elif stop.wait(epoch_s):
+            if _finishing(stop):
+                break
             return stopped()
         if fail_at is not None and epoch == int(fail_at):
             con.error(
@@ -448,10 +456,22 @@ def run(
     return 0
 
 
+def _finishing(stop: threading.Event) -> bool:
+    """The harness asked training to end now, successfully (module docstring)."""
+    return bool(getattr(stop, "finishing", False))
+
+
 def main(state: str, instance_id: str, mounts: list[dict[str, Any]], rootfs: str, argv: list[str]) -> int:
-    """The container process (container.program): SIGTERM (docker stop) sets the stop event."""
+    """The container process (container.program): SIGTERM (docker stop) sets the stop event;
+    SIGUSR1 (the harness) sets it as a request to finish now."""
     stop = threading.Event()
+
+    def finish(signum: int, frame: object) -> None:
+        stop.finishing = True  # type: ignore[attr-defined]
+        stop.set()
+
     signal.signal(signal.SIGTERM, lambda signum, frame: stop.set())
+    signal.signal(signal.SIGUSR1, finish)
     return run(
         state, instance_id, mounts, rootfs, argv, env=os.environ, out=sys.stdout, err=sys.stderr, stop=stop
     )

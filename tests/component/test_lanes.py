@@ -56,7 +56,14 @@ class HangingBrev:
     creates: list[str] = field(default_factory=list)
     listings: int = 0
 
-    async def ssh_exec(self, instance: str, command: str, *, timeout: float) -> ExecResult:  # noqa: ASYNC109
+    async def ssh_exec(
+        self,
+        instance: str,
+        command: str,
+        *,
+        timeout: float,  # noqa: ASYNC109
+        own_connection: bool = False,
+    ) -> ExecResult:
         self.started.append((instance, command))
         if instance in self.hung:
             await self.release.wait()

@@ -626,7 +626,14 @@ class FakeBrev:
         self.execs.append(ExecRecord(inst.id, op, now, answered=True, seq=self.next_seq()))
         return inst
 
-    async def ssh_exec(self, instance: str, command: str, *, timeout: float) -> ExecResult:  # noqa: ASYNC109
+    async def ssh_exec(
+        self,
+        instance: str,
+        command: str,
+        *,
+        timeout: float,  # noqa: ASYNC109
+        own_connection: bool = False,
+    ) -> ExecResult:
         self.exec_gate(instance, "exec", timeout)
         return ExecResult(0, "ok\n" if command.strip() == "echo ok" else "")
 

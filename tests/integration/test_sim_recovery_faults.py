@@ -128,6 +128,21 @@ def test_run_in_process_stops_on_the_event_like_sigterm(brev_sim: BrevSim) -> No
     assert last["status"] == "FAILURE"
 
 
+def test_a_finish_request_ends_an_endless_run_successfully_now(brev_sim: BrevSim) -> None:
+    """The harness's control (SIGUSR1, in-process `stop.finishing`): the run ends at once with
+    exit 0 and its outputs, so a benchmark can time how fast an exit 0 is noticed."""
+    run, train_dir = in_process(brev_sim, "j", epochs=100000)
+    thread = run.start()
+    wait_until(lambda: "Starting visual_changenet train" in run.out.getvalue(), "the run to start")
+    run.stop.finishing = True  # type: ignore[attr-defined]
+    run.stop.set()
+    thread.join(timeout=30)
+    assert not thread.is_alive()
+    assert run.code == 0
+    assert "train finished successfully" in run.out.getvalue()
+    assert checkpoint_text((train_dir / "model_latest.pth").read_bytes()) == "final checkpoint\n"
+
+
 def test_resume_override_trains_only_the_epochs_after_the_checkpoint(brev_sim: BrevSim) -> None:
     run, train_dir = in_process(
         brev_sim, "j", f"train.resume_training_checkpoint_path={CKPT.format(3)}", epochs=6

@@ -190,6 +190,32 @@ def test_a_timeout_kills_the_call_but_not_the_shared_master(
     assert ssh_masters(brev_sim.home) == [master]
 
 
+def test_an_exit_wait_takes_its_own_connection_beside_the_master(
+    brev_sim: BrevSim, make_client: Callable[[Verbs], BrevCLI]
+) -> None:
+    """A running job's exit wait is a long session: on a connection of its own it costs one ssh
+    process, not a master plus a mux client (issue 30: 2.5 MiB PSS per running job, 1.4 alone).
+    It neither starts a master nor joins one; short calls still share theirs."""
+    brev_sim.add_instance("box")
+    client = make_client(Verbs())
+    job = Workload(client, "box", "job-1", settings=WorkloadSettings())
+    wait = asyncio.run(client.ssh_exec("box", "echo waited", timeout=60, own_connection=True))
+    assert (wait.exit_code, wait.stdout) == (0, "waited\n")
+    assert ssh_masters(brev_sim.home) == []
+    asyncio.run(client.ssh_exec("box", "true", timeout=60))
+    [master] = ssh_masters(brev_sim.home)
+    # The workload's wait (no container yet) goes past the master: the real ssh argv says so.
+    with pytest.raises(ContainerNotFound):
+        asyncio.run(job.wait_exit(5))
+    waits = [
+        c
+        for c in brev_sim.calls()
+        if c.where == "local" and c.program == "ssh" and "docker wait" in c.argv[-1]
+    ]
+    assert waits and all("ControlPath=none" in c.argv and "ControlMaster=no" in c.argv for c in waits)
+    assert ssh_masters(brev_sim.home) == [master]
+
+
 def test_calls_to_one_instance_share_one_master_and_delete_makes_it_exit(
     brev_sim: BrevSim, make_client: Callable[[Verbs], BrevCLI]
 ) -> None:

@@ -256,7 +256,14 @@ class SimBrev(FakeBrev):
     async def start_instance(self, name: str) -> None:
         return await self._call("start", name, lambda: FakeBrev.start_instance(self, name), mutates=True)
 
-    async def ssh_exec(self, instance: str, command: str, *, timeout: float) -> ExecResult:  # noqa: ASYNC109
+    async def ssh_exec(
+        self,
+        instance: str,
+        command: str,
+        *,
+        timeout: float,  # noqa: ASYNC109
+        own_connection: bool = False,
+    ) -> ExecResult:
         return await self._call(
             "exec",
             instance,

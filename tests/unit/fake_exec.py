@@ -34,7 +34,14 @@ class FakeClient:
     # False: the removal trap's marker is missing (as when bash was killed before its EXIT trap).
     trap_runs: bool = True
 
-    async def ssh_exec(self, instance: str, command: str, *, timeout: float) -> ExecResult:  # noqa: ASYNC109
+    async def ssh_exec(
+        self,
+        instance: str,
+        command: str,
+        *,
+        timeout: float,  # noqa: ASYNC109
+        own_connection: bool = False,
+    ) -> ExecResult:
         return await self._answer(command, timeout)
 
     async def _answer(self, command: str, timeout: float) -> ExecResult:  # noqa: ASYNC109

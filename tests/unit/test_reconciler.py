@@ -64,7 +64,14 @@ class Brev:
         self.instances.append(Instance(name=request.name, id="i-new", status="DEPLOYING"))
         return CreateResult(name=request.name, adopted=False)
 
-    async def ssh_exec(self, instance: str, command: str, *, timeout: float) -> ExecResult:  # noqa: ASYNC109
+    async def ssh_exec(
+        self,
+        instance: str,
+        command: str,
+        *,
+        timeout: float,  # noqa: ASYNC109
+        own_connection: bool = False,
+    ) -> ExecResult:
         self.commands.append(command)
         return ExecResult(exit_code=0, stdout="")
 
@@ -338,7 +345,14 @@ def test_a_waiting_pass_holds_no_typed_status_or_spec() -> None:
     blocked = asyncio.Event()
 
     class SlowProbe(Brev):
-        async def ssh_exec(self, instance: str, command: str, *, timeout: float) -> ExecResult:  # noqa: ASYNC109
+        async def ssh_exec(
+            self,
+            instance: str,
+            command: str,
+            *,
+            timeout: float,  # noqa: ASYNC109
+            own_connection: bool = False,
+        ) -> ExecResult:
             self.commands.append(command)
             if len(self.commands) > 1:  # the second pass's probe hangs until released
                 blocked.set()

@@ -1,0 +1,551 @@
+"""A leader change at N running jobs (issue 30, part 1), on the footprint's fleet.
+
+Two replicas of one deployment run with the production election timing (lease 15 s, renew 10 s,
+retry 2 s); the standby has its own home (a pod of its own: no brev credentials, ssh config or
+ssh masters of the leader's). Once the fleet is steady (N Running, every exit wait armed), the
+namespace's instance cap is set to what runs, `QUEUED` more jobs are applied (they queue), then the
+cap is raised by `STARTING` and as many jobs applied, so some creates are in flight, and the leader
+is SIGKILLed with its ssh masters (a node loss kills the whole pod). Then:
+
+- takeover: the kill -> the standby holds the Lease (its acquireTime);
+- re-armed: takeover -> every Running job's `docker wait` started again on its instance (the
+  simulator records each remote command when it starts);
+- calls: every brev and ssh process the operator started in the first `CALLS_WINDOW` s after the
+  takeover, per job, by kind; the most ssh masters alive at once;
+- exit notice: `EXITING` containers are stopped (SIGTERM: exit 143) while no one leads and just
+  after the takeover, and `AFTER` more once every wait is re-armed; for each, its container's
+  FinishedAt -> the job's status shows the exit code;
+- creates: every job has at most one instance (a create in flight at the kill is adopted, never
+  repeated);
+- the queue: the queued jobs keep their order (every exit frees a slot for the queue's head).
+
+`restart` does the same with a single replica (no standby): the process is SIGKILLed and started
+again, so the same pod waits out its own dead Lease and re-arms everything.
+
+`python -m tests.bench.scenario_failover --jobs 1000` runs the fill and both alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from controller.api.timestamps import parse_time
+from tests.bench import scenario_finished, scenario_rss
+from tests.bench.scale import Scale
+from tests.bench.stack import Bench, ContainerExit, Scenario, running_or_beyond
+from tests.brevsim import container
+from tests.devenv.operator import OPERATOR_NAMESPACE, OperatorProcess
+from tests.footprint import cmdline, descendants, memory_of, ssh_masters
+from tests.status_paths import instance, queue
+from tests.status_paths import run as run_of
+
+LEASE = "taobrev-operator"
+# The deployment's election timing (client-go's defaults), not the tests' shortened one.
+ELECTION = {
+    "TAOBREV_LEADER_ELECTION": "true",  # the bench's Scale turns it off for its lone operators
+    "TAOBREV_LEADER_LEASE_DURATION": "15",
+    "TAOBREV_LEADER_RENEW_DEADLINE": "10",
+    "TAOBREV_LEADER_RETRY_PERIOD": "2",
+}
+REARM_GOAL = 60.0  # s: takeover -> every running job's exit wait re-armed
+NOTICE_GOAL = 2.0  # s: an exit after the re-arm -> seen in status
+CALLS_GOAL = 3.0  # brev + ssh calls per job in the first CALLS_WINDOW s after the takeover
+CALLS_WINDOW = 300.0
+QUEUED = 50  # jobs waiting in the queue at the kill
+STARTING = 10  # jobs admitted just before the kill (their creates in flight)
+EXITING = 10  # containers stopped around the takeover (half before it, half after)
+AFTER = 10  # containers stopped once every wait is re-armed, one a second
+TAKEOVER_TIMEOUT = 120.0
+REARM_TIMEOUT = 600.0  # s: the bench gives up waiting for the re-arm (reported, not hidden)
+NOTICE_TIMEOUT = 120.0
+
+
+@dataclass
+class FailoverResult:
+    mode: str  # "failover" | "restart"
+    running: int = 0  # Running jobs at the kill
+    takeover: float | None = None  # s: kill -> the new holder's acquireTime
+    rearm: float | None = None  # s: takeover -> the last Running job's exit wait started again
+    not_rearmed: int = 0
+    calls: Counter[str] = field(default_factory=Counter)  # kind -> count in the window
+    calls_window: float = 0.0  # s the window really covered
+    steady: int = 0  # jobs Running throughout the window (not stopped, not started in it)
+    steady_calls: int = 0  # calls naming no job (listings) or one of those
+    masters_peak: int = 0  # ssh masters of the acting replica alive at once
+    notice_during: list[float] = field(default_factory=list)  # s, exits around the takeover
+    notice_after: list[float] = field(default_factory=list)  # s, exits after the re-arm
+    duplicate_creates: int = 0
+    pod_before: dict[str, tuple[int, float]] = field(default_factory=dict)  # the acting pod, at the kill
+    rss_before: dict[str, float] = field(default_factory=dict)  # replica -> operator RSS MiB at the kill
+    start_to_healthy: float | None = None  # restart: process start -> /healthz
+    rss_settled: float | None = None  # restart: the standby's RSS (MiB) once it saw every object
+    queue_problems: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def calls_per_job(self) -> float | None:
+        """The steady jobs' calls and the shared ones, per steady job."""
+        return self.steady_calls / self.steady if self.steady else None
+
+
+def _lease(sc: Scenario) -> dict[str, Any]:
+    r = sc.stack.cp.kubectl("get", "lease", LEASE, "-n", OPERATOR_NAMESPACE, "-o", "json", check=False)
+    return dict(json.loads(r.stdout).get("spec") or {}) if r.returncode == 0 else {}
+
+
+def _await_takeover(sc: Scenario, old_holder: str, killed: float) -> float | None:
+    """The wall time the new holder acquired the Lease (its acquireTime), polling the Lease."""
+    deadline = time.monotonic() + TAKEOVER_TIMEOUT
+    while time.monotonic() < deadline:
+        spec = _lease(sc)
+        holder = str(spec.get("holderIdentity") or "")
+        acquired = parse_time(str(spec.get("acquireTime") or ""))
+        if holder and holder != old_holder and acquired is not None:
+            return max(killed, acquired.timestamp())
+        threading.Event().wait(0.2)
+    return None
+
+
+def _kill_pod(op: OperatorProcess) -> None:
+    """SIGKILL the operator and its ssh masters (daemonised out of its process group, but in its
+    pod: a node loss or an OOM kill of the pod takes them too)."""
+    op.kill()
+    home = Path(op.env()["HOME"])
+    for pid in ssh_masters(home):
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def _stop_container(sc: Scenario, job: str) -> ContainerExit | None:
+    """End the job's training now, successfully (the simulator's SIGUSR1 control: exit 0, as a
+    run reaching its last epoch); a watcher of its FinishedAt."""
+    with sc.watch.lock:
+        st = dict(sc.watch.status.get(job, {}))
+    inst_id, job_id = str(instance(st).get("id") or ""), str(st.get("jobId") or "")
+    docker = container.Docker(sc.sim.store, inst_id)
+    for cid in docker.ids():
+        if (docker.config(cid) or {}).get("Name") == "/" + job_id:
+            state = docker.state(cid) or {}
+            if state.get("Running"):
+                exit_watch = ContainerExit(sc.sim, inst_id, job_id)
+                exit_watch.start()
+                container.signal_container(sc.sim.store, inst_id, cid, state, signal.SIGUSR1)
+                return exit_watch
+    return None
+
+
+def _notice(sc: Scenario, job: str, watch: ContainerExit | None, problems: list[str]) -> float | None:
+    """Container FinishedAt -> the job's status shows the exit code (or ended)."""
+    if watch is None:
+        problems.append(f"{job}: no running container to stop")
+        return None
+    watch.join(NOTICE_TIMEOUT)
+    if watch.finished_at is None:
+        problems.append(f"{job}: its container did not exit within {NOTICE_TIMEOUT:.0f} s")
+        return None
+    if sc.watch.wait([job], _exited, NOTICE_TIMEOUT):
+        problems.append(f"{job}: its exit was not seen within {NOTICE_TIMEOUT:.0f} s")
+        return None
+    with sc.watch.lock:
+        seen = sc.watch.exit_seen.get(job)
+    return None if seen is None else max(0.0, seen - watch.finished_at)
+
+
+class _WaitsSince:
+    """Instance name -> when its first `docker wait` at or after `since` started, read
+    incrementally from the simulator's call record (tens of thousands of lines at 1,000 jobs)."""
+
+    def __init__(self, sc: Scenario, since: float) -> None:
+        self.path, self.offset, self.since = sc.sim.store.calls_path, 0, since
+        self.first: dict[str, float] = {}
+
+    def update(self) -> dict[str, float]:
+        with self.path.open("rb") as f:
+            f.seek(self.offset)
+            data = f.read()
+        end = data.rfind(b"\n") + 1  # a line still being appended is read next time
+        self.offset += end
+        for line in data[:end].splitlines():
+            if b'"wait"' not in line:
+                continue
+            e = json.loads(line)
+            remote_wait = e.get("where") == "remote" and e.get("argv", [])[:1] == ["wait"]
+            if remote_wait and float(e["ts"]) >= self.since:
+                self.first.setdefault(str(e.get("instance")), float(e["ts"]))
+        return self.first
+
+
+def _call_kind(program: str, argv: list[str]) -> str:
+    if program == "brev":
+        return f"brev {argv[0]}" if argv else "brev"
+    return program
+
+
+def _queue_positions(sc: Scenario, names: list[str]) -> dict[str, int | None]:
+    with sc.watch.lock:
+        return {n: queue(sc.watch.status.get(n, {})).get("position") for n in names}
+
+
+def _check_queue(before: dict[str, int | None], after: dict[str, int | None]) -> list[str]:
+    """No job lost its place: the ones admitted since are the head of the queue as it was, and
+    the rest are still queued in the same order (positions may count other jobs ahead)."""
+    order = [n for _, n in sorted((p, n) for n, p in before.items() if p is not None)]
+    if len(order) != len(before):
+        return [f"{len(before) - len(order)} queued jobs had no queue position before the kill"]
+    admitted = [n for n in order if after.get(n) is None]
+    rest = order[len(admitted) :]
+    problems = []
+    if set(admitted) != set(order[: len(admitted)]):
+        jumped = sorted(set(admitted) - set(order[: len(admitted)]))
+        problems.append(f"admitted out of order: {jumped[:5]}")
+    positions = [after[n] or 0 for n in rest]
+    if positions != sorted(positions) or len(set(positions)) != len(positions):
+        problems.append(f"the queue's order changed: {list(zip(rest, positions, strict=True))[:5]}")
+    return problems
+
+
+def _creates(sc: Scenario) -> Counter[str]:
+    counts: Counter[str] = Counter()
+    for inst in sc.sim.instances(include_deleted=True):
+        counts[str(inst.get("name"))] += 1
+    return counts
+
+
+def _annotate_cap(sc: Scenario, cap: int) -> None:
+    sc.stack.cp.kubectl("annotate", "namespace", sc.name, f"taobrev.io/max-instances={cap}", "--overwrite")
+
+
+def pod_breakdown(op: OperatorProcess) -> dict[str, tuple[int, float]]:
+    """The pod's PSS by kind of process: (how many, MiB). The ssh masters left the operator's
+    process tree (daemonised) but are its pod's; they are told apart by their ControlPath."""
+    assert op.proc is not None
+    home = Path(op.env()["HOME"])
+    masters = set(ssh_masters(home))
+    groups: dict[str, list[int]] = {"operator": [op.proc.pid], "ssh masters": sorted(masters)}
+    for pid in descendants(op.proc.pid) - {op.proc.pid}:
+        text = cmdline(pid)
+        kind = (
+            "ssh clients (mux)"
+            if text.startswith("ssh ")
+            else (text.split(" ", 1)[0].rsplit("/", 1)[-1] or "?")
+        )
+        groups.setdefault(kind, []).append(pid)
+    return {k: (len(v), sum(memory_of(p, "pss") for p in v) / 2**20) for k, v in groups.items()}
+
+
+class _MasterPeak(threading.Thread):
+    def __init__(self, home: Path) -> None:
+        super().__init__(daemon=True, name="ssh-master-peak")
+        self.home, self.peak, self.stop = home, 0, threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.wait(0.5):
+            self.peak = max(self.peak, len(ssh_masters(self.home)))
+
+
+def _apply(sc: Scenario, names: list[str], priority: int = 0) -> None:
+    """Create the jobs in one call (as Scenario.apply_all), with `spec.priority`."""
+    items = sc.manifests(
+        names,
+        epochs=scenario_rss.ENDLESS_EPOCHS,
+        epoch_seconds=scenario_rss.FAST["epoch_seconds"],
+        recovery=scenario_rss.NO_CHECKPOINTS,
+    )
+    for m in items:
+        m["spec"]["priority"] = priority
+    doc = json.dumps({"apiVersion": "v1", "kind": "List", "items": items})
+    sc.stack.cp.kubectl("create", "-f", "-", input=doc, timeout=300)
+
+
+def _in_flight(status: dict[str, Any]) -> bool:
+    return bool(instance(status).get("createRequestedAt")) or running_or_beyond(status)
+
+
+def _exited(status: dict[str, Any]) -> bool:
+    return run_of(status).get("exitCode") is not None or bool(status.get("outcome"))
+
+
+@dataclass
+class _Kill:
+    """One kill and its takeover: what the figures are read from."""
+
+    sc: Scenario
+    res: FailoverResult
+    running: list[str]
+    queued: dict[str, int | None]  # name -> queue position before the kill
+    exiting: list[str]
+    watches: dict[str, ContainerExit | None] = field(default_factory=dict)
+
+    def prepare(self, tag: str) -> list[str]:
+        """The queue (the cap at what holds a slot now, QUEUED more behind it) and STARTING jobs
+        whose creates are in flight at the kill (the cap raised for them); returns the latter."""
+        sc = self.sc
+        with sc.watch.lock:
+            statuses = list(sc.watch.status.values())
+        holding = sum(1 for st in statuses if queue(st).get("admittedAt") and not st.get("finishedAt"))
+        _annotate_cap(sc, holding)
+        queued = [f"{tag}-q{i:03d}" for i in range(QUEUED)]
+        _apply(sc, queued)
+        if sc.watch.wait(queued, lambda s: queue(s).get("position") is not None, 120.0):
+            self.res.problems.append("queued jobs got no queue position within 120 s")
+        self.queued = _queue_positions(sc, queued)
+        # Ahead of the queue (a higher priority): the raised cap is theirs, the queue stays put.
+        _annotate_cap(sc, holding + STARTING)
+        starting = [f"{tag}-s{i:03d}" for i in range(STARTING)]
+        _apply(sc, starting, priority=100)
+        # The kill follows the first createRequestedAt: Brev was asked, the answer may not be in.
+        sc.watch.wait(starting[:1], _in_flight, 120.0)
+        return starting
+
+    def stop_containers(self, jobs: list[str], gap: float = 0.0) -> None:
+        for job in jobs:
+            self.watches[job] = _stop_container(self.sc, job)
+            if gap:
+                threading.Event().wait(gap)
+
+    def await_rearm(self, takeover: float) -> None:
+        """Every Running job (but those stopped) has a `docker wait` that started after the
+        takeover."""
+        sc, res = self.sc, self.res
+        with sc.watch.lock:
+            by_instance = {
+                str(instance(sc.watch.status.get(n, {})).get("name")): n
+                for n in self.running
+                if n not in self.exiting
+            }
+        deadline = time.monotonic() + REARM_TIMEOUT
+        since = _WaitsSince(sc, takeover)
+        while True:
+            waits = since.update()
+            left = [i for i in by_instance if i not in waits]
+            if not left or time.monotonic() > deadline:
+                break
+            threading.Event().wait(1.0)
+        res.not_rearmed = len(left)
+        if left:
+            res.problems.append(
+                f"{len(left)} Running jobs not re-armed {REARM_TIMEOUT:.0f} s after the takeover"
+            )
+        else:
+            res.rearm = max(waits[i] for i in by_instance) - takeover
+
+    def notices(self, jobs: list[str]) -> list[float]:
+        return [
+            v
+            for job in jobs
+            if (v := _notice(self.sc, job, self.watches.get(job), self.res.problems)) is not None
+        ]
+
+    def window(self, takeover: float, creates_before: Counter[str]) -> None:
+        """The calls of the first CALLS_WINDOW s, then the creates and the queue."""
+        sc, res = self.sc, self.res
+        left_s = takeover + CALLS_WINDOW - time.time()
+        if left_s > 0:
+            threading.Event().wait(left_s)
+        res.calls_window = min(CALLS_WINDOW, time.time() - takeover)
+        for c in sc.calls():
+            if (
+                c.where == "local"
+                and c.program in ("brev", "ssh")
+                and takeover <= c.ts < takeover + CALLS_WINDOW
+            ):
+                res.calls[_call_kind(c.program, c.argv)] += 1
+        res.duplicate_creates = _duplicates(_creates(sc)) - _duplicates(creates_before)
+        res.queue_problems = _check_queue(self.queued, _queue_positions(sc, list(self.queued)))
+
+
+def _duplicates(creates: Counter[str]) -> int:
+    return sum(max(0, c - 1) for c in creates.values())
+
+
+def run(
+    sc: Scenario,
+    acting: OperatorProcess,
+    *,
+    mode: str,
+    standby: OperatorProcess | None,
+    tag: str,
+    outage: Callable[[], None] | None = None,
+) -> FailoverResult:
+    """Kill `acting` with the namespace's fleet steady; `standby` takes over, or (restart) `acting`
+    starts again after `outage()` (work done while no operator runs). `tag` names this run's
+    extra jobs. The new acting replica is `standby or acting`, with the election on."""
+    res = FailoverResult(mode=mode)
+    with sc.watch.lock:
+        running = sorted(n for n, st in sc.watch.status.items() if st.get("phase") == "Running")
+    res.running = len(running)
+    exiting = running[:: max(1, len(running) // (EXITING + AFTER))][: EXITING + AFTER]
+    kill = _Kill(sc, res, running, {}, exiting)
+    starting = kill.prepare(tag)
+    with sc.watch.lock:
+        phases = Counter(str(sc.watch.status.get(n, {}).get("phase")) for n in starting)
+    print(
+        f"   {mode}: {res.running} Running, {QUEUED} queued, starting at the kill: {dict(phases)}", flush=True
+    )
+    res.pod_before = pod_breakdown(acting)
+    for label, op in (("acting", acting), ("standby", standby)):
+        if op is not None and op.proc is not None:
+            res.rss_before[label] = memory_of(op.proc.pid) / 2**20
+    creates_before = _creates(sc)
+    old_holder = str(_lease(sc).get("holderIdentity") or "")
+    nxt = standby or acting
+    peak = _MasterPeak(Path(nxt.env()["HOME"]))
+    during, after = exiting[:EXITING], exiting[EXITING:]
+
+    killed = time.time()
+    _kill_pod(acting)
+    peak.start()
+    try:
+        if standby is None:
+            if outage is not None:
+                outage()
+            acting.extra_env = {**acting.extra_env, **ELECTION}
+            began = time.monotonic()
+            acting.start(timeout=600)
+            res.start_to_healthy = time.monotonic() - began
+            killed = time.time() - (time.monotonic() - began)  # the takeover counts from the start
+        kill.stop_containers(during[: EXITING // 2])  # while no one leads
+        takeover = _await_takeover(sc, old_holder, killed)
+        if takeover is None:
+            res.problems.append(f"no new Lease holder within {TAKEOVER_TIMEOUT:.0f} s of the kill")
+            return res
+        res.takeover = takeover - killed
+        kill.stop_containers(during[EXITING // 2 :], gap=1.0)  # during the re-arm
+        kill.await_rearm(takeover)
+        print(
+            f"   {mode}: takeover {res.takeover:.1f} s after the kill, re-armed {res.rearm} s later",
+            flush=True,
+        )
+        kill.stop_containers(after, gap=1.0)
+        res.notice_during, res.notice_after = kill.notices(during), kill.notices(after)
+        kill.window(takeover, creates_before)
+    finally:
+        peak.stop.set()
+        res.masters_peak = peak.peak
+    return res
+
+
+def fill(bench: Bench, jobs: int, wave: int, budget: float) -> Scenario:
+    """The footprint's fleet (F = 1, fast boots, endless epochs), one replica."""
+    sc = bench.scenario("failover", scale=scenario_rss.REAL, durations=scenario_rss.FAST)
+    res = scenario_rss.RssResult(target=jobs, budget=budget)
+    names = scenario_rss._fill(sc, res, wave, (), lambda n, names: None)
+    sc.watch.wait(names, running_or_beyond, scenario_rss.SETTLE)
+    late = scenario_rss._await_waits(sc, names, scenario_rss.REARM_SETTLE)
+    if late or res.problems:
+        print(f"   fill: {res.problems}; {len(late)} Running jobs not waiting for their container",
+              flush=True)  # fmt: skip
+    return sc
+
+
+def standby_for(sc: Scenario) -> OperatorProcess:
+    """A second replica of the acting one's deployment, in a pod of its own (its own home)."""
+    env = {**sc.op.extra_env, **ELECTION, "HOME": str(sc.bench.work / sc.name / "standby-home")}
+    Path(env["HOME"]).mkdir(parents=True, exist_ok=True)
+    return OperatorProcess(sc.bench.cp, sc.sim, sc.bench.work / sc.name / "standby", extra_env=env).start(600)
+
+
+def _settled_rss(op: OperatorProcess, timeout: float = 600.0) -> float:
+    """The process's RSS (MiB) once it stopped growing for 10 s (kopf has seen every object)."""
+    assert op.proc is not None
+    last, still, deadline = memory_of(op.proc.pid), 0, time.monotonic() + timeout
+    while still < 10 and time.monotonic() < deadline:
+        threading.Event().wait(1.0)
+        now = memory_of(op.proc.pid)
+        still = still + 1 if abs(now - last) < 1 << 20 else 0
+        last = now
+    return last / 2**20
+
+
+def after_fill(sc: Scenario, finished: int) -> tuple[list[FailoverResult], OperatorProcess | None]:
+    """On a steady fleet of one replica: the restart (SIGKILL, `finished` finished jobs created
+    while it is down, start with the election on), then a standby replica, then the failover
+    (SIGKILL of the leader). Returns both results and the standby (the caller stops it)."""
+
+    def outage() -> None:
+        if finished:
+            print(f"   restart: creating {finished} finished jobs while no operator runs", flush=True)
+            scenario_finished.create_finished(sc, finished)
+
+    results = [run(sc, sc.op, mode="restart", standby=None, tag="rs", outage=outage)]
+    print(describe(results[-1]), flush=True)
+    if results[-1].takeover is None:
+        return results, None
+    standby = standby_for(sc)
+    results[-1].rss_settled = _settled_rss(standby)
+    print(f"   standby started; settled at {results[-1].rss_settled:.0f} MiB RSS", flush=True)
+    results.append(run(sc, sc.op, mode="failover", standby=standby, tag="fo"))
+    print(describe(results[-1]), flush=True)
+    return results, standby
+
+
+def describe(res: FailoverResult) -> str:
+    def span(xs: list[float]) -> str:
+        return f"max {max(xs):.2f} s, median {sorted(xs)[len(xs) // 2]:.2f} s ({len(xs)})" if xs else "none"
+
+    since = "the kill" if res.mode == "failover" else "the process start"
+    rss = ", ".join(f"{k} {v:.0f} MiB" for k, v in res.rss_before.items())
+    pss = sum(m for _, m in res.pod_before.values())
+    parts = ", ".join(f"{k} {n} x {m / max(1, n):.2f} = {m:.0f} MiB" for k, (n, m) in res.pod_before.items())
+    lines = [
+        f"{res.mode} at {res.running} Running: Lease taken {res.takeover} s after {since}; every wait "
+        f"re-armed {res.rearm} s after that (goal {REARM_GOAL:g}); not re-armed {res.not_rearmed}",
+        f"  calls in the first {res.calls_window:.0f} s: {res.calls_per_job} per job (goal {CALLS_GOAL:g}): "
+        f"{res.steady_calls} of {res.steady} jobs running throughout and shared; all "
+        f"{sum(res.calls.values())}: {dict(res.calls.most_common())}",
+        f"  ssh masters alive at once (peak): {res.masters_peak}",
+        f"  exit notice, exits around the takeover: {span(res.notice_during)}; after the re-arm: "
+        f"{span(res.notice_after)} (goal {NOTICE_GOAL:g})",
+        f"  duplicate creates {res.duplicate_creates}; queue: {res.queue_problems or 'kept its order'}",
+        f"  before the kill: operator RSS {rss}; the acting pod's PSS {pss:.0f} MiB: {parts}",
+    ]
+    if res.start_to_healthy is not None:
+        lines.append(f"  restart: process start -> healthy {res.start_to_healthy:.1f} s")
+    if res.rss_settled is not None:
+        lines.append(f"  then a standby replica, settled: {res.rss_settled:.0f} MiB RSS")
+    lines += [f"  problem: {p}" for p in res.problems]
+    return "\n".join(lines)
+
+
+def _exit_on_sigterm(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)  # run the finally blocks: stop the operators, simulator, stack
+
+
+def main(argv: list[str]) -> int:
+    ap = argparse.ArgumentParser(prog="python -m tests.bench.scenario_failover", description=__doc__)
+    ap.add_argument("--jobs", type=int, default=1000, help="Running jobs at the kill (1000)")
+    ap.add_argument("--wave", type=int, default=100, help="jobs per apply (100)")
+    ap.add_argument("--budget", type=float, default=1200.0, help="wall seconds for the fill (1200)")
+    ap.add_argument("--finished", type=int, default=0, help="finished jobs created during the restart (9000)")
+    args = ap.parse_args(argv)
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    bench = Bench.start(Scale(1.0))
+    print(f"bench workdir: {bench.work}", flush=True)
+    standby: OperatorProcess | None = None
+    try:
+        sc = fill(bench, args.jobs, args.wave, args.budget)
+        try:
+            _, standby = after_fill(sc, args.finished)
+        finally:
+            if standby is not None:
+                standby.stop()
+            sc.close()
+    finally:
+        bench.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
