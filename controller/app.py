@@ -86,6 +86,8 @@ class App:
     reaper: FinishedReaper | None = None
     # OpenCost's node gauges (controller/fleet/node_cost_feed.py); started by the kopf startup handler.
     node_costs: NodeCostFeed | None = None
+    # Paces the first pass of each job's daemon when this replica begins to lead (TAOBREV_TAKEOVER_RATE).
+    takeover_pace: BrevPace | None = None
 
 
 def build(settings: Settings, events: EventSink) -> App:
@@ -222,6 +224,11 @@ def build(settings: Settings, events: EventSink) -> App:
 
     watchdog = Watchdog(grace=settings.liveness_grace, pass_ceiling=settings.pass_ceiling())
     app = App(settings, registry, recorder, kube, brev, directory, new_reconciler(), watchdog)
+    if settings.takeover_rate > 0:
+        # A token bucket (the Brev pace's, without its cool-down ever set): a new term's first
+        # passes start at most this many a second, in the order their daemons asked.
+        rate = settings.takeover_rate
+        app.takeover_pace = BrevPace(PacePolicy(rate=rate, burst=max(1, int(rate))))
     if settings.leader_election:
         add_leader_election(app, new_reconciler)
     else:

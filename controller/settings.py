@@ -274,6 +274,14 @@ class Settings(BaseModel):
         10.0, gt=0, le=3600, description="the leader stops acting if it has not renewed for this long"
     )
     leader_retry_period: float = Field(2.0, gt=0, le=600, description="seconds between election attempts")
+    takeover_rate: float = Field(
+        40.0,
+        ge=0,
+        le=10000,
+        description="first passes per second a replica starts when it begins to lead (every job's "
+        "daemon waits for the Lease and wakes at once: 1,000 passes at once starved the event loop "
+        "past the renew deadline, so the new leader lost the Lease again and again); 0 = no pacing",
+    )
     # --- ownership and the orphan sweeper (controller/api/naming.py, controller/fleet/sweeper.py)
     cluster_id: str | None = Field(
         None,

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from tests.bench import (
     scenario_chain,
+    scenario_failover,
     scenario_idle,
     scenario_isolation,
     scenario_recovery,
@@ -23,6 +24,7 @@ from tests.bench.idle_cgroup import IdleCgroup
 from tests.bench.printer import scale_header, table
 from tests.bench.report import (
     burst_figures,
+    failover_figures,
     idle_figures,
     isolation_figures,
     limited_burst_figures,
@@ -30,9 +32,12 @@ from tests.bench.report import (
     slope_figures,
 )
 from tests.bench.scale import Scale
-from tests.bench.stack import Bench
+from tests.bench.stack import Bench, Scenario
 
 BUDGET = 30 * 60.0  # s: the whole `make bench` (the chain pair and the limited burst added ~12 min)
+# s: the footprint child's restart and failover after its window (two 5-minute call windows, 9,000
+# finished objects created, a standby started): on top of BUDGET, when the timed scenarios are done.
+FAILOVER_EXTRA = 20 * 60.0
 BURST_SCALE = 0.1  # F of the burst (scenario_scale's docstring says why not --scale)
 IDLE_SCALE = 0.1  # F of the billed-idle pair (scenario_idle's docstring says why)
 RESERVE = 100.0  # s: what the RSS scenario leaves for its last container starts, memory sample and
@@ -95,6 +100,15 @@ def parse(argv: list[str]) -> argparse.Namespace:
     )
     ap.add_argument("--figures-json", type=Path, help="--rss-only: also write the figures to this file")
     ap.add_argument(
+        "--failover",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="after the footprint's window: a restart and a failover on its fleet (default on)",
+    )
+    ap.add_argument(
+        "--finished", type=int, help="finished jobs created during the restart (9000; --quick 100)"
+    )
+    ap.add_argument(
         "--wait-quiet",
         action="store_true",
         help="--rss-only: before the final CPU window, wait for a line on stdin (the machine is quiet)",
@@ -115,6 +129,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
         ("busy", 6, 50),
         ("rss_jobs", 20, 1000),
         ("rss_wave", 10, 100),
+        ("finished", 100, 9000),
         ("budget", 180.0, BUDGET),
     ):
         if getattr(args, name) is None:  # 0 given is refused below, never replaced
@@ -140,6 +155,19 @@ def _rss_section(bench: Bench, args: argparse.Namespace, budget: float, began: f
     print(f"\n-- footprint at F = 1 (operator intervals nominal): stops at {args.stops} Running, then up "
           f"to {args.rss_jobs} jobs in waves of {args.rss_wave}, {budget:.0f} s budget; simulator "
           f"(real s): {scenario_rss.FAST}", flush=True)  # fmt: skip
+    failovers: list[scenario_failover.FailoverResult] = []
+
+    def after_window(sc: Scenario) -> None:
+        print(f"\n-- restart and failover on the footprint's fleet ({args.finished:,} finished jobs created "
+              "during the restart)", flush=True)  # fmt: skip
+        standby = None
+        try:
+            results, standby = scenario_failover.after_fill(sc, args.finished)
+            failovers.extend(results)
+        finally:
+            if standby is not None:
+                standby.stop()
+
     rss = scenario_rss.run(
         bench,
         args.rss_jobs,
@@ -148,11 +176,16 @@ def _rss_section(bench: Bench, args: argparse.Namespace, budget: float, began: f
         args.window,
         stops=args.stops,
         before_window=_wait_quiet if args.wait_quiet else None,
+        after_window=after_window if args.failover else None,
     )
     for problem in rss.problems:
         print(f"   problem: {problem}", flush=True)
     new = slope_figures(rss) + rss_figures(rss)
     _section(new, f"footprint from {args.stops[0]} to {args.rss_jobs:,} running (F = 1)", began)
+    if failovers:
+        more = failover_figures(failovers, args.finished)
+        _section(more, "restart and failover (F = 1)", began)
+        new += more
     return new
 
 
@@ -183,6 +216,8 @@ def _footprint_argv(args: argparse.Namespace, budget: float) -> list[str]:
         "--rss-jobs", str(args.rss_jobs),
         "--rss-wave", str(args.rss_wave),
         "--stops", ",".join(str(n) for n in args.stops),
+        "--finished", str(args.finished),
+        "--failover" if args.failover else "--no-failover",
     ]  # fmt: skip
 
 
@@ -272,6 +307,18 @@ def _start_footprint(
     return footprint
 
 
+def _collect(footprint: Background, args: argparse.Namespace, began: float) -> list[Figure]:
+    print("\n-- footprint (background): the timed scenarios are done", flush=True)
+    try:
+        extra = FAILOVER_EXTRA if args.failover else 0.0
+        new, log = footprint.collect(max(60.0, args.budget - (time.monotonic() - began) + 120.0 + extra))
+    except BaseException:
+        footprint.stop()  # interrupted while waiting for it: its stack must not outlive us
+        raise
+    print(log, flush=True)
+    return new
+
+
 def main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     args = parse(argv)
@@ -318,14 +365,7 @@ def main(argv: list[str]) -> int:
     finally:
         bench.close()
     if footprint is not None:
-        print("\n-- footprint (background): the timed scenarios are done", flush=True)
-        try:
-            new, log = footprint.collect(max(60.0, args.budget - (time.monotonic() - began) + 120.0))
-        except BaseException:
-            footprint.stop()  # interrupted while waiting for it: its stack must not outlive us
-            raise
-        print(log, flush=True)
-        figures += new
+        figures += _collect(footprint, args, began)
     total = time.monotonic() - began
     print(f"\n== results (each figure names its F; total {total / 60:.1f} min wall)\n")
     print(table(figures))

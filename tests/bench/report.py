@@ -4,7 +4,7 @@ tests/unit/test_bench_figures.py)."""
 from __future__ import annotations
 
 from controller.api.models import RecoverySpec
-from tests.bench import scenario_idle, scenario_isolation, scenario_rss, scenario_scale
+from tests.bench import scenario_failover, scenario_idle, scenario_isolation, scenario_rss, scenario_scale
 from tests.bench.figures import MIB, Figure, mean, ratio, slope
 from tests.bench.scale import Scale
 
@@ -254,3 +254,92 @@ def idle_figures(
             f"{ours.brev_ssh_calls_per_job:.1f}, baseline {base.brev_ssh_calls_per_job:.1f}",
         ),
     ]
+
+
+GOAL_RSS_AT_10000 = 400.0  # MiB: 9,000 finished + 1,000 running (issue 30)
+GOAL_START_READY = 60.0  # s: operator start -> healthy with 10,000 objects
+GOAL_POD_PSS = 2048.0  # MiB: the whole pod at 1,000 running
+
+
+def failover_figures(results: list[scenario_failover.FailoverResult], finished: int) -> list[Figure]:
+    """The restart and the failover on the footprint's fleet (scenario_failover.py): the re-arm,
+    the calls of the first 5 minutes, the exit notice, creates and the queue; the memory at
+    10,000 objects and the pod's PSS at 1,000 running."""
+    sf = scenario_failover
+    figs: list[Figure] = []
+    for r in results:
+        at = f"{r.mode} at {r.running:,} running"
+        taken = "the kill" if r.mode == "failover" else "the process start"
+        figs += [
+            Figure(
+                f"{at}: Lease taken -> every exit wait re-armed",
+                r.rearm,
+                "s",
+                sf.REARM_GOAL,
+                note=f"Lease taken {r.takeover if r.takeover is None else round(r.takeover, 1)} s after "
+                f"{taken}; {r.not_rearmed} not re-armed; ssh masters alive at once (peak) {r.masters_peak}",
+                incomplete=r.not_rearmed > 0,
+            ),
+            Figure(
+                f"{at}: brev+ssh calls per job, first {sf.CALLS_WINDOW:.0f} s after the Lease was taken",
+                r.calls_per_job,
+                "calls",
+                sf.CALLS_GOAL,
+                note=f"{r.steady_calls} calls of the {r.steady} jobs running throughout, and shared ones "
+                f"(listings); all calls, ending or starting jobs too: {dict(r.calls.most_common())}",
+            ),
+            Figure(
+                f"{at}: exit -> seen in status, jobs exiting after the re-arm (max)",
+                max(r.notice_after) if r.notice_after else None,
+                "s",
+                sf.NOTICE_GOAL,
+                note=f"{len(r.notice_after)} of {sf.AFTER}; exit 0 (the simulator's finish control)",
+                incomplete=len(r.notice_after) < sf.AFTER,
+            ),
+            Figure(
+                f"{at}: exit -> seen in status, jobs exiting before and during the re-arm (max)",
+                max(r.notice_during) if r.notice_during else None,
+                "s",
+                note=f"{len(r.notice_during)} of {sf.EXITING}: half exit while no replica leads",
+            ),
+            Figure(f"{at}: duplicate creates", float(r.duplicate_creates), "", 0.0),
+            Figure(
+                f"{at}: queued jobs that lost their place",
+                float(len(r.queue_problems)),
+                "",
+                0.0,
+                note="; ".join(r.queue_problems)[:300],
+            ),
+        ]
+        if r.start_to_healthy is not None:
+            figs.append(
+                Figure(
+                    f"restart with {finished:,} finished + {r.running:,} running jobs: start -> healthy",
+                    r.start_to_healthy,
+                    "s",
+                    GOAL_START_READY,
+                )
+            )
+        if r.mode == "failover" and r.rss_before:
+            figs.append(
+                Figure(
+                    f"operator RSS with {finished:,} finished + {r.running:,} running jobs (the leader)",
+                    r.rss_before.get("acting"),
+                    "MiB",
+                    GOAL_RSS_AT_10000,
+                    note=f"the standby: {r.rss_before.get('standby', 0):.0f} MiB",
+                )
+            )
+        if r.mode == "failover" and r.pod_before:
+            pss = sum(m for _, m in r.pod_before.values())
+            parts = ", ".join(f"{k} {n} x {m / max(1, n):.2f} MiB" for k, (n, m) in r.pod_before.items())
+            figs.append(
+                Figure(
+                    f"pod PSS at {r.running:,} running (the leader's pod)",
+                    pss,
+                    "MiB",
+                    GOAL_POD_PSS,
+                    note=parts,
+                )
+            )
+    return figs

@@ -284,11 +284,13 @@ def run(
     window: float,
     stops: Sequence[int] = (),
     before_window: Callable[[], None] | None = None,
+    after_window: Callable[[Scenario], None] | None = None,
     follow_every: int = FOLLOW_EVERY,
 ) -> RssResult:
     """`budget`: wall seconds for applying and reaching Running, stops included (the settle and
     the last window come after). `before_window` runs once the fill is steady, before the final
-    memory sample and window (the background child waits there for a quiet machine)."""
+    memory sample and window (the background child waits there for a quiet machine); `after_window`
+    gets the steady fleet once the window is done (the failover scenario)."""
     res = RssResult(target=target, budget=budget)
     sc = bench.scenario("rss", scale=REAL, durations=FAST)
     try:
@@ -343,6 +345,8 @@ def run(
         res.operator_cores, res.pod_cores = last.operator_cores, last.pod_cores
         res.calls_per_job_min = last.calls_per_job_min
         viewers.close()
+        if after_window is not None:
+            after_window(sc)
         return res
     finally:
         sc.close()

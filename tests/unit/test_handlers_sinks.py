@@ -225,3 +225,18 @@ def test_no_handler_is_an_index() -> None:
 
     registry = kopf.get_default_registry()
     assert not any(registry._indexing.get_all_handlers())
+
+
+def test_the_shedding_handlers_success_is_not_logged_but_its_failure_is() -> None:
+    """kopf logs an event handler's success at INFO on every watch event of every job."""
+    import logging
+
+    from controller.handlers import _QuietShedding
+
+    def record(msg: str) -> logging.LogRecord:
+        return logging.LogRecord("kopf.objects", logging.INFO, __file__, 1, msg, None, None)
+
+    quiet = _QuietShedding()
+    assert not quiet.filter(record("Handler 'shed-unused-metadata' succeeded."))
+    assert quiet.filter(record("Handler 'shed-unused-metadata' failed with an exception. Will retry."))
+    assert quiet.filter(record("Handler 'cancel-annotation' succeeded."))
