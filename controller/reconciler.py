@@ -66,6 +66,8 @@ from controller.observability.metrics import Recorder
 from controller.preflight.checker import Preflight, SecretLoader
 
 log = structlog.get_logger("taobrev.reconciler")
+# How old a listing the pass that saw a container's exit may use (see _observe).
+EXIT_LISTING_MAX_AGE = 60.0
 
 # Passes chained without waiting when an action completed (bounded so one job cannot spin).
 MAX_STEPS_PER_PASS = 12
@@ -578,7 +580,13 @@ class Reconciler:
         if not name or (status.phase in (None, Phase.PENDING) and not status.instance.create_requested_at):
             # Nothing was asked of Brev yet (a queued job among them): no listing to read.
             return obs.with_(instance_known=True, instance=None)
-        seen = await self._directory.find(name, status.instance.id, max_age=self._listing_max_age)
+        max_age = self._listing_max_age
+        if obs.exit_code is not None:
+            # An exit this pass just saw is the instance answering: reporting it does not wait
+            # for a fresh `brev ls` (a refresh in flight delayed exit notices by 1-3 s at 1,000
+            # running jobs). An absence still counts once per listing, whatever its age.
+            max_age = max(max_age, EXIT_LISTING_MAX_AGE)
+        seen = await self._directory.find(name, status.instance.id, max_age=max_age)
         # The listing's age is measured after it came back: take it from a clock read now, not
         # from obs.now (read before a listing this pass may have waited seconds for: one slow
         # `brev ls` then looked like two listings a poll interval apart and counted twice).

@@ -441,6 +441,7 @@ class FakeApp:
     settings: Settings = field(default_factory=Settings)
     watchdog: Watchdog = field(default_factory=lambda: Watchdog(grace=60, pass_ceiling=600))
     recorder: Any = None
+    takeover_pace: Any = None
 
 
 class StopFlag:
@@ -496,6 +497,50 @@ async def test_daemon_on_a_standby_waits_and_acts_once_it_leads() -> None:
     assert await app.leadership.tick()
     await daemon
     assert app.reconciler.passes == ["job"]
+
+
+class CountingPace:
+    """TAOBREV_TAKEOVER_RATE's bucket as drive() uses it: every slot asked, granted when the test
+    says."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+        self.open = asyncio.Event()
+
+    async def slot(self) -> float:
+        self.asked += 1
+        await self.open.wait()
+        return 0.0
+
+
+@in_loop
+async def test_a_new_leaders_first_passes_wait_for_the_takeover_pace() -> None:
+    """Every daemon of a standby wakes when it begins to lead: their first passes go through the
+    takeover pace (1,000 at once starved the loop past the renew deadline, issue 30); a daemon
+    that found its replica leading already (kopf spawned it then) does not wait."""
+    store, clock = FakeStore(), Clock()
+    app = FakeApp(standby(store, clock))
+    app.takeover_pace = pace = CountingPace()
+    await app.leadership.tick()
+    bodies = [
+        kopf.Body({**RAW, "metadata": {**RAW["metadata"], "uid": f"u{i}", "name": f"j{i}"}}) for i in range(3)
+    ]
+    daemons = [
+        asyncio.ensure_future(drive(stopped=StopFlag(), body=b, memo=kopf.Memo(app=app))) for b in bodies
+    ]
+    for _ in range(20):
+        await asyncio.sleep(0)
+    clock.t += 15
+    assert await app.leadership.tick()
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert pace.asked == 3 and app.reconciler.passes == [], "no first pass before its slot"
+    pace.open.set()
+    await asyncio.gather(*daemons)
+    assert sorted(app.reconciler.passes) == ["j0", "j1", "j2"]
+    late = kopf.Body({**RAW, "metadata": {**RAW["metadata"], "uid": "u9", "name": "late"}})
+    await drive(stopped=StopFlag(), body=late, memo=kopf.Memo(app=app))
+    assert pace.asked == 3 and app.reconciler.passes[-1] == "late"
 
 
 @in_loop
