@@ -162,7 +162,8 @@ def _rss_section(bench: Bench, args: argparse.Namespace, budget: float, began: f
               "during the restart)", flush=True)  # fmt: skip
         standby = None
         try:
-            results, standby = scenario_failover.after_fill(sc, args.finished)
+            window = 30.0 if args.quick else scenario_failover.CALLS_WINDOW
+            results, standby = scenario_failover.after_fill(sc, args.finished, window)
             failovers.extend(results)
         finally:
             if standby is not None:
@@ -218,6 +219,7 @@ def _footprint_argv(args: argparse.Namespace, budget: float) -> list[str]:
         "--stops", ",".join(str(n) for n in args.stops),
         "--finished", str(args.finished),
         "--failover" if args.failover else "--no-failover",
+        *(["--quick"] if args.quick else []),
     ]  # fmt: skip
 
 
