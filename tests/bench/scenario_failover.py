@@ -12,8 +12,9 @@ is SIGKILLed with its ssh masters (a node loss kills the whole pod). Then:
   simulator records each remote command when it starts);
 - calls: every brev and ssh process the operator started in the first `CALLS_WINDOW` s after the
   takeover, per job, by kind; the most ssh masters alive at once;
-- exit notice: `EXITING` containers are stopped (SIGTERM: exit 143) while no one leads and just
-  after the takeover, and `AFTER` more once every wait is re-armed; for each, its container's
+- exit notice: `EXITING` containers are finished (the simulator's SIGUSR1: exit 0) while no one
+  leads and just after the takeover, and `AFTER` more once every wait is re-armed (at most half
+  the fleet in all: most jobs must stay running); for each, its container's
   FinishedAt -> the job's status shows the exit code;
 - creates: every job has at most one instance (a create in flight at the kill is adopted, never
   repeated);
@@ -234,9 +235,7 @@ def pod_breakdown(op: OperatorProcess) -> dict[str, tuple[int, float]]:
     for pid in descendants(op.proc.pid) - {op.proc.pid}:
         text = cmdline(pid)
         kind = (
-            "ssh clients (mux)"
-            if text.startswith("ssh ")
-            else (text.split(" ", 1)[0].rsplit("/", 1)[-1] or "?")
+            "ssh sessions" if text.startswith("ssh ") else (text.split(" ", 1)[0].rsplit("/", 1)[-1] or "?")
         )
         groups.setdefault(kind, []).append(pid)
     return {k: (len(v), sum(memory_of(p, "pss") for p in v) / 2**20) for k, v in groups.items()}
@@ -336,7 +335,7 @@ class _Kill:
                 f"{len(left)} Running jobs not re-armed {REARM_TIMEOUT:.0f} s after the takeover"
             )
         else:
-            res.rearm = max(waits[i] for i in by_instance) - takeover
+            res.rearm = max((waits[i] for i in by_instance), default=takeover) - takeover
 
     def notices(self, jobs: list[str]) -> list[float]:
         return [
@@ -396,7 +395,8 @@ def run(
     with sc.watch.lock:
         running = sorted(n for n, st in sc.watch.status.items() if st.get("phase") == "Running")
     res.running = len(running)
-    exiting = running[:: max(1, len(running) // (EXITING + AFTER))][: EXITING + AFTER]
+    n_exit = min(EXITING + AFTER, len(running) // 2)
+    exiting = running[:: max(1, len(running) // max(1, n_exit))][:n_exit]
     kill = _Kill(sc, res, running, {}, exiting)
     starting = kill.prepare(tag)
     with sc.watch.lock:
@@ -412,7 +412,7 @@ def run(
     old_holder = str(_lease(sc).get("holderIdentity") or "")
     nxt = standby or acting
     peak = _MasterPeak(Path(nxt.env()["HOME"]))
-    during, after = exiting[:EXITING], exiting[EXITING:]
+    during, after = exiting[: n_exit // 2], exiting[n_exit // 2 :]
 
     killed = time.time()
     _kill_pod(acting)
@@ -426,13 +426,13 @@ def run(
             acting.start(timeout=600)
             res.start_to_healthy = time.monotonic() - began
             killed = time.time() - (time.monotonic() - began)  # the takeover counts from the start
-        kill.stop_containers(during[: EXITING // 2])  # while no one leads
+        kill.stop_containers(during[: len(during) // 2])  # while no one leads
         takeover = _await_takeover(sc, old_holder, killed)
         if takeover is None:
             res.problems.append(f"no new Lease holder within {TAKEOVER_TIMEOUT:.0f} s of the kill")
             return res
         res.takeover = takeover - killed
-        kill.stop_containers(during[EXITING // 2 :], gap=1.0)  # during the re-arm
+        kill.stop_containers(during[len(during) // 2 :], gap=1.0)  # during the re-arm
         kill.await_rearm(takeover)
         print(
             f"   {mode}: takeover {res.takeover:.1f} s after the kill, re-armed {res.rearm} s later",
