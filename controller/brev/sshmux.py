@@ -52,35 +52,22 @@ def control_path(home: Path) -> str:
 def mux_options(home: Path, *, persist_s: int, connect_timeout_s: int, shared: bool = True) -> list[str]:
     """`shared`: through the instance's master (started if none); otherwise a connection of the
     call's own that no other call joins and that ends with it."""
-    if not shared:
-        return [
-            "-o",
-            "BatchMode=yes",
-            "-o",
-            "LogLevel=ERROR",
-            "-o",
-            f"ConnectTimeout={int(connect_timeout_s)}",
-            "-o",
-            "ControlMaster=no",
-            "-o",
-            "ControlPath=none",
-        ]
-    return [
-        "-o",
+    options = [
         "BatchMode=yes",
         # As brev exec does: no "Permanently added ... to the list of known hosts" on every first
         # connection (brev's config sends known hosts to /dev/null); errors still reach stderr.
-        "-o",
         "LogLevel=ERROR",
-        "-o",
         f"ConnectTimeout={int(connect_timeout_s)}",
-        "-o",
-        "ControlMaster=auto",
-        "-o",
-        f"ControlPath={control_path(home)}",
-        "-o",
-        f"ControlPersist={int(persist_s)}",
     ]
+    if shared:
+        options += [
+            "ControlMaster=auto",
+            f"ControlPath={control_path(home)}",
+            f"ControlPersist={int(persist_s)}",
+        ]
+    else:
+        options += ["ControlMaster=no", "ControlPath=none"]
+    return [word for option in options for word in ("-o", option)]
 
 
 def ssh_argv(
