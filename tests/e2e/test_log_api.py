@@ -124,6 +124,14 @@ def test_a_viewer_follows_a_running_log_shares_one_stream_and_reads_the_archive(
         "both viewers to see epoch 2 live",
         guard=120,
         interval=0.2,
+        # What each viewer got, its exit code, and the job: a failure under load says where it stuck.
+        detail=lambda: (
+            "; ".join(
+                f"viewer {i}: exit {f.proc.poll()}, last output {f.text()[-300:]!r}"
+                for i, f in enumerate(followers)
+            )
+            + f"; job status {stack.get(name)!r}"[:1500]
+        ),
     )
     assert stack.status(name).get("phase") == "Running", "epoch 2 was seen before the run ended"
     for f in followers:
