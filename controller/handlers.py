@@ -36,7 +36,7 @@ from controller.brev.childwatch import raise_open_files_limit, use_pidfd_watcher
 from controller.fleet import kueue
 from controller.fleet.leadership import NotLeading, lead_or_stop
 from controller.kube.access import GROUP, PLURAL, VERSION, resolve_connection
-from controller.kube.bodies import shed_unused, ttl_fields
+from controller.kube.bodies import shed_finished, shed_unused, ttl_fields
 from controller.observability.health import serve_health
 from controller.observability.logs import redact_text
 from controller.observability.metrics import serve_metrics
@@ -247,6 +247,11 @@ async def shed_unused_metadata(
         # here, so the spend-per-namespace panel survives an operator restart.
         meta = body.metadata
         app.reconciler.finished_seen(str(meta.namespace), str(meta.name), body.status)
+        # The last reader of this body until the next event replaces it (the cancel handler
+        # below runs after this one: it keeps the body whole when it will act).
+        quiet = not meta.get("deletionTimestamp") and CANCEL_ANNOTATION not in (meta.get("annotations") or {})
+        if quiet and meta.uid not in _DRIVING:
+            shed_finished(body)
 
 
 # Only objects carrying the cancel annotation reach this handler (kopf filters before calling):
@@ -314,8 +319,8 @@ _DRIVING: set[str] = set()  # uids whose daemon runs in this process
 
 def _drives(body: kopf.Body, **_: Any) -> bool:
     """kopf's `when` filter of `drive`. A finished job never runs again (a new run is a new
-    object), so it gets no daemon: no task, no pass and no body kept by kopf for it (issue 30:
-    9,000 finished objects cost 26.7 KiB each when their daemons were spawned only to end). A
+    object), so it gets no daemon: no task and no pass for it (issue 30: 9,000 finished objects
+    cost 26.7 KiB each when their daemons were spawned only to end). A
     daemon that runs stays matched while its own pass writes finishedAt: kopf would otherwise
     cancel that pass before it counted the outcome. Deletion is the delete handler's."""
     return not _finished(body) or body.metadata.uid in _DRIVING

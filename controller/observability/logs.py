@@ -22,6 +22,7 @@ loggers log as Kubernetes Events; `configure_logging()` also puts a redacting fi
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -145,7 +146,23 @@ def _flag_value_sub(match: re.Match[str]) -> str:
 
 def redact_text(text: str) -> str:
     """`text` with registered secrets and credential-looking substrings masked."""
-    pattern = _registered_re
+    if len(text) <= _CACHED_LENGTH:
+        return _redact_short(text, _registered_re)
+    return _redact(text, _registered_re)
+
+
+# Every status patch redacts every string of the status, and most of them (phases, reasons,
+# times, names) repeat from pass to pass: a short text's answer is kept, keyed by the registered
+# secrets' pattern too, so a newly registered secret is never served an answer made without it.
+_CACHED_LENGTH: Final = 256
+
+
+@functools.lru_cache(maxsize=4096)
+def _redact_short(text: str, pattern: re.Pattern[str] | None) -> str:
+    return _redact(text, pattern)
+
+
+def _redact(text: str, pattern: re.Pattern[str] | None) -> str:
     if pattern is not None:
         text = pattern.sub(MASK, text)
     for regex, replacement in _PATTERNS:

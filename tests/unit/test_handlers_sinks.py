@@ -22,7 +22,7 @@ from controller.fleet.leadership import SoleLeader
 from controller.handlers import FINALIZER_POLL
 from controller.observability.health import Watchdog
 from controller.observability.logs import forget_registered_secrets, register_secret
-from controller.reconciler import FINALIZER, JobRef
+from controller.reconciler import CANCEL_ANNOTATION, FINALIZER, JobRef
 from tests.unit.kopf_handlers import drive, teardown
 
 SECRET = "registered-Secret-value-42"
@@ -215,6 +215,52 @@ def test_a_finished_job_gets_no_daemon_and_keeps_its_spend_gauges() -> None:
     # Its deletion drops it (a gauge for a job gone would come back from its last body).
     asyncio.run(cast(Any, shed_unused_metadata)(body=body, memo=memo, event={"type": "DELETED"}))
     assert seen == [("ml", "a", 42)]
+
+
+def test_a_finished_jobs_kept_body_is_emptied_unless_something_still_reads_it() -> None:
+    """kopf keeps every object's last body until the next event replaces it, daemon or not: a
+    finished job's is emptied to what kopf's filters read (issue 30: 9,000 finished objects),
+    but not while its own daemon runs, it is being deleted, or a cancel handler will read it."""
+    from controller.handlers import _DRIVING, _drives, shed_unused_metadata
+
+    class Reconciler:
+        def finished_seen(self, namespace: str, name: str, status: Any) -> None:
+            pass
+
+        def notice(self, ref: Any) -> None:
+            pass
+
+    memo = kopf.Memo()
+    memo["app"] = SimpleNamespace(reconciler=Reconciler(), reaper=None)
+
+    def job(**meta: Any) -> Any:
+        return {
+            "metadata": {"name": "a", "namespace": "ml", "uid": "u", "finalizers": [FINALIZER], **meta},
+            "spec": {"task": {"action": "train"}, "ttlSecondsAfterFinished": 60},
+            "status": {"finishedAt": "2026-12-05T12:00:00Z", "phase": "Deleted", "lastLogLines": ["x"] * 20},
+        }
+
+    def shed(raw: Any) -> Any:
+        body = kopf.Body(raw)
+        asyncio.run(cast(Any, shed_unused_metadata)(body=body, memo=memo, event={"type": "MODIFIED"}))
+        return body
+
+    body = shed(job())
+    assert dict(body.spec) == {} and dict(body.status) == {"finishedAt": "2026-12-05T12:00:00Z"}
+    assert body.metadata["finalizers"] == [FINALIZER] and _drives(body=body) is False
+    for kept in (
+        job(deletionTimestamp="2026-12-05T13:00:00Z"),
+        job(annotations={CANCEL_ANNOTATION: "now"}),
+    ):
+        assert shed(kept).spec["task"] == {"action": "train"}
+    _DRIVING.add("u")
+    try:
+        assert shed(job()).status["phase"] == "Deleted"
+    finally:
+        _DRIVING.discard("u")
+    running = job()
+    del running["status"]["finishedAt"]
+    assert shed(running).spec["task"] == {"action": "train"}
 
 
 def test_no_handler_is_an_index() -> None:
