@@ -111,6 +111,12 @@ async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) ->
         objects.addFilter(_QuietShedding())
     # The daemon's blocking `docker wait` is cut short when the object is deleted.
     settings.execution.max_workers = 32
+    # kopf keeps one worker task per object for `idle_timeout` after its last event (5 s by
+    # default): at start-up that is every listed object at once, and the long-lived per-object
+    # memory allocated between those transients pins their heap pages after they end. 0.5 s:
+    # 9,000 finished objects 303 -> 263 MiB RSS (scenario_finished). A later event of an object
+    # whose worker ended starts a new one (a task), which is all it costs.
+    settings.queueing.idle_timeout = 0.5
 
     try:
         ours = await app_module.resolve_cluster_id(ours)

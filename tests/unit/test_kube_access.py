@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import threading
 from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
@@ -25,7 +26,7 @@ from controller.api.errors import (
     StatusRejected,
     TransientError,
 )
-from controller.kube.access import USABLE_LABEL, KubeAccess, minimal_status
+from controller.kube.access import CALL_THREADS, USABLE_LABEL, KubeAccess, minimal_status
 from controller.observability.logs import MASK, forget_registered_secrets, register_secret
 from tests import status_paths
 
@@ -344,3 +345,45 @@ def test_notifier_status_is_redacted_and_a_deleted_notifier_is_false() -> None:
     assert run(access(custom=custom).patch_notifier_status("ml", "ops", {"lastError": f"x {SECRET_VALUE}"}))
     assert custom.bodies[0] == {"status": {"lastError": f"x {MASK}"}}
     assert run(access(custom=custom).patch_notifier_status("ml", "ops", {"pending": 1})) is False
+
+
+# ------------------------------------------------------------------ threads
+
+
+class SlowCustom(FakeCustom):
+    """Listings that block until released; status patches that meet at a barrier: they end only
+    if `parties` of them run at the same time."""
+
+    def __init__(self, parties: int) -> None:
+        super().__init__([])
+        self.release = threading.Event()
+        self.barrier = threading.Barrier(parties, timeout=10)
+
+    def list_cluster_custom_object(self, *args: Any, **kwargs: Any) -> Any:
+        assert self.release.wait(30)
+        return {"items": [], "metadata": {}}
+
+    def patch_namespaced_custom_object_status(self, *args: Any, **kwargs: Any) -> Unread:
+        self.barrier.wait()
+        return super().patch_namespaced_custom_object_status(*args, **kwargs)
+
+
+def test_status_writes_run_side_by_side_and_never_wait_for_a_listing() -> None:
+    """After a restart with 10,000 objects, status writes queued for seconds behind each other and
+    behind listings of every job in the loop's default executor (os.cpu_count() + 4 threads): an
+    exit reached the status that much later (issue 30). Here 40 listings hang, and CALL_THREADS
+    writes still run at once (they only end together)."""
+    custom = SlowCustom(CALL_THREADS)
+    kube = access(custom=custom)
+
+    async def scene() -> list[bool]:
+        listings = [asyncio.ensure_future(kube.list_jobs()) for _ in range(40)]
+        await asyncio.sleep(0.1)
+        try:
+            writes = [kube.patch_status("ns", f"j{i}", {"phase": "Running"}) for i in range(CALL_THREADS)]
+            return await asyncio.wait_for(asyncio.gather(*writes), 20)
+        finally:
+            custom.release.set()
+            await asyncio.gather(*listings)
+
+    assert run(scene()) == [True] * CALL_THREADS
