@@ -37,7 +37,9 @@ RBAC_NAMESPACES = "grant `get` on namespaces to the operator (deploy/base/rbac.y
 
 
 class FleetSource(Protocol):
-    async def list_jobs(self, namespaces: Sequence[str] = ()) -> list[dict[str, Any]]: ...
+    async def map_jobs(
+        self, each: Callable[[dict[str, Any]], JobFacts | None], namespaces: Sequence[str] = ()
+    ) -> list[JobFacts]: ...
 
     async def namespace_annotations(self, name: str) -> Mapping[str, str] | None: ...
 
@@ -205,10 +207,14 @@ class Fleet:
         self._dirty = True
 
     async def _relist(self) -> None:
-        bodies = await self._source.list_jobs(self._namespaces)
-        if self._excluded is not None:
-            bodies = [b for b in bodies if not self._excluded(b)]
-        listed = {f.uid: self._sticky(f) for f in map(JobFacts.from_body, bodies) if f.uid}
+        excluded = self._excluded
+
+        def facts(body: dict[str, Any]) -> JobFacts | None:
+            # In the lister's thread, page by page: the facts are kept, never the bodies.
+            return None if excluded is not None and excluded(body) else JobFacts.from_body(body)
+
+        found = await self._source.map_jobs(facts, self._namespaces)
+        listed = {f.uid: self._sticky(f) for f in found if f.uid}
         for uid in set(self._admitted) - set(listed):
             self._admitted.discard(uid)
         for uid in set(self._finished) - set(listed):

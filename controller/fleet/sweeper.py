@@ -141,11 +141,13 @@ class Sweeper:
     async def _read_kube(self) -> tuple[list[Reference] | None, dict[str, RetainedRecord] | None]:
         """Every job's references, then the retained record; None for what could not be read."""
         try:
-            jobs = await self._kube.list_jobs(self._namespaces)
+            cluster, deployment = self._cluster_id, self._deployment
+            references = await self._kube.map_jobs(
+                lambda job: references_of(job, cluster, deployment), self._namespaces
+            )
         except TransientError as exc:
             log.warning("orphan_sweep_job_list_failed", error=str(exc), reason=exc.reason)
             return None, None
-        references = [references_of(job, self._cluster_id, self._deployment) for job in jobs]
         try:
             return references, await self._retained.read()
         except TransientError as exc:

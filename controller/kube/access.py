@@ -135,6 +135,15 @@ CALL_THREADS: Final = 16
 LIST_THREADS: Final = 2
 
 
+def _lean(job: dict[str, Any]) -> dict[str, Any]:
+    """A listed job without metadata.managedFields (more than half of its decoded body; no
+    caller reads it)."""
+    meta = job.get("metadata")
+    if isinstance(meta, dict):
+        meta.pop("managedFields", None)
+    return job
+
+
 def api_client(conn: Connection) -> k8s.ApiClient:
     cfg = k8s.Configuration()
     # A connection per thread (the client's default, 5 x CPUs, would open and drop extra ones).
@@ -381,9 +390,23 @@ class KubeAccess:
     async def list_jobs(
         self, namespaces: Sequence[str] = (), *, page_size: int = _LIST_PAGE
     ) -> list[dict[str, Any]]:
-        """Every TaoBrevJob in `namespaces` (all namespaces when empty), every page, as plain dicts.
-        Raises rather than return a partial list: a caller deciding what is unreferenced (the
-        orphan sweeper) or what holds a quota slot (admission) needs all of them."""
+        """Every TaoBrevJob in `namespaces` (all namespaces when empty), every page, as plain dicts
+        (without metadata.managedFields). Raises rather than return a partial list: a caller
+        deciding what is unreferenced (the orphan sweeper) or what holds a quota slot (admission)
+        needs all of them."""
+        return await self.map_jobs(_lean, namespaces, page_size=page_size)
+
+    async def map_jobs(
+        self,
+        each: Callable[[dict[str, Any]], T | None],
+        namespaces: Sequence[str] = (),
+        *,
+        page_size: int = _LIST_PAGE,
+    ) -> list[T]:
+        """`each(job)` of every TaoBrevJob (None: left out), as `list_jobs` lists them, applied page
+        by page in the worker thread: a caller keeps what it reads of each job, never every body
+        at once (10,000 decoded bodies, finished ones included, were ~60 MiB at every relist of
+        the admission ledger and sweep, and the heap kept that high-water mark: issue 30)."""
 
         def _page(namespace: str | None, token: str | None) -> Mapping[str, Any]:
             kwargs: dict[str, Any] = {"limit": page_size, "_request_timeout": self._timeout}
@@ -399,8 +422,8 @@ class KubeAccess:
                 raise KubeUnavailable("listing TaoBrevJobs: the API server's answer has no items list")
             return result
 
-        def _list() -> list[dict[str, Any]]:
-            items: list[dict[str, Any]] = []
+        def _list() -> list[T]:
+            kept: list[T] = []
             for namespace in namespaces or (None,):
                 where = f"listing TaoBrevJobs in {namespace or 'all namespaces'}"
                 token: str | None = None
@@ -411,11 +434,12 @@ class KubeAccess:
                         raise _translate(exc, where) from None
                     except (Urllib3Error, OSError) as exc:
                         raise _translate(exc, where) from None
-                    items += [dict(i) for i in page["items"]]
+                    kept += [v for v in map(each, page["items"]) if v is not None]
                     token = (page.get("metadata") or {}).get("continue") or None
+                    del page
                     if not token:
                         break
-            return items
+            return kept
 
         return await self._thread(_list, listing=True)
 

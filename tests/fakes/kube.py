@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from controller.api.errors import KubeAccessDenied, KubeUnavailable, SecretAccessDenied, StatusRejected
 from controller.kube.access import KubeAccess, minimal_status, trimmed_status
+
+T = TypeVar("T")
 
 CONFIG_MAP_MAX_BYTES = 1024 * 1024  # the API server's limit on a ConfigMap's data (keys + values)
 
@@ -210,6 +212,16 @@ class FakeKube(KubeAccess):
             for o in self.objects.values()
             if not namespaces or o.namespace in namespaces
         ]
+
+    async def map_jobs(
+        self,
+        each: Callable[[dict[str, Any]], T | None],
+        namespaces: Sequence[str] = (),
+        *,
+        page_size: int = 500,
+    ) -> list[T]:
+        """As KubeAccess.map_jobs: `each` of every job `list_jobs` (and its faults) gives."""
+        return [v for v in map(each, await self.list_jobs(namespaces, page_size=page_size)) if v is not None]
 
     async def namespace_annotations(self, name: str) -> Mapping[str, str] | None:
         self.namespace_reads += 1

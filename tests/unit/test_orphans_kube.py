@@ -76,6 +76,30 @@ def test_list_jobs_follows_every_page() -> None:
     assert all(c["limit"] == 2 for c in custom.calls)
 
 
+def test_map_jobs_keeps_what_each_returns_page_by_page_and_list_jobs_drops_managed_fields() -> None:
+    """The admission ledger and the sweep keep what they read of each job, not every body (10,000
+    bodies at every relist: issue 30); a listed body carries no managedFields."""
+
+    def pages() -> list[dict[str, Any] | BaseException]:
+        heavy = {"metadata": {"namespace": "ns", "name": "b", "uid": "b", "managedFields": [{}]}}
+        return [
+            {"items": [job("a"), heavy], "metadata": {"continue": "tok"}},
+            {"items": [job("c")], "metadata": {}},
+        ]
+
+    seen: list[str] = []
+
+    def name_unless_b(body: dict[str, Any]) -> str | None:
+        seen.append(body["metadata"]["name"])
+        return None if body["metadata"]["name"] == "b" else body["metadata"]["name"].upper()
+
+    kube = KubeAccess(core=FakeCore(), custom=FakeCustom(pages()))
+    assert asyncio.run(kube.map_jobs(name_unless_b, page_size=2)) == ["A", "C"]
+    assert seen == ["a", "b", "c"]
+    listed = asyncio.run(KubeAccess(core=FakeCore(), custom=FakeCustom(pages())).list_jobs())
+    assert [j["metadata"] for j in listed][1] == {"namespace": "ns", "name": "b", "uid": "b"}
+
+
 def test_a_failed_page_fails_the_whole_list() -> None:
     custom = FakeCustom(
         [{"items": [job("a")], "metadata": {"continue": "tok"}}, ApiException(status=503, reason="Busy")]
