@@ -133,6 +133,11 @@ def resolve_connection(settings: ConnectionSettings) -> Connection:
 # bench). Listings get threads apart, so a write never waits for one.
 CALL_THREADS: Final = 16
 LIST_THREADS: Final = 2
+# Status writes that move a job (a phase, an outcome) have threads of their own too: a takeover
+# refreshes every running job's billing at once (1,000 writes), and an exit seen then must not
+# queue behind them.
+MOVE_THREADS: Final = 4
+MOVES: Final = frozenset({"phase", "outcome", "runOutcome", "finishedAt"})
 
 
 def _lean(job: dict[str, Any]) -> dict[str, Any]:
@@ -147,7 +152,7 @@ def _lean(job: dict[str, Any]) -> dict[str, Any]:
 def api_client(conn: Connection) -> k8s.ApiClient:
     cfg = k8s.Configuration()
     # A connection per thread (the client's default, 5 x CPUs, would open and drop extra ones).
-    cfg.connection_pool_maxsize = CALL_THREADS + LIST_THREADS
+    cfg.connection_pool_maxsize = CALL_THREADS + LIST_THREADS + MOVE_THREADS
     cfg.host = conn.server
     cfg.ssl_ca_cert = conn.ca_path
     cfg.verify_ssl = not conn.insecure
@@ -193,11 +198,15 @@ class KubeAccess:
         self._require_label = require_secret_label
         self._calls = ThreadPoolExecutor(CALL_THREADS, thread_name_prefix="kube-call")
         self._lists = ThreadPoolExecutor(LIST_THREADS, thread_name_prefix="kube-list")
+        self._moves = ThreadPoolExecutor(MOVE_THREADS, thread_name_prefix="kube-move")
 
-    async def _thread(self, fn: Callable[..., T], *args: Any, listing: bool = False) -> T:
+    async def _thread(
+        self, fn: Callable[..., T], *args: Any, listing: bool = False, moving: bool = False
+    ) -> T:
         """`fn(*args)` in one of our threads (with the caller's context, as asyncio.to_thread)."""
         run = functools.partial(contextvars.copy_context().run, fn, *args)
-        return await asyncio.get_running_loop().run_in_executor(self._lists if listing else self._calls, run)
+        pool = self._lists if listing else self._moves if moving else self._calls
+        return await asyncio.get_running_loop().run_in_executor(pool, run)
 
     async def read_secret(
         self, namespace: str, name: str, *, operator_own: bool = False
@@ -282,7 +291,7 @@ class KubeAccess:
                 f"the API server refused the {where} even trimmed to a minimum: {_answer(last)}"
             )
 
-        return await self._thread(_patch)
+        return await self._thread(_patch, moving=not MOVES.isdisjoint(status))
 
     # -- cluster identity, the job list and the retained-instance record (controller/fleet/sweeper.py)
 

@@ -380,10 +380,44 @@ def test_status_writes_run_side_by_side_and_never_wait_for_a_listing() -> None:
         listings = [asyncio.ensure_future(kube.list_jobs()) for _ in range(40)]
         await asyncio.sleep(0.1)
         try:
-            writes = [kube.patch_status("ns", f"j{i}", {"phase": "Running"}) for i in range(CALL_THREADS)]
+            writes = [kube.patch_status("ns", f"j{i}", {"billedSeconds": i}) for i in range(CALL_THREADS)]
             return await asyncio.wait_for(asyncio.gather(*writes), 20)
         finally:
             custom.release.set()
             await asyncio.gather(*listings)
 
     assert run(scene()) == [True] * CALL_THREADS
+
+
+class HangingCustom(FakeCustom):
+    """Status patches without a phase hang until released."""
+
+    def __init__(self) -> None:
+        super().__init__([])
+        self.release = threading.Event()
+
+    def patch_namespaced_custom_object_status(self, *args: Any, **kwargs: Any) -> Unread:
+        if "phase" not in args[5]["status"]:
+            assert self.release.wait(30)
+        return super().patch_namespaced_custom_object_status(*args, **kwargs)
+
+
+def test_a_write_that_moves_a_job_never_queues_behind_routine_ones() -> None:
+    """A takeover refreshes every running job's billing at once (1,000 writes); an exit seen
+    then (its write changes the phase) goes in threads of its own (issue 30)."""
+    custom = HangingCustom()
+    kube = access(custom=custom)
+
+    async def scene() -> bool:
+        routine = [
+            asyncio.ensure_future(kube.patch_status("ns", f"j{i}", {"billedSeconds": i}))
+            for i in range(CALL_THREADS * 3)
+        ]
+        await asyncio.sleep(0.1)
+        try:
+            return await asyncio.wait_for(kube.patch_status("ns", "x", {"phase": "Uploading"}), 20)
+        finally:
+            custom.release.set()
+            await asyncio.gather(*routine)
+
+    assert run(scene()) is True
