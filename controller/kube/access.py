@@ -136,7 +136,7 @@ LIST_THREADS: Final = 2
 # Status writes that move a job (a phase, an outcome) have threads of their own too: a takeover
 # refreshes every running job's billing at once (1,000 writes), and an exit seen then must not
 # queue behind them.
-MOVE_THREADS: Final = 4
+MOVE_THREADS: Final = 8
 MOVES: Final = frozenset({"phase", "outcome", "runOutcome", "finishedAt"})
 
 
