@@ -194,9 +194,22 @@ def _call_kind(program: str, argv: list[str]) -> str:
     return program
 
 
-def _queue_positions(sc: Scenario, names: list[str]) -> dict[str, int | None]:
-    with sc.watch.lock:
-        return {n: queue(sc.watch.status.get(n, {})).get("position") for n in names}
+def _queue_order(sc: Scenario, names: list[str]) -> dict[str, int | None]:
+    """Each queued job's place by the queue's documented order (priority, then creation time,
+    then name), from the objects. Not their status.queue.position when read: a job's position is
+    written at its own pass, against the queue as the fleet knew it then, so a read right after
+    the apply mixes positions of different moments (a restart run flagged jobs "ahead of their
+    turn" from such a mix)."""
+    got = sc.stack.cp.kubectl("get", "taobrevjobs", "-n", sc.name, "-o", "json", timeout=300)
+    objects = {o["metadata"]["name"]: o for o in json.loads(got.stdout)["items"]}
+    keys = []
+    for n in names:
+        o = objects.get(n)
+        if o is not None:
+            priority = int((o.get("spec") or {}).get("priority") or 0)
+            keys.append((-priority, str(o["metadata"]["creationTimestamp"]), n))
+    place = {n: i for i, (_, _, n) in enumerate(sorted(keys))}
+    return {n: place.get(n) for n in names}
 
 
 def _check_queue(before: dict[str, int | None], admitted_at: dict[str, str | None]) -> list[str]:
@@ -296,7 +309,7 @@ class _Kill:
         _apply(sc, queued)
         if sc.watch.wait(queued, lambda s: queue(s).get("position") is not None, 120.0):
             self.res.problems.append("queued jobs got no queue position within 120 s")
-        self.queued = _queue_positions(sc, queued)
+        self.queued = _queue_order(sc, queued)
         # Ahead of the queue (a higher priority): the raised cap is theirs, the queue stays put.
         _annotate_cap(sc, holding + STARTING)
         starting = [f"{tag}-s{i:03d}" for i in range(STARTING)]
