@@ -1,0 +1,110 @@
+"""Where an operator's time goes, for benchmarks: put this directory on PYTHONPATH and set
+TAOBREV_TIMING_PROBE to a directory; every `python -m controller` started then appends to
+<dir>/t-<pid>.log (seconds since the epoch, then what):
+
+    WAITRET <container> <code>   an exit wait returned with an exit code
+    PATCH0 / PATCH1 <job>        a status patch carrying an exit code was sent / answered
+    THREAD <call> queued= ran=   a kube call that waited or ran more than 0.5 s in its thread
+    LAG <s>                      the event loop woke more than 0.3 s late from a 0.1 s sleep
+    GC <generation> <s> <freed>  a collection over 50 ms, and every full one
+
+`python -m tests.bench.scenario_failover` with it gave the breakdown in docs/benchmarks.md.
+It wraps methods at start-up and adds microseconds per call; it is never imported otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+if sys.orig_argv[-2:] == ["-m", "controller"] and os.environ.get("TAOBREV_TIMING_PROBE"):
+    import asyncio
+    import functools
+    import gc
+    import json
+    import threading
+    import time
+    from pathlib import Path
+    from typing import Any
+
+    _OUT = (Path(os.environ["TAOBREV_TIMING_PROBE"]) / f"t-{os.getpid()}.log").open("a", buffering=1)
+
+    def _w(*what: object) -> None:
+        _OUT.write(f"{time.time():.3f} " + " ".join(map(str, what)) + "\n")
+
+    _LAGGING: list[asyncio.Task[None]] = []
+
+    async def _lag() -> None:
+        while True:
+            began = time.monotonic()
+            await asyncio.sleep(0.1)
+            late = time.monotonic() - began - 0.1
+            if late > 0.3:
+                _w("LAG", f"{late:.2f}")
+
+    def _install() -> None:
+        wanted = ("controller.brev.workload", "controller.kube.access")
+        while not all(m in sys.modules for m in wanted):
+            time.sleep(0.05)
+        time.sleep(0.2)  # the modules finish executing
+        workload = sys.modules["controller.brev.workload"].Workload
+        access = sys.modules["controller.kube.access"].KubeAccess
+        wait, patch, thread = workload.wait_exit_with_tail, access.patch_status, access._thread
+
+        @functools.wraps(wait)
+        async def wait_exit_with_tail(self: Any, *a: Any, **k: Any) -> Any:
+            info = await wait(self, *a, **k)
+            if info.code is not None:
+                _w("WAITRET", self.container, info.code)
+            return info
+
+        @functools.wraps(patch)
+        async def patch_status(self: Any, namespace: str, name: str, status: Any) -> Any:
+            exits = '"exitCode": ' in json.dumps(status, default=str)
+            if exits:
+                _w("PATCH0", name)
+            try:
+                return await patch(self, namespace, name, status)
+            finally:
+                if exits:
+                    _w("PATCH1", name)
+
+        @functools.wraps(thread)
+        async def _thread(self: Any, fn: Any, *args: Any, **kwargs: Any) -> Any:
+            loop = asyncio.get_running_loop()
+            if not _LAGGING:
+                _LAGGING.append(loop.create_task(_lag()))
+            submitted, times = time.time(), {}
+
+            def timed(*a: Any) -> Any:
+                times["start"] = time.time()
+                try:
+                    return fn(*a)
+                finally:
+                    times["end"] = time.time()
+
+            try:
+                return await thread(self, timed, *args, **kwargs)
+            finally:
+                start, end = times.get("start", submitted), times.get("end", time.time())
+                if start - submitted > 0.5 or end - start > 0.5:
+                    name = getattr(fn, "__qualname__", str(fn))
+                    _w("THREAD", name, f"queued={start - submitted:.2f}", f"ran={end - start:.2f}")
+
+        workload.wait_exit_with_tail = wait_exit_with_tail
+        access.patch_status = patch_status
+        access._thread = _thread
+        began: dict[str, float] = {}
+
+        def collected(phase: str, info: dict[str, int]) -> None:
+            if phase == "start":
+                began["t"] = time.perf_counter()
+                return
+            took = time.perf_counter() - began.get("t", time.perf_counter())
+            if took > 0.05 or info.get("generation") == 2:
+                _w("GC", info.get("generation"), f"{took:.3f}", info.get("collected"))
+
+        gc.callbacks.append(collected)
+        _w("installed")
+
+    threading.Thread(target=_install, daemon=True, name="timing-probe").start()
