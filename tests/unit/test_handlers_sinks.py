@@ -18,11 +18,12 @@ import pytest
 from kopf._core.engines import posting
 
 from controller import handlers
+from controller.api.naming import CANCEL_ANNOTATION
 from controller.fleet.leadership import SoleLeader
 from controller.handlers import FINALIZER_POLL
 from controller.observability.health import Watchdog
 from controller.observability.logs import forget_registered_secrets, register_secret
-from controller.reconciler import CANCEL_ANNOTATION, FINALIZER, JobRef
+from controller.reconciler import FINALIZER, JobRef
 from tests.unit.kopf_handlers import drive, teardown
 
 SECRET = "registered-Secret-value-42"
