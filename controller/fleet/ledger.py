@@ -38,7 +38,11 @@ RBAC_NAMESPACES = "grant `get` on namespaces to the operator (deploy/base/rbac.y
 
 class FleetSource(Protocol):
     async def map_jobs(
-        self, each: Callable[[dict[str, Any]], JobFacts | None], namespaces: Sequence[str] = ()
+        self,
+        each: Callable[[dict[str, Any]], JobFacts | None],
+        namespaces: Sequence[str] = (),
+        *,
+        finished: bool | None = None,
     ) -> list[JobFacts]: ...
 
     async def namespace_annotations(self, name: str) -> Mapping[str, str] | None: ...
@@ -213,7 +217,9 @@ class Fleet:
             # In the lister's thread, page by page: the facts are kept, never the bodies.
             return None if excluded is not None and excluded(body) else JobFacts.from_body(body)
 
-        found = await self._source.map_jobs(facts, self._namespaces)
+        # Unfinished jobs only (selected by the API server): a finished job holds no slot and
+        # waits for none, and a namespace may keep thousands of them (issue 30).
+        found = await self._source.map_jobs(facts, self._namespaces, finished=False)
         listed = {f.uid: self._sticky(f) for f in found if f.uid}
         for uid in set(self._admitted) - set(listed):
             self._admitted.discard(uid)

@@ -1,9 +1,14 @@
 """The orphan sweep loop (I/O): leader only, every `interval` seconds.
 
 One sweep: the shared `brev ls --json --all` (controller/effects/directory.py, the same listing the jobs
-use), THEN every TaoBrevJob of the cluster, then the retained-instance record; the pure
+use), THEN every unfinished TaoBrevJob of the cluster, then the retained-instance record; the pure
 controller/fleet/orphans.py decides; this module sends the deletes and confirmations, logs every decision
 (structlog events `orphan_*`) and keeps the metrics. The order matters: see controller/fleet/orphans.py.
+
+The finished jobs (thousands in a namespace that keeps them) are read only when an instance is
+left that no unfinished job explains: only then can one change the verdict (it created the
+instance: `finished_job`; it reused it: never swept). They are listed after the unfinished ones,
+so a job finishing in between is in one list or both, never in neither.
 
 Its memory (first seen unreferenced, deletes accepted) lives only in this process and is reset
 when a replica starts a new leader term: a restart or a failover restarts the grace, which can only
@@ -21,7 +26,7 @@ import structlog
 
 from controller.api import naming
 from controller.api.errors import InstanceNotFound, TaoBrevError, TransientError
-from controller.brev.client import BrevClient
+from controller.brev.client import BrevClient, Instance
 from controller.effects.directory import InstanceDirectory
 from controller.fleet.leadership import Leadership, NotLeading
 from controller.fleet.orphans import (
@@ -119,7 +124,27 @@ class Sweeper:
         listing = await self._directory.listing(max_age=self._max_age)
         references, retained = await self._read_kube()
         now = self._clock()
-        plan = decide(
+        plan = self._decide(listing, references, retained, now)
+        if plan.findings and references is not None:
+            # Something no unfinished job explains: the finished jobs may (see the docstring).
+            more = await self._references(finished=True)
+            references = None if more is None else references + more
+            plan = self._decide(listing, references, retained, now)
+        if plan.skipped is not None:
+            # No list, no sweep: the gauges keep the last complete sweep's numbers.
+            log.warning("orphan_sweep_skipped", why=plan.skipped)
+            self._recorder.orphan_sweep("skipped")
+            return plan
+        return await self._carry_out(plan, now)
+
+    def _decide(
+        self,
+        listing: Sequence[Instance] | None,
+        references: list[Reference] | None,
+        retained: dict[str, RetainedRecord] | None,
+        now: datetime,
+    ) -> Plan:
+        return decide(
             listing=listing,
             references=references,
             retained=retained,
@@ -131,22 +156,23 @@ class Sweeper:
             policy=self._policy,
             grace=self._grace,
         )
-        if plan.skipped is not None:
-            # No list, no sweep: the gauges keep the last complete sweep's numbers.
-            log.warning("orphan_sweep_skipped", why=plan.skipped)
-            self._recorder.orphan_sweep("skipped")
-            return plan
-        return await self._carry_out(plan, now)
 
-    async def _read_kube(self) -> tuple[list[Reference] | None, dict[str, RetainedRecord] | None]:
-        """Every job's references, then the retained record; None for what could not be read."""
+    async def _references(self, *, finished: bool) -> list[Reference] | None:
+        """The references of the unfinished or the finished jobs; None when the list failed."""
+        cluster, deployment = self._cluster_id, self._deployment
         try:
-            cluster, deployment = self._cluster_id, self._deployment
-            references = await self._kube.map_jobs(
-                lambda job: references_of(job, cluster, deployment), self._namespaces
+            return await self._kube.map_jobs(
+                lambda job: references_of(job, cluster, deployment), self._namespaces, finished=finished
             )
         except TransientError as exc:
-            log.warning("orphan_sweep_job_list_failed", error=str(exc), reason=exc.reason)
+            log.warning("orphan_sweep_job_list_failed", error=str(exc), reason=exc.reason, finished=finished)
+            return None
+
+    async def _read_kube(self) -> tuple[list[Reference] | None, dict[str, RetainedRecord] | None]:
+        """The unfinished jobs' references, then the retained record; None for what could not
+        be read."""
+        references = await self._references(finished=False)
+        if references is None:
             return None, None
         try:
             return references, await self._retained.read()

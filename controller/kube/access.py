@@ -22,12 +22,14 @@ import base64
 import contextvars
 import functools
 import os
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Protocol, TypeVar
 
+import structlog
 from kubernetes import client as k8s
 from kubernetes import config as k8s_config
 from kubernetes.client.rest import ApiException
@@ -55,6 +57,14 @@ RBAC_HINT = "deploy/base/rbac.yaml (or the per-namespace RoleBinding of deploy/)
 
 # Page size of the TaoBrevJob listing (admission's view of the fleet).
 _LIST_PAGE = 500
+# The CRD's selectable field (crds/, `selectableFields`) that splits the fleet into unfinished and
+# finished jobs: the periodic listings ask the API server for the unfinished ones only (issue 30).
+FINISHED_FIELD = "status.finishedAt"
+# How the API server refuses a field it cannot select on (before 1.31, or a CRD applied without
+# `selectableFields`): a 400 whose message names the field.
+_FIELD_REFUSED = "field label not supported"
+
+log = structlog.get_logger("taobrev.kube")
 
 # Status fields that carry free text (logs, CLI output): trimmed first when a patch is refused.
 _LOG_LINES_KEPT = 5
@@ -199,6 +209,9 @@ class KubeAccess:
         self._calls = ThreadPoolExecutor(CALL_THREADS, thread_name_prefix="kube-call")
         self._lists = ThreadPoolExecutor(LIST_THREADS, thread_name_prefix="kube-list")
         self._moves = ThreadPoolExecutor(MOVE_THREADS, thread_name_prefix="kube-move")
+        # Set once the API server refused to select on FINISHED_FIELD: list all, filter here.
+        self._no_field_selector = False
+        self._refusal_lock = threading.Lock()  # the listings run in two threads; warn once
 
     async def _thread(
         self, fn: Callable[..., T], *args: Any, listing: bool = False, moving: bool = False
@@ -397,13 +410,17 @@ class KubeAccess:
         return await self._thread(_missing_as, False, _delete, where)
 
     async def list_jobs(
-        self, namespaces: Sequence[str] = (), *, page_size: int = _LIST_PAGE
+        self,
+        namespaces: Sequence[str] = (),
+        *,
+        page_size: int = _LIST_PAGE,
+        finished: bool | None = None,
     ) -> list[dict[str, Any]]:
         """Every TaoBrevJob in `namespaces` (all namespaces when empty), every page, as plain dicts
-        (without metadata.managedFields). Raises rather than return a partial list: a caller
-        deciding what is unreferenced (the orphan sweeper) or what holds a quota slot (admission)
-        needs all of them."""
-        return await self.map_jobs(_lean, namespaces, page_size=page_size)
+        (without metadata.managedFields); with `finished`, only the finished (True) or unfinished
+        (False) ones. Raises rather than return a partial list: a caller deciding what is
+        unreferenced (the orphan sweeper) or what holds a quota slot (admission) needs all of them."""
+        return await self.map_jobs(_lean, namespaces, page_size=page_size, finished=finished)
 
     async def map_jobs(
         self,
@@ -411,16 +428,23 @@ class KubeAccess:
         namespaces: Sequence[str] = (),
         *,
         page_size: int = _LIST_PAGE,
+        finished: bool | None = None,
     ) -> list[T]:
         """`each(job)` of every TaoBrevJob (None: left out), as `list_jobs` lists them, applied page
         by page in the worker thread: a caller keeps what it reads of each job, never every body
         at once (10,000 decoded bodies, finished ones included, were ~60 MiB at every relist of
-        the admission ledger and sweep, and the heap kept that high-water mark: issue 30)."""
+        the admission ledger and sweep, and the heap kept that high-water mark: issue 30).
 
-        def _page(namespace: str | None, token: str | None) -> Mapping[str, Any]:
+        `finished` selects on status.finishedAt at the API server (the CRD's selectable field), so
+        a namespace's thousands of finished jobs cost the periodic listings nothing. An API server
+        that refuses the selector gets the whole list, filtered here, with one warning."""
+
+        def _page(namespace: str | None, token: str | None, selector: str | None) -> Mapping[str, Any]:
             kwargs: dict[str, Any] = {"limit": page_size, "_request_timeout": self._timeout}
             if token:
                 kwargs["_continue"] = token
+            if selector:
+                kwargs["field_selector"] = selector
             if namespace is None:
                 result = self._custom.list_cluster_custom_object(GROUP, VERSION, PLURAL, **kwargs)
             else:
@@ -431,26 +455,57 @@ class KubeAccess:
                 raise KubeUnavailable("listing TaoBrevJobs: the API server's answer has no items list")
             return result
 
+        def _wanted(job: dict[str, Any]) -> T | None:
+            # Also when the server selected: one lookup per job, and a server ignoring the
+            # selector cannot slip a finished job into "unfinished".
+            if finished is not None and bool((job.get("status") or {}).get("finishedAt")) != finished:
+                return None
+            return each(job)
+
+        def _one_namespace(namespace: str | None, selector: str | None) -> list[T]:
+            kept: list[T] = []
+            token: str | None = None
+            while True:
+                page = _page(namespace, token, selector)
+                kept += [v for v in map(_wanted, page["items"]) if v is not None]
+                token = (page.get("metadata") or {}).get("continue") or None
+                del page
+                if not token:
+                    return kept
+
         def _list() -> list[T]:
             kept: list[T] = []
             for namespace in namespaces or (None,):
                 where = f"listing TaoBrevJobs in {namespace or 'all namespaces'}"
-                token: str | None = None
-                while True:
+                selector = None if self._no_field_selector else _field_selector(finished)
+                try:
                     try:
-                        page = _page(namespace, token)
+                        kept += _one_namespace(namespace, selector)
                     except ApiException as exc:
-                        raise _translate(exc, where) from None
-                    except (Urllib3Error, OSError) as exc:
-                        raise _translate(exc, where) from None
-                    kept += [v for v in map(each, page["items"]) if v is not None]
-                    token = (page.get("metadata") or {}).get("continue") or None
-                    del page
-                    if not token:
-                        break
+                        if selector is None or not _refused_selector(exc):
+                            raise
+                        self._selector_refused(exc)
+                        kept += _one_namespace(namespace, None)  # from the first page again
+                except ApiException as exc:
+                    raise _translate(exc, where) from None
+                except (Urllib3Error, OSError) as exc:
+                    raise _translate(exc, where) from None
             return kept
 
         return await self._thread(_list, listing=True)
+
+    def _selector_refused(self, exc: ApiException) -> None:
+        with self._refusal_lock:
+            if self._no_field_selector:
+                return
+            self._no_field_selector = True
+        log.warning(
+            "job_list_field_selector_refused",
+            field=FINISHED_FIELD,
+            answer=_answer(exc),
+            fix="apply this release's CRD (crds/, with its selectableFields) on Kubernetes 1.31 or "
+            "later; until then every listing reads the finished jobs too",
+        )
 
     async def namespace_annotations(self, name: str) -> Mapping[str, str] | None:
         """The Namespace's annotations, or None if it does not exist. 401/403 raise
@@ -587,6 +642,19 @@ def _each_attempt(status: dict[str, Any], record: str, change: Callable[[dict[st
         else:
             copies.append(attempt)
     status["attempts"] = copies
+
+
+def _field_selector(finished: bool | None) -> str | None:
+    """The field selector of the finished (True) or unfinished (False) jobs; None: all of them.
+    A job without status.finishedAt selects as the empty value."""
+    if finished is None:
+        return None
+    return f"{FINISHED_FIELD}!=" if finished else f"{FINISHED_FIELD}="
+
+
+def _refused_selector(exc: ApiException) -> bool:
+    body = exc.body.decode(errors="replace") if isinstance(exc.body, bytes) else str(exc.body or "")
+    return exc.status == 400 and _FIELD_REFUSED in body
 
 
 def _answer(exc: ApiException) -> str:

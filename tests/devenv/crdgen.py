@@ -221,10 +221,30 @@ def _column(name: str, path: str, *, type_: str = "string", priority: int = 0, d
     return column
 
 
+# Fields `kubectl get --field-selector` and the operator's listings can select on (Kubernetes
+# 1.31+): the operator lists only unfinished jobs (status.finishedAt=) in its periodic listings.
+SELECTABLE_FIELDS = (".status.phase", ".status.outcome", ".status.finishedAt")
+
+
 def _crd(
-    kind: str, plural: str, short_names: list[str], columns: list[dict[str, Any]], schema: dict[str, Any]
+    kind: str,
+    plural: str,
+    short_names: list[str],
+    columns: list[dict[str, Any]],
+    schema: dict[str, Any],
+    selectable: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """A namespaced CustomResourceDefinition of GROUP/VERSION with a status subresource."""
+    version: dict[str, Any] = {
+        "name": VERSION,
+        "served": True,
+        "storage": True,
+        "subresources": {"status": {}},
+        "additionalPrinterColumns": columns,
+    }
+    if selectable:
+        version["selectableFields"] = [{"jsonPath": path} for path in selectable]
+    version["schema"] = {"openAPIV3Schema": schema}
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -240,16 +260,7 @@ def _crd(
                 "shortNames": short_names,
                 "categories": CATEGORIES,
             },
-            "versions": [
-                {
-                    "name": VERSION,
-                    "served": True,
-                    "storage": True,
-                    "subresources": {"status": {}},
-                    "additionalPrinterColumns": columns,
-                    "schema": {"openAPIV3Schema": schema},
-                }
-            ],
+            "versions": [version],
         },
     }
 
@@ -321,7 +332,7 @@ def crd() -> dict[str, Any]:
         ),
         _column("Age", ".metadata.creationTimestamp", type_="date", desc="Time since creation."),
     ]
-    return _crd(KIND, PLURAL, SHORT_NAMES, columns, openapi_schema())
+    return _crd(KIND, PLURAL, SHORT_NAMES, columns, openapi_schema(), SELECTABLE_FIELDS)
 
 
 def notifier_crd() -> dict[str, Any]:

@@ -184,6 +184,15 @@ def kind_section(crd: dict[str, Any], first: bool) -> list[str]:
             f"Plural `{names['plural']}`{short_names}, {crd['spec']['scope']}.",
             "",
         ]
+        selectable = [f["jsonPath"].lstrip(".") for f in version.get("selectableFields", [])]
+        if selectable:
+            example = (
+                f"; for example `kubectl get {names['plural']} --field-selector status.phase=Running`"
+                if "status.phase" in selectable
+                else ""
+            )
+            fields_ = ", ".join(f"`{p}`" for p in selectable)
+            lines += [f"Field selectors (Kubernetes 1.31 or later): {fields_}{example}.", ""]
         top_rules = rules("", root)
         if top_rules:
             lines += ["Rules on the whole object:", "", *top_rules, ""]

@@ -105,7 +105,8 @@ class FakeKube(KubeAccess):
         # Namespace annotations (quota overrides); a namespace in `denied_namespaces` answers 403.
         self.namespaces: dict[str, dict[str, str]] = {}
         self.denied_namespaces: set[str] = set()
-        self.job_lists = 0
+        # The `finished` argument of every TaoBrevJob listing, in order (None: all jobs).
+        self.job_listings: list[bool | None] = []
         self.namespace_reads = 0
 
     # -- test controls -----------------------------------------------------------------------
@@ -201,16 +202,24 @@ class FakeKube(KubeAccess):
             )
         self.config_maps[(namespace, name)] = (dict(data), (found[1] if found else 0) + 1)
 
+    @property
+    def job_lists(self) -> int:
+        """TaoBrevJob listings so far, of any selection."""
+        return len(self.job_listings)
+
     async def list_jobs(
-        self, namespaces: Sequence[str] = (), *, page_size: int = 500
+        self, namespaces: Sequence[str] = (), *, page_size: int = 500, finished: bool | None = None
     ) -> list[dict[str, Any]]:
-        self.job_lists += 1
+        """As the API server with the CRD's selectable status.finishedAt (`finished`)."""
+        self.job_listings.append(finished)
         if self.list_fails is not None:
             raise self.list_fails
         return [
-            copy.deepcopy(o.body())
+            copy.deepcopy(body)
             for o in self.objects.values()
             if not namespaces or o.namespace in namespaces
+            for body in (o.body(),)
+            if finished is None or bool((body.get("status") or {}).get("finishedAt")) == finished
         ]
 
     async def map_jobs(
@@ -219,9 +228,11 @@ class FakeKube(KubeAccess):
         namespaces: Sequence[str] = (),
         *,
         page_size: int = 500,
+        finished: bool | None = None,
     ) -> list[T]:
         """As KubeAccess.map_jobs: `each` of every job `list_jobs` (and its faults) gives."""
-        return [v for v in map(each, await self.list_jobs(namespaces, page_size=page_size)) if v is not None]
+        listed = await self.list_jobs(namespaces, page_size=page_size, finished=finished)
+        return [v for v in map(each, listed) if v is not None]
 
     async def namespace_annotations(self, name: str) -> Mapping[str, str] | None:
         self.namespace_reads += 1

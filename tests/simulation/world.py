@@ -538,10 +538,10 @@ class SimKube(FakeKube):
         return await super().read_secret(namespace, name, operator_own=operator_own)
 
     async def list_jobs(
-        self, namespaces: Sequence[str] = (), *, page_size: int = 500
+        self, namespaces: Sequence[str] = (), *, page_size: int = 500, finished: bool | None = None
     ) -> list[dict[str, Any]]:
         await self._api()
-        return await super().list_jobs(namespaces, page_size=page_size)
+        return await super().list_jobs(namespaces, page_size=page_size, finished=finished)
 
     async def read_config_map(self, namespace: str, name: str) -> tuple[dict[str, str], str] | None:
         await self._api()

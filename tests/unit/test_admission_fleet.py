@@ -28,11 +28,11 @@ class YieldingKube(FakeKube):
     concurrent verdicts really interleave."""
 
     async def list_jobs(
-        self, namespaces: Sequence[str] = (), *, page_size: int = 500
+        self, namespaces: Sequence[str] = (), *, page_size: int = 500, finished: bool | None = None
     ) -> list[dict[str, Any]]:
         for _ in range(3):
             await asyncio.sleep(0)
-        return await super().list_jobs(namespaces, page_size=page_size)
+        return await super().list_jobs(namespaces, page_size=page_size, finished=finished)
 
     async def namespace_annotations(self, name: str) -> Mapping[str, str] | None:
         await asyncio.sleep(0)
@@ -132,6 +132,25 @@ def test_a_listing_that_lags_behind_an_admission_does_not_free_its_slot() -> Non
 
     assert asyncio.run(scenario()) is False
     assert kube.job_lists == 2
+
+
+def test_the_relist_reads_only_unfinished_jobs_and_finished_ones_hold_no_slot() -> None:
+    # Issue 30: a namespace's thousands of finished jobs are not the ledger's concern.
+    kube = FakeKube()
+    add(
+        kube,
+        facts("done", at=0),
+        {
+            "phase": "Deleted",
+            "queue": {"admittedAt": "2026-11-30T12:00:00Z"},
+            "finishedAt": "2026-11-30T12:05:00Z",
+        },
+    )
+    add(kube, facts("a", at=1))
+    fleet = Fleet(kube, quotas_from(1, 0, 0))
+    admitted = asyncio.run(fleet.verdict(facts("a", at=1))).admission.admitted
+    assert admitted
+    assert kube.job_listings == [False]
 
 
 def test_namespace_annotation_overrides_bad_values_and_denied_reads_fall_back_with_a_warning() -> None:

@@ -22,6 +22,7 @@ from controller.api.models import OnCompletion, TaoBrevJobSpec, default_input_pa
 from controller.api.spec_parse import parse_spec
 from controller.api.status import AttemptRecord, RunRecord, TaoBrevJobStatus
 from controller.api.vocabulary import Outcome
+from controller.kube.access import FINISHED_FIELD
 from controller.lifecycle.phases import Phase
 from controller.versions import load_versions
 from tests.devenv import crdgen
@@ -892,3 +893,14 @@ def test_write_then_check_round_trips(tmp_path: Path) -> None:
     assert crdgen.main(["--write", "--path", str(target)]) == 0
     assert crdgen.main(["--check", "--path", str(target)]) == 0
     assert yaml.safe_load(target.read_text())["kind"] == "CustomResourceDefinition"
+
+
+def test_the_crd_declares_the_field_the_operators_listings_select_on() -> None:
+    """The admission relist and the sweep ask for `status.finishedAt=` (controller/kube/access.py);
+    the field must be selectable, a string in the schema."""
+    version = crdgen.crd()["spec"]["versions"][0]
+    selectable = [f["jsonPath"] for f in version["selectableFields"]]
+    assert "." + FINISHED_FIELD in selectable
+    status = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
+    for path in selectable:
+        assert status[path.removeprefix(".status.")]["type"] == "string", path

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import structlog.testing
 from kubernetes.client.rest import ApiException
 
 from controller.api.errors import KubeAccessDenied, KubeUnavailable
@@ -98,6 +99,52 @@ def test_map_jobs_keeps_what_each_returns_page_by_page_and_list_jobs_drops_manag
     assert seen == ["a", "b", "c"]
     listed = asyncio.run(KubeAccess(core=FakeCore(), custom=FakeCustom(pages())).list_jobs())
     assert [j["metadata"] for j in listed][1] == {"namespace": "ns", "name": "b", "uid": "b"}
+
+
+def done(name: str) -> dict[str, Any]:
+    return {**job(name), "status": {"finishedAt": "2026-12-01T00:00:00Z"}}
+
+
+# The API server's answer to a field selector on a field the CRD does not declare selectable
+# (tests/e2e/test_crd.py checks this text against the real kube-apiserver).
+REFUSAL = (
+    b'{"kind":"Status","apiVersion":"v1","metadata":{},"status":"Failure",'
+    b'"message":"field label not supported: status.finishedAt","reason":"BadRequest","code":400}'
+)
+
+
+def test_finished_selects_on_the_crds_field_at_the_api_server() -> None:
+    custom = FakeCustom([{"items": [job("a")], "metadata": {}}, {"items": [done("b")], "metadata": {}}])
+    kube = KubeAccess(core=FakeCore(), custom=custom)
+    assert [j["metadata"]["name"] for j in asyncio.run(kube.list_jobs(finished=False))] == ["a"]
+    assert [j["metadata"]["name"] for j in asyncio.run(kube.list_jobs(finished=True))] == ["b"]
+    assert [c.get("field_selector") for c in custom.calls] == ["status.finishedAt=", "status.finishedAt!="]
+
+
+def test_a_refused_selector_lists_everything_filters_here_and_warns_once() -> None:
+    # Kubernetes before 1.31, or a CRD applied without selectableFields: the same jobs, read whole.
+    everything = {"items": [job("a"), done("b"), job("c")], "metadata": {}}
+    custom = FakeCustom([ApiException(status=400, reason="Bad Request"), everything, everything, everything])
+    custom.pages[0].body = REFUSAL  # type: ignore[union-attr]
+    kube = KubeAccess(core=FakeCore(), custom=custom)
+    with structlog.testing.capture_logs() as logs:
+        unfinished = asyncio.run(kube.list_jobs(finished=False))
+        finished = asyncio.run(kube.list_jobs(finished=True))
+        whole = asyncio.run(kube.list_jobs())
+    assert [j["metadata"]["name"] for j in unfinished] == ["a", "c"]
+    assert [j["metadata"]["name"] for j in finished] == ["b"]
+    assert len(whole) == 3
+    assert [c.get("field_selector") for c in custom.calls] == ["status.finishedAt=", None, None, None]
+    warnings = [e for e in logs if e["event"] == "job_list_field_selector_refused"]
+    assert len(warnings) == 1
+    assert "selectableFields" in warnings[0]["fix"]
+
+
+def test_another_bad_request_is_not_taken_for_a_refused_selector() -> None:
+    custom = FakeCustom([ApiException(status=400, reason="Bad Request")])
+    with pytest.raises(KubeUnavailable, match="400"):
+        asyncio.run(KubeAccess(core=FakeCore(), custom=custom).list_jobs(finished=False))
+    assert len(custom.calls) == 1
 
 
 def test_a_failed_page_fails_the_whole_list() -> None:

@@ -46,10 +46,11 @@ class World:
         grace: float = GRACE,
         brev: type[FakeBrev] = FakeBrev,
         namespaces: Sequence[str] = (),
+        kube: FakeKube | None = None,
     ) -> None:
         self.clock = FakeClock()
         self.brev = brev(self.clock)
-        self.kube = FakeKube()
+        self.kube = kube or FakeKube()
         self.registry = CollectorRegistry()
         self.retained = RetainedStore(self.kube, OPERATOR_NS)
         self.sweeper = Sweeper(
@@ -371,3 +372,71 @@ def test_under_policy_report_a_finished_jobs_live_instance_is_only_reported() ->
     w.sweep(after=GRACE)
     assert w.brev.deletes == []
     assert w.metric("taobrev_orphan_instances", state="reported") == 1
+
+
+def finished_status(name: str, instance_id: str, *, created: bool = True) -> dict[str, Any]:
+    return {
+        "phase": "Deleted",
+        "outcome": "Succeeded",
+        "finishedAt": "2026-11-29T12:00:00Z",
+        "attempts": [{"attempt": 1, "instance": {"name": name, "id": instance_id, "created": created}}],
+    }
+
+
+def test_a_quiet_fleets_sweep_lists_only_the_unfinished_jobs() -> None:
+    # Issue 30: thousands of finished jobs must cost the periodic sweep nothing. Every instance
+    # here is explained by an unfinished job, so the finished ones are never read.
+    w = World()
+    running = w.kube.create("ns", "train", "u1", job_spec())
+    inst = w.brev.add_instance(ours("train"))
+    running.status = running_status(inst.name, inst.id)
+    for i in range(3):
+        done = w.kube.create("ns", f"done-{i}", f"u-done-{i}", job_spec())
+        done.status = finished_status(ours(f"done-{i}", f"u-done-{i}"), f"i-gone-{i}")
+    w.sweep()
+    w.sweep(after=GRACE)
+    assert w.kube.job_listings == [False, False]
+    assert w.brev.deletes == []
+
+
+def test_an_unexplained_instance_makes_the_sweep_read_the_finished_jobs_too() -> None:
+    w = World()
+    job = w.kube.create("ns", "done", "u1", job_spec())
+    late = w.brev.add_instance(ours("done"))
+    job.status = finished_status(late.name, "i-recorded")
+    w.sweep()
+    assert w.kube.job_listings == [False, True]  # the unfinished first (see the sweeper's docstring)
+    w.sweep(after=GRACE)
+    assert w.delete_outcomes() == [(late.id, "accepted")]
+    assert w.metric("taobrev_orphan_instances", state="deleting") == 1
+
+
+def test_an_instance_a_finished_job_reused_is_never_swept_though_only_the_second_list_shows_it() -> None:
+    # A reused instance was lent, never created: the verdict of the unfinished jobs alone (an
+    # orphan) must give way to the finished job's reference.
+    w = World()
+    job = w.kube.create("ns", "borrowed", "u1", job_spec())
+    lent = w.brev.add_instance(ours("borrowed"))
+    job.status = finished_status(lent.name, lent.id, created=False)
+    for _ in range(3):
+        w.sweep(after=GRACE)
+    assert w.brev.deletes == []
+    assert w.metric("taobrev_orphan_instances", state="pending_grace") == 0
+
+
+def test_a_failed_list_of_the_finished_jobs_means_no_sweep() -> None:
+    class FailsOnFinished(FakeKube):
+        async def list_jobs(
+            self, namespaces: Sequence[str] = (), *, page_size: int = 500, finished: bool | None = None
+        ) -> list[dict[str, Any]]:
+            if finished:
+                self.job_listings.append(finished)
+                raise KubeUnavailable("listing TaoBrevJobs: 503")
+            return await super().list_jobs(namespaces, page_size=page_size, finished=finished)
+
+    w = World(kube=FailsOnFinished())
+    w.brev.add_instance(ours("stripped"))
+    for _ in range(3):
+        w.sweep(after=GRACE)
+    assert w.brev.deletes == []
+    assert w.metric("taobrev_orphan_sweeps_total", result="skipped") == 3
