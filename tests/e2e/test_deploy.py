@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -79,9 +80,19 @@ def enabled_job_namespace(control_plane: ControlPlane, namespace: str) -> str:
 
 
 @pytest.fixture(scope="module")
-def monitoring_crds(control_plane: ControlPlane) -> None:
-    """The Prometheus-operator CRDs deploy/monitoring needs, Established."""
-    control_plane.apply_crds(PROMETHEUS_OPERATOR_CRDS)
+def deploy_plane(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlPlane]:
+    """A control plane of the dry runs' own, with the Prometheus-operator CRDs deploy/monitoring
+    needs and the operator namespace. Not the worker's shared one: what earlier tests left there
+    changes the verdict (a log-API test's APIService with a caBundle makes deploy/'s
+    `insecureSkipTLSVerify: true` invalid under server-side apply), and the first dry run must
+    see a cluster where only the namespace exists."""
+    cp = ControlPlane.start(tmp_path_factory.mktemp("deploy-plane"))
+    try:
+        cp.apply_crds(PROMETHEUS_OPERATOR_CRDS)
+        ensure_operator_namespace(cp)
+        yield cp
+    finally:
+        cp.stop()
 
 
 def rendered(cp: ControlPlane, kustomization: Path) -> list[dict[str, Any]]:
@@ -99,35 +110,31 @@ def ensure_operator_namespace(cp: ControlPlane) -> None:
         cp.create_namespace(OPERATOR_NAMESPACE)
 
 
-def test_deploy_kustomization_passes_a_server_side_dry_run(
-    control_plane: ControlPlane, monitoring_crds: None
-) -> None:
+def test_deploy_kustomization_passes_a_server_side_dry_run(deploy_plane: ControlPlane) -> None:
     """`kubectl apply --server-side --dry-run=server -k deploy/` accepts every object: on the
     cluster as it is (run alone: only the namespace exists), and then over an install made with
     client-side `kubectl apply -k deploy/base` (what the e2e stack and many users do) without a
     field-manager conflict."""
-    ensure_operator_namespace(control_plane)
-    objects = rendered(control_plane, DEPLOY)
+    objects = rendered(deploy_plane, DEPLOY)
     kinds = {d["kind"] for d in objects}
     assert {"Deployment", "ServiceMonitor", "PrometheusRule", "ClusterRole"} <= kinds, kinds
 
-    first = server_dry_run(control_plane, DEPLOY)
+    first = server_dry_run(deploy_plane, DEPLOY)
     assert first.returncode == 0, first.stderr + first.stdout
     assert first.stdout.count("serverside-applied (server dry run)") == len(objects), first.stdout
 
-    control_plane.kubectl("apply", "-k", str(DEPLOY / "base"))
-    upgrade = server_dry_run(control_plane, DEPLOY)
+    deploy_plane.kubectl("apply", "-k", str(DEPLOY / "base"))
+    upgrade = server_dry_run(deploy_plane, DEPLOY)
     assert upgrade.returncode == 0, upgrade.stderr + upgrade.stdout
     assert upgrade.stdout.count("serverside-applied (server dry run)") == len(objects), upgrade.stdout
 
 
 @pytest.mark.parametrize("component", ["cluster-wide-secrets", "namespaced-mode"])
 def test_each_opt_in_component_passes_a_server_side_dry_run(
-    control_plane: ControlPlane, component: str, tmp_path: Path
+    deploy_plane: ControlPlane, component: str, tmp_path: Path
 ) -> None:
     """An overlay of deploy/base plus one of deploy/components (what docs/install.md tells users
     to write) renders and is accepted by the API server, object for object."""
-    ensure_operator_namespace(control_plane)
     overlay = tmp_path / "overlay"
     overlay.mkdir()
     (overlay / "kustomization.yaml").write_text(
@@ -141,20 +148,19 @@ def test_each_opt_in_component_passes_a_server_side_dry_run(
             }
         )
     )
-    objects = rendered(control_plane, overlay)
-    assert len(objects) > len(rendered(control_plane, DEPLOY / "base"))
-    result = server_dry_run(control_plane, overlay)
+    objects = rendered(deploy_plane, overlay)
+    assert len(objects) > len(rendered(deploy_plane, DEPLOY / "base"))
+    result = server_dry_run(deploy_plane, overlay)
     assert result.returncode == 0, result.stderr + result.stdout
     assert result.stdout.count("serverside-applied (server dry run)") == len(objects), result.stdout
 
 
 def test_the_readme_namespaced_overlay_renders_and_passes_a_server_side_dry_run(
-    control_plane: ControlPlane, monitoring_crds: None, tmp_path: Path
+    deploy_plane: ControlPlane, tmp_path: Path
 ) -> None:
     """docs/install.md's "Job namespaces" overlay, verbatim, over a copy of deploy/ with the
     generator's RoleBindings: the operator is restricted to the listed namespaces, gets the
     namespaces grant, a Secret-read RoleBinding in each, and the API server accepts it all."""
-    ensure_operator_namespace(control_plane)
     readme = (REPO / "docs" / "install.md").read_text()
     snippet = readme.split("# my-overlay/kustomization.yaml\n", 1)[1].split("```", 1)[0]
     shutil.copytree(DEPLOY, tmp_path / "deploy", ignore=shutil.ignore_patterns("examples", "image"))
@@ -164,10 +170,10 @@ def test_the_readme_namespaced_overlay_renders_and_passes_a_server_side_dry_run(
     namespaces = ("ml-team", "vision")  # the README's names
     (overlay / "job-namespaces.yaml").write_text(job_namespace_bindings(*namespaces))
     for ns in namespaces:
-        if control_plane.kubectl("get", "namespace", ns, check=False).returncode != 0:
-            control_plane.create_namespace(ns)
+        if deploy_plane.kubectl("get", "namespace", ns, check=False).returncode != 0:
+            deploy_plane.create_namespace(ns)
 
-    objects = rendered(control_plane, overlay)
+    objects = rendered(deploy_plane, overlay)
     (config,) = [
         d for d in objects if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "taobrev-operator-config"
     ]
@@ -185,17 +191,14 @@ def test_the_readme_namespaced_overlay_renders_and_passes_a_server_side_dry_run(
     assert any(
         d["kind"] == "ClusterRole" and d["metadata"]["name"] == "taobrev-operator-namespaces" for d in objects
     )
-    result = server_dry_run(control_plane, overlay)
+    result = server_dry_run(deploy_plane, overlay)
     assert result.returncode == 0, result.stderr + result.stdout
     assert result.stdout.count("serverside-applied (server dry run)") == len(objects), result.stdout
 
 
-def test_a_misspelled_field_fails_the_server_side_dry_run(
-    control_plane: ControlPlane, monitoring_crds: None, tmp_path: Path
-) -> None:
+def test_a_misspelled_field_fails_the_server_side_dry_run(deploy_plane: ControlPlane, tmp_path: Path) -> None:
     """The dry run is a real check: a copy of deploy/ whose ServiceMonitor says `honorLables` is
     rejected by the API server, naming the field."""
-    ensure_operator_namespace(control_plane)
     broken = tmp_path / "deploy"
     shutil.copytree(DEPLOY, broken, ignore=shutil.ignore_patterns("image", "examples"))
     monitor = broken / "monitoring" / "servicemonitor.yaml"
@@ -203,7 +206,7 @@ def test_a_misspelled_field_fails_the_server_side_dry_run(
     assert text.count("honorLabels: true") == 1
     monitor.write_text(text.replace("honorLabels: true", "honorLables: true"))
 
-    result = server_dry_run(control_plane, broken)
+    result = server_dry_run(deploy_plane, broken)
     assert result.returncode != 0, result.stdout
     assert "honorLables" in result.stderr, result.stderr
 
