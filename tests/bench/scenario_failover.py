@@ -13,9 +13,12 @@ is SIGKILLed with its ssh masters (a node loss kills the whole pod). Then:
 - calls: every brev and ssh process the operator started in the first `CALLS_WINDOW` s after the
   takeover, per job, by kind; the most ssh masters alive at once;
 - exit notice: `EXITING` containers are finished (the simulator's SIGUSR1: exit 0) while no one
-  leads and just after the takeover, and `AFTER` more once every wait is re-armed (at most half
-  the fleet in all: most jobs must stay running); for each, its container's
-  FinishedAt -> the job's status shows the exit code;
+  leads and just after the takeover, `AFTER` more once every wait is re-armed, and `LATE` more
+  from `LATE_FROM` s after the takeover, the goal's "exits after that" (at most half the fleet
+  in all: most jobs must stay running); for each, its container's FinishedAt -> the job's status
+  shows the exit code. For the last two groups the CPU each process group used meanwhile is
+  printed (operator, its ssh, simulator, API server, etcd, bench): on a shared 2-core machine it
+  tells the operator's latency from the machine's;
 - creates: every job has at most one instance (a create in flight at the kill is adopted, never
   repeated);
 - the queue: the queued jobs keep their order (every exit frees a slot for the queue's head).
@@ -45,6 +48,7 @@ from typing import Any
 from controller.api.timestamps import parse_time
 from tests.bench import scenario_finished, scenario_rss
 from tests.bench.scale import Scale
+from tests.bench.scenario_rss import ExitWaits, cores_between, cpu_groups
 from tests.bench.stack import Bench, ContainerExit, Scenario, running_or_beyond
 from tests.brevsim import container
 from tests.devenv.operator import OPERATOR_NAMESPACE, OperatorProcess
@@ -68,6 +72,8 @@ QUEUED = 50  # jobs waiting in the queue at the kill
 STARTING = 10  # jobs admitted just before the kill (their creates in flight)
 EXITING = 10  # containers stopped around the takeover (half before it, half after)
 AFTER = 10  # containers stopped once every wait is re-armed, one a second
+LATE = 10  # containers stopped from LATE_FROM s after the takeover, one a second
+LATE_FROM = REARM_GOAL  # "re-armed within 60 s; exits after that noticed within 2 s"
 TAKEOVER_TIMEOUT = 120.0
 REARM_TIMEOUT = 600.0  # s: the bench gives up waiting for the re-arm (reported, not hidden)
 NOTICE_TIMEOUT = 120.0
@@ -86,7 +92,10 @@ class FailoverResult:
     steady_calls: int = 0  # calls naming no job (listings) or one of those
     masters_peak: int = 0  # ssh masters of the acting replica alive at once
     notice_during: list[float] = field(default_factory=list)  # s, exits around the takeover
-    notice_after: list[float] = field(default_factory=list)  # s, exits after the re-arm
+    notice_after: list[float] = field(default_factory=list)  # s, exits right after the re-arm
+    notice_late: list[float] = field(default_factory=list)  # s, exits from LATE_FROM after the takeover
+    cores_after: dict[str, float] = field(default_factory=dict)  # group -> cores while `after` exited
+    cores_late: dict[str, float] = field(default_factory=dict)  # group -> cores while `late` exited
     duplicate_creates: int = 0
     pod_before: dict[str, tuple[int, float]] = field(default_factory=dict)  # the acting pod, at the kill
     rss_before: dict[str, float] = field(default_factory=dict)  # replica -> operator RSS MiB at the kill
@@ -162,30 +171,6 @@ def _notice(sc: Scenario, job: str, watch: ContainerExit | None, problems: list[
     with sc.watch.lock:
         seen = sc.watch.exit_seen.get(job)
     return None if seen is None else max(0.0, seen - watch.finished_at)
-
-
-class _WaitsSince:
-    """Instance name -> when its first `docker wait` at or after `since` started, read
-    incrementally from the simulator's call record (tens of thousands of lines at 1,000 jobs)."""
-
-    def __init__(self, sc: Scenario, since: float) -> None:
-        self.path, self.offset, self.since = sc.sim.store.calls_path, 0, since
-        self.first: dict[str, float] = {}
-
-    def update(self) -> dict[str, float]:
-        with self.path.open("rb") as f:
-            f.seek(self.offset)
-            data = f.read()
-        end = data.rfind(b"\n") + 1  # a line still being appended is read next time
-        self.offset += end
-        for line in data[:end].splitlines():
-            if b'"wait"' not in line:
-                continue
-            e = json.loads(line)
-            remote_wait = e.get("where") == "remote" and e.get("argv", [])[:1] == ["wait"]
-            if remote_wait and float(e["ts"]) >= self.since:
-                self.first.setdefault(str(e.get("instance")), float(e["ts"]))
-        return self.first
 
 
 def _call_kind(program: str, argv: list[str]) -> str:
@@ -335,9 +320,10 @@ class _Kill:
                 if n not in self.exiting
             }
         deadline = time.monotonic() + REARM_TIMEOUT
-        since = _WaitsSince(sc, takeover)
+        since = ExitWaits(sc, since=takeover)
         while True:
-            waits = since.update()
+            since.update()
+            waits = since.first_since
             left = [i for i in by_instance if i not in waits]
             if not left or time.monotonic() > deadline:
                 break
@@ -356,6 +342,25 @@ class _Kill:
             for job in jobs
             if (v := _notice(self.sc, job, self.watches.get(job), self.res.problems)) is not None
         ]
+
+    def exits_after_rearm(
+        self, takeover: float, after: list[str], late: list[str], acting: OperatorProcess
+    ) -> None:
+        """`after` right after the re-arm, then `late` from LATE_FROM s after the takeover."""
+        res = self.res
+        res.notice_after, res.cores_after = self.timed_exits(after, acting)
+        left_s = takeover + LATE_FROM - time.time()
+        if left_s > 0:
+            threading.Event().wait(left_s)  # the goal's moment, not a signal to wait for
+        res.notice_late, res.cores_late = self.timed_exits(late, acting)
+
+    def timed_exits(self, jobs: list[str], acting: OperatorProcess) -> tuple[list[float], dict[str, float]]:
+        """Stop `jobs` one a second and wait until each exit is seen: the notices, and the cores
+        each process group used meanwhile."""
+        before = cpu_groups(self.sc, acting)
+        self.stop_containers(jobs, gap=1.0)
+        seen = self.notices(jobs)
+        return seen, cores_between(before, cpu_groups(self.sc, acting))
 
     def window(self, takeover: float, creates_before: Counter[str], seconds: float) -> None:
         """The calls of the first `seconds` (CALLS_WINDOW), then the creates and the queue."""
@@ -391,6 +396,17 @@ def _duplicates(creates: Counter[str]) -> int:
     return sum(max(0, c - 1) for c in creates.values())
 
 
+def _exit_groups(running: list[str]) -> tuple[list[str], list[str], list[str]]:
+    """The jobs whose containers are stopped around the takeover, right after the re-arm and
+    from LATE_FROM: spread over the fleet, at most half of it, in the groups' proportions (a
+    small fleet stops fewer of each)."""
+    total = EXITING + AFTER + LATE
+    n_exit = min(total, len(running) // 2)
+    exiting = running[:: max(1, len(running) // max(1, n_exit))][:n_exit]
+    n_during, n_after = n_exit * EXITING // total, n_exit * AFTER // total
+    return exiting[:n_during], exiting[n_during : n_during + n_after], exiting[n_during + n_after :]
+
+
 def run(
     sc: Scenario,
     acting: OperatorProcess,
@@ -408,9 +424,8 @@ def run(
     with sc.watch.lock:
         running = sorted(n for n, st in sc.watch.status.items() if st.get("phase") == "Running")
     res.running = len(running)
-    n_exit = min(EXITING + AFTER, len(running) // 2)
-    exiting = running[:: max(1, len(running) // max(1, n_exit))][:n_exit]
-    kill = _Kill(sc, res, running, {}, exiting)
+    during, after, late = _exit_groups(running)
+    kill = _Kill(sc, res, running, {}, [*during, *after, *late])
     starting = kill.prepare(tag)
     with sc.watch.lock:
         phases = Counter(str(sc.watch.status.get(n, {}).get("phase")) for n in starting)
@@ -425,7 +440,6 @@ def run(
     old_holder = str(_lease(sc).get("holderIdentity") or "")
     nxt = standby or acting
     peak = _MasterPeak(Path(nxt.env()["HOME"]))
-    during, after = exiting[: n_exit // 2], exiting[n_exit // 2 :]
 
     killed = time.time()
     _kill_pod(acting)
@@ -451,8 +465,8 @@ def run(
             f"   {mode}: takeover {res.takeover:.1f} s after the kill, re-armed {res.rearm} s later",
             flush=True,
         )
-        kill.stop_containers(after, gap=1.0)
-        res.notice_during, res.notice_after = kill.notices(during), kill.notices(after)
+        kill.exits_after_rearm(takeover, after, late, nxt)
+        res.notice_during = kill.notices(during)
         kill.window(takeover, creates_before, calls_window)
     finally:
         peak.stop.set()
@@ -518,6 +532,10 @@ def after_fill(
     return results, standby
 
 
+def cores_text(groups: dict[str, float]) -> str:
+    return ", ".join(f"{k} {v:.2f}" for k, v in sorted(groups.items(), key=lambda kv: -kv[1])) or "none"
+
+
 def describe(res: FailoverResult) -> str:
     def span(xs: list[float]) -> str:
         return f"max {max(xs):.2f} s, median {sorted(xs)[len(xs) // 2]:.2f} s ({len(xs)})" if xs else "none"
@@ -533,8 +551,11 @@ def describe(res: FailoverResult) -> str:
         f"{res.steady_calls} of {res.steady} jobs running throughout and shared; all "
         f"{sum(res.calls.values())}: {dict(res.calls.most_common())}",
         f"  ssh masters alive at once (peak): {res.masters_peak}",
-        f"  exit notice, exits around the takeover: {span(res.notice_during)}; after the re-arm: "
-        f"{span(res.notice_after)} (goal {NOTICE_GOAL:g})",
+        f"  exit notice, exits around the takeover: {span(res.notice_during)}; right after the re-arm: "
+        f"{span(res.notice_after)}; from {LATE_FROM:g} s after the takeover: {span(res.notice_late)} "
+        f"(goal {NOTICE_GOAL:g})",
+        f"  cores meanwhile, right after the re-arm: {cores_text(res.cores_after)}",
+        f"  cores meanwhile, from {LATE_FROM:g} s: {cores_text(res.cores_late)}",
         f"  duplicate creates {res.duplicate_creates}; queue: {res.queue_problems or 'kept its order'}",
         f"  before the kill: operator RSS {rss}; the acting pod's PSS {pss:.0f} MiB: {parts}",
     ]

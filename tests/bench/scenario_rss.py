@@ -34,6 +34,7 @@ from tests.bench.log_viewers import LogViewers
 from tests.bench.scale import Scale
 from tests.bench.stack import Bench, Scenario, running_or_beyond
 from tests.devenv.controlplane import ControlPlaneError
+from tests.devenv.operator import OperatorProcess
 from tests.footprint import descendants, masters_of, processes
 from tests.status_paths import instance
 
@@ -121,17 +122,20 @@ def _ticks(pid: int, *, reaped: bool) -> int:
     return int(fields[11]) + int(fields[12]) + (int(fields[13]) + int(fields[14]) if reaped else 0)
 
 
-def cpu_groups(sc: Scenario) -> tuple[float, Counter[str]]:
-    """CPU seconds so far per process group (children an alive parent reaped count for it)."""
-    assert sc.op.proc is not None
-    op = sc.op.proc.pid
-    test = masters_of(sc.sim.home)  # the ssh masters left the operator's tree but not its pod
-    pod = descendants(op) | {p.pid for p in processes() if test(p.pid)}
+def cpu_groups(sc: Scenario, op: OperatorProcess | None = None) -> tuple[float, Counter[str]]:
+    """CPU seconds so far per process group (children an alive parent reaped count for it); `op`:
+    the operator that acts (a standby after a failover), `sc.op` by default."""
+    acting = op or sc.op
+    assert acting.proc is not None
+    pid = acting.proc.pid
+    # The ssh masters left the operator's tree but not its pod (its own home).
+    test = masters_of(Path(acting.env()["HOME"]))
+    pod = descendants(pid) | {p.pid for p in processes() if test(p.pid)}
     sim = set(sc.sim.processes())
     out: Counter[str] = Counter()
-    out["operator"] = _ticks(op, reaped=False)
+    out["operator"] = _ticks(pid, reaped=False)
     out["operator's brev/ssh"] = (
-        _ticks(op, reaped=True) - out["operator"] + sum(_ticks(p, reaped=True) for p in pod - sim)
+        _ticks(pid, reaped=True) - out["operator"] + sum(_ticks(p, reaped=True) for p in pod - sim)
     )
     out["simulator"] = sum(_ticks(p, reaped=True) for p in sim)
     out["bench + kubectl watch"] = _ticks(os.getpid(), reaped=True)
@@ -141,7 +145,7 @@ def cpu_groups(sc: Scenario) -> tuple[float, Counter[str]]:
     return time.monotonic(), Counter({k: v / sampling.TICK for k, v in out.items()})
 
 
-def _cores_between(a: tuple[float, Counter[str]], b: tuple[float, Counter[str]]) -> dict[str, float]:
+def cores_between(a: tuple[float, Counter[str]], b: tuple[float, Counter[str]]) -> dict[str, float]:
     wall = b[0] - a[0]
     return {k: round(cores(max(0.0, b[1][k] - a[1][k]), wall), 3) for k in b[1]} if wall > 0 else {}
 
@@ -208,17 +212,22 @@ def _fill(
 
 
 class ExitWaits:
-    """`docker wait` calls per instance, read incrementally from the simulator's call record.
+    """`docker wait` calls per instance, read incrementally from the simulator's call record
+    (tens of thousands of lines at 1,000 jobs); the one reader of it for every scenario.
 
     A job enters Running when its container start is DECIDED; the start itself (secrets,
     `docker run`) then queues in the operator's start lane (seen: 0.75 calls per job per minute in
     a window right after the last wave, container starts included). From its first exit wait on
     it is a steady running job: its waits end on its own grid over the whole wait period
-    (controller/lifecycle/run_phases.py), so jobs started together re-arm spread over the period."""
+    (controller/lifecycle/run_phases.py), so jobs started together re-arm spread over the period.
 
-    def __init__(self, sc: Scenario) -> None:
-        self.path, self.offset = sc.sim.store.calls_path, 0
+    `first_since`: per instance, when its first wait at or after `since` started (a takeover's
+    re-arm)."""
+
+    def __init__(self, sc: Scenario, since: float = 0.0) -> None:
+        self.path, self.offset, self.since = sc.sim.store.calls_path, 0, since
         self.seen: Counter[str] = Counter()
+        self.first_since: dict[str, float] = {}
 
     def update(self) -> Counter[str]:
         try:
@@ -234,7 +243,10 @@ class ExitWaits:
                 continue
             entry = json.loads(line)
             if entry.get("where") == "remote" and entry.get("argv", [])[:1] == ["wait"]:
-                self.seen[str(entry.get("instance"))] += 1
+                name = str(entry.get("instance"))
+                self.seen[name] += 1
+                if float(entry["ts"]) >= self.since:
+                    self.first_since.setdefault(name, float(entry["ts"]))
         return self.seen
 
 
@@ -271,7 +283,7 @@ def _window(sc: Scenario, seconds: float) -> Window:
         operator_cores=cores(c1.operator - c0.operator, c1.at - c0.at),
         pod_cores=cores(c1.pod - c0.pod, c1.at - c0.at),
         calls_per_job_min=per_job_per_minute(n_calls, jobs, t1 - t0, REAL.factor) if jobs else None,
-        cpu=_cores_between(g0, g1),
+        cpu=cores_between(g0, g1),
         steady=sc.running() == jobs,
     )
 
@@ -309,7 +321,7 @@ def run(
 
         cpu0 = cpu_groups(sc)
         names = _fill(sc, res, wave, stops, at_stop)
-        res.fill_cpu = _cores_between(cpu0, cpu_groups(sc))
+        res.fill_cpu = cores_between(cpu0, cpu_groups(sc))
         res.applied = len(names)
         res.running = sc.running()
         # Steady state: the window starts only when no applied job is still on its way to Running.

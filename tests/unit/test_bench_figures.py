@@ -23,6 +23,7 @@ from tests.bench.figures import (
 from tests.bench.report import idle_figures, isolation_figures, rss_figures, slope_figures
 from tests.bench.sampling import Memory
 from tests.bench.scale import SCALED_SETTINGS, Scale
+from tests.bench.scenario_failover import AFTER, EXITING, LATE, _exit_groups
 from tests.bench.scenario_idle import IdleResult, attempts_of, billed_spans
 from tests.bench.scenario_isolation import IsolationResult, durations
 from tests.bench.scenario_rss import RssResult
@@ -292,3 +293,11 @@ def test_every_duration_setting_is_scaled_or_says_why_not() -> None:
     assert not left, (
         f"scale these in tests/bench/scale.py, or list them in UNSCALED_SETTINGS with why: {left}"
     )
+
+
+def test_the_failover_bench_stops_each_exit_group_and_never_more_than_half_the_fleet() -> None:
+    during, after, late = _exit_groups([f"j{i:04d}" for i in range(1000)])
+    assert (len(during), len(after), len(late)) == (EXITING, AFTER, LATE)
+    assert len({*during, *after, *late}) == EXITING + AFTER + LATE
+    small = _exit_groups([f"j{i}" for i in range(20)])
+    assert sum(map(len, small)) == 10 and all(small)

@@ -1,5 +1,5 @@
 """Where an operator's time goes, for benchmarks: put this directory on PYTHONPATH and set
-TAOBREV_TIMING_PROBE to a directory; every `python -m controller` started then appends to
+BENCH_TIMING_PROBE to a directory; every `python -m controller` started then appends to
 <dir>/t-<pid>.log (seconds since the epoch, then what):
 
     WAITRET <container> <code>   an exit wait returned with an exit code
@@ -8,7 +8,9 @@ TAOBREV_TIMING_PROBE to a directory; every `python -m controller` started then a
     LAG <s>                      the event loop woke more than 0.3 s late from a 0.1 s sleep
     GC <generation> <s> <freed>  a collection over 50 ms, and every full one
 
-`python -m tests.bench.scenario_failover` with it gave the breakdown in docs/benchmarks.md.
+Not a TAOBREV_ variable: the bench's operators get none from the caller (tests/devenv/operator.py),
+so a TAOBREV_ switch would never reach them. `python -m tests.bench.scenario_failover` with it
+gives the breakdown in docs/benchmarks.md.
 It wraps methods at start-up and adds microseconds per call; it is never imported otherwise.
 """
 
@@ -17,7 +19,7 @@ from __future__ import annotations
 import os
 import sys
 
-if sys.orig_argv[-2:] == ["-m", "controller"] and os.environ.get("TAOBREV_TIMING_PROBE"):
+if sys.orig_argv[-2:] == ["-m", "controller"] and os.environ.get("BENCH_TIMING_PROBE"):
     import asyncio
     import functools
     import gc
@@ -27,7 +29,7 @@ if sys.orig_argv[-2:] == ["-m", "controller"] and os.environ.get("TAOBREV_TIMING
     from pathlib import Path
     from typing import Any
 
-    _OUT = (Path(os.environ["TAOBREV_TIMING_PROBE"]) / f"t-{os.getpid()}.log").open("a", buffering=1)
+    _OUT = (Path(os.environ["BENCH_TIMING_PROBE"]) / f"t-{os.getpid()}.log").open("a", buffering=1)
 
     def _w(*what: object) -> None:
         _OUT.write(f"{time.time():.3f} " + " ".join(map(str, what)) + "\n")
