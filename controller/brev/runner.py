@@ -27,7 +27,7 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,6 +43,9 @@ log = structlog.get_logger(__name__)
 MAX_CAPTURE_BYTES = 8 * 1024 * 1024
 # After killing a process group, how long to wait for the pipes to close before giving up on them.
 _KILL_GRACE_S = 5.0
+# How long a call reuses the agent found alive before checking again (brev only needs the
+# variable set; a dead agent costs ssh nothing, it falls back to the IdentityFile).
+CHECK_EVERY_S = 60.0
 # sun_path is 108 bytes on Linux; leave room for the terminating NUL.
 _MAX_SOCKET_PATH = 100
 
@@ -89,13 +92,16 @@ class SshAgent:
         socket_path: Path | None = None,
         binary: str = "ssh-agent",
         respawn_after_s: float = 600.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._binary = binary
+        self._clock = clock
         self._socket = socket_path or default_agent_socket(home)
         self._respawn_after_s = respawn_after_s
         self._pid: int | None = None
         self._current: str | None = None
         self._started_at = 0.0
+        self._checked_at = 0.0  # monotonic time `_current` was last found alive (or started)
         self._lock = asyncio.Lock()
 
     @property
@@ -103,21 +109,30 @@ class SshAgent:
         return self._socket
 
     async def ensure(self, env: Mapping[str, str] | None = None) -> str:
-        """The socket path of a live agent, starting one (with `env`, for PATH) if needed."""
+        """The socket path of a live agent, starting one (with `env`, for PATH) if needed.
+
+        Every brev and ssh call asks, so the answer is reused for CHECK_EVERY_S, and a check
+        (a connect to the agent's socket) runs in a thread, never on the event loop: at a
+        takeover a thousand ssh clients query the agent at once, its backlog fills, and a
+        blocking connect per call stalled the loop for seconds (long enough to lose the Lease)."""
         async with self._lock:
+            now = self._clock()
+            if self._current is not None and now - self._checked_at < CHECK_EVERY_S:
+                return self._current
             inherited = (env or {}).get("SSH_AUTH_SOCK")
-            if inherited and _socket_alive(Path(inherited)):
+            if inherited and await _alive(Path(inherited)):
+                self._current, self._checked_at = inherited, now
                 return inherited
             if self._current is not None and (
-                _socket_alive(Path(self._current))
-                or time.monotonic() - self._started_at < self._respawn_after_s
+                await _alive(Path(self._current)) or now - self._started_at < self._respawn_after_s
             ):
+                self._checked_at = now
                 return self._current
-            if _socket_alive(self._socket):  # left by a previous operator process: reuse it
-                self._current = str(self._socket)
+            if await _alive(self._socket):  # left by a previous operator process: reuse it
+                self._current, self._checked_at = str(self._socket), now
                 return self._current
             self._current = await self._start(env)
-            self._started_at = time.monotonic()
+            self._started_at = self._checked_at = self._clock()
             return self._current
 
     async def _start(self, env: Mapping[str, str] | None) -> str:
@@ -182,6 +197,10 @@ def _is_our_agent(pid: int, sock: Path) -> bool:
     except OSError:
         return False
     return str(sock).encode() in cmdline
+
+
+async def _alive(path: Path) -> bool:
+    return await asyncio.to_thread(_socket_alive, path)
 
 
 def _socket_alive(path: Path) -> bool:

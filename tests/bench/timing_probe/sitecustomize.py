@@ -6,6 +6,8 @@ BENCH_TIMING_PROBE to a directory; every `python -m controller` started then app
     PATCH0 / PATCH1 <job>        a status patch carrying an exit code was sent / answered
     THREAD <call> queued= ran=   a kube call that waited or ran more than 0.5 s in its thread
     LAG <s>                      the event loop woke more than 0.3 s late from a 0.1 s sleep
+    STALL <s> <stack>            the loop has not turned for 2 s (and again at 6 s): what the
+                                 main thread runs meanwhile, innermost frame last
     GC <generation> <s> <freed>  a collection over 50 ms, and every full one
 
 Not a TAOBREV_ variable: the bench's operators get none from the caller (tests/devenv/operator.py),
@@ -35,14 +37,37 @@ if sys.orig_argv[-2:] == ["-m", "controller"] and os.environ.get("BENCH_TIMING_P
         _OUT.write(f"{time.time():.3f} " + " ".join(map(str, what)) + "\n")
 
     _LAGGING: list[asyncio.Task[None]] = []
+    _TURNED = [time.monotonic()]  # when the lag task last ran: the loop's heartbeat
 
     async def _lag() -> None:
+        watchdog = threading.Thread(target=_watchdog, args=(threading.get_ident(),), daemon=True)
+        watchdog.start()
         while True:
             began = time.monotonic()
+            _TURNED[0] = began
             await asyncio.sleep(0.1)
             late = time.monotonic() - began - 0.1
             if late > 0.3:
                 _w("LAG", f"{late:.2f}")
+
+    def _watchdog(main: int) -> None:
+        """From another thread: the main thread's stack while the loop is stuck (a thread
+        gets the GIL every switch interval unless the main thread holds it in C code)."""
+        import traceback
+
+        dumped: set[tuple[int, int]] = set()
+        while True:
+            time.sleep(0.5)
+            stuck = time.monotonic() - _TURNED[0]
+            for mark in (2, 6):
+                if stuck >= mark and (round(_TURNED[0] * 10), mark) not in dumped:
+                    dumped.add((round(_TURNED[0] * 10), mark))
+                    frame = sys._current_frames().get(main)
+                    stack = traceback.extract_stack(frame) if frame is not None else []
+                    where = " | ".join(
+                        f"{f.filename.rsplit('/', 2)[-1]}:{f.lineno} {f.name}" for f in stack[-14:]
+                    )
+                    _w("STALL", f"{stuck:.1f}", where)
 
     def _install() -> None:
         wanted = ("controller.brev.workload", "controller.kube.access")
