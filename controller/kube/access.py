@@ -653,12 +653,15 @@ def _field_selector(finished: bool | None) -> str | None:
 
 
 def _refused_selector(exc: ApiException) -> bool:
-    body = exc.body.decode(errors="replace") if isinstance(exc.body, bytes) else str(exc.body or "")
-    return exc.status == 400 and _FIELD_REFUSED in body
+    return exc.status == 400 and _FIELD_REFUSED in _body(exc)
+
+
+def _body(exc: ApiException) -> str:
+    return exc.body.decode(errors="replace") if isinstance(exc.body, bytes) else str(exc.body or "")
 
 
 def _answer(exc: ApiException) -> str:
-    body = exc.body.decode(errors="replace") if isinstance(exc.body, bytes) else str(exc.body or "")
+    body = _body(exc)
     return redact_text(_cut(f"{exc.status} {exc.reason}: {body}".strip(), 400))
 
 

@@ -128,8 +128,9 @@ def cpu_groups(sc: Scenario, op: OperatorProcess | None = None) -> tuple[float, 
     acting = op or sc.op
     assert acting.proc is not None
     pid = acting.proc.pid
-    # The ssh masters left the operator's tree but not its pod (its own home).
-    test = masters_of(Path(acting.env()["HOME"]))
+    # The ssh masters left the operator's tree but not its pod (its own home). Not `env()`: it
+    # requests a fresh token (a kubectl call) inside the window being measured.
+    test = masters_of(Path(acting.extra_env.get("HOME") or sc.sim.home))
     pod = descendants(pid) | {p.pid for p in processes() if test(p.pid)}
     sim = set(sc.sim.processes())
     out: Counter[str] = Counter()
