@@ -476,7 +476,7 @@ def run(
 
 def fill(bench: Bench, jobs: int, wave: int, budget: float) -> Scenario:
     """The footprint's fleet (F = 1, fast boots, endless epochs), one replica."""
-    sc = bench.scenario("failover", scale=scenario_rss.REAL, durations=scenario_rss.FAST)
+    sc = bench.scenario("failover", scale=scenario_rss.REAL, durations=scenario_rss.FAST, cgroups=True)
     res = scenario_rss.RssResult(target=jobs, budget=budget)
     names = scenario_rss._fill(sc, res, wave, (), lambda n, names: None)
     sc.watch.wait(names, running_or_beyond, scenario_rss.SETTLE)
@@ -491,7 +491,9 @@ def standby_for(sc: Scenario) -> OperatorProcess:
     """A second replica of the acting one's deployment, in a pod of its own (its own home)."""
     env = {**sc.op.extra_env, **ELECTION, "HOME": str(sc.bench.work / sc.name / "standby-home")}
     Path(env["HOME"]).mkdir(parents=True, exist_ok=True)
-    return OperatorProcess(sc.bench.cp, sc.sim, sc.bench.work / sc.name / "standby", extra_env=env).start(600)
+    op = OperatorProcess(sc.bench.cp, sc.sim, sc.bench.work / sc.name / "standby", extra_env=env)
+    op.wrap = sc.pod("standby")
+    return op.start(600)
 
 
 def _settled_rss(op: OperatorProcess, timeout: float = 600.0) -> float:

@@ -128,6 +128,12 @@ def cpu_groups(sc: Scenario, op: OperatorProcess | None = None) -> tuple[float, 
     acting = op or sc.op
     assert acting.proc is not None
     pid = acting.proc.pid
+    pods = [g for name, g in sc.groups.items() if name.startswith("pod ") and pid in g.pids()]
+    if pods and "cloud" in sc.groups:  # cgroups (pod_cgroups.py): each group's exact CPU time
+        ticks = Counter({"operator": _ticks(pid, reaped=False)})
+        ticks["operator's brev/ssh"] = round(pods[0].cpu_seconds() * sampling.TICK) - ticks["operator"]
+        ticks["simulator"] = round(sc.groups["cloud"].cpu_seconds() * sampling.TICK)
+        return _others(ticks)
     # The ssh masters left the operator's tree but not its pod (its own home). Not `env()`: it
     # requests a fresh token (a kubectl call) inside the window being measured.
     test = masters_of(Path(acting.extra_env.get("HOME") or sc.sim.home))
@@ -139,9 +145,14 @@ def cpu_groups(sc: Scenario, op: OperatorProcess | None = None) -> tuple[float, 
         _ticks(pid, reaped=True) - out["operator"] + sum(_ticks(p, reaped=True) for p in pod - sim)
     )
     out["simulator"] = sum(_ticks(p, reaped=True) for p in sim)
+    return _others(out, skip=sim)
+
+
+def _others(out: Counter[str], skip: set[int] | frozenset[int] = frozenset()) -> tuple[float, Counter[str]]:
+    """`out` (ticks) with the bench's and the control plane's, as (monotonic now, CPU seconds)."""
     out["bench + kubectl watch"] = _ticks(os.getpid(), reaped=True)
     for p in processes():
-        if p.comm in ("kube-apiserver", "etcd") and p.pid not in sim:
+        if p.comm in ("kube-apiserver", "etcd") and p.pid not in skip:
             out[p.comm] += _ticks(p.pid, reaped=True)
     return time.monotonic(), Counter({k: v / sampling.TICK for k, v in out.items()})
 

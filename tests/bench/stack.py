@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.bench.pod_cgroups import CpuGroup
 from tests.bench.scale import Scale
 from tests.brevsim import container
 from tests.brevsim.harness import BrevSim, SimCall
@@ -176,6 +177,18 @@ class ContainerExit(threading.Thread):
             self.stop.wait(0.01)
 
 
+def pod_wrap(groups: dict[str, CpuGroup], replica: str) -> Callable[[list[str]], list[str]] | None:
+    """Where the cloud has a cgroup, a new one for `replica`'s pod (added to `groups`) and the
+    wrapper that starts a command in it; None otherwise."""
+    if "cloud" not in groups:
+        return None
+    group, why = CpuGroup.create(f"taobrev-bench-pod-{replica}")
+    if group is None:
+        raise RuntimeError(f"the cloud has a cgroup but pod {replica} cannot have one: {why}")
+    groups[f"pod {replica}"] = group
+    return group.wrap
+
+
 @dataclass
 class Scenario:
     """One simulator + namespace + operator process on the shared control plane and S3."""
@@ -188,6 +201,8 @@ class Scenario:
     watch: PhaseWatch
     scale: Scale
     applied: dict[str, float] = field(default_factory=dict)
+    # "cloud" (the simulator) and "pod <replica>" when the scenario runs in cgroups (pod_cgroups.py)
+    groups: dict[str, CpuGroup] = field(default_factory=dict)
 
     def manifests(
         self,
@@ -251,11 +266,19 @@ class Scenario:
         with self.watch.lock:
             return sum(1 for st in self.watch.status.values() if st.get("phase") == "Running")
 
+    def pod(self, replica: str) -> Callable[[list[str]], list[str]] | None:
+        """The wrapper that starts `replica` in a pod cgroup of its own (None: no cgroups here)."""
+        return pod_wrap(self.groups, replica)
+
     def close(self) -> None:
         self.watch.close()
         with contextlib.suppress(Exception):
             self.op.stop()
         self.sim.close()
+        for name, group in self.groups.items():
+            left = group.remove()
+            if left:
+                print(f"   cgroup {name}: killed what its stack left running: {left}", flush=True)
 
 
 @dataclass
@@ -285,18 +308,32 @@ class Bench:
         *,
         scale: Scale | None = None,
         durations: Mapping[str, object] | None = None,
+        cgroups: bool = False,
     ) -> Scenario:
         """A fresh simulator, namespace `name` and operator (settings scaled by `scale`, default
         the bench's, + `operator_env`); the simulator runs at that factor with `durations`
-        (default: the realistic nominal ones)."""
+        (default: the realistic nominal ones). `cgroups`: the simulator and the operator each in a
+        CPU cgroup of their own (pod_cgroups.py), where the host has a writable cpu controller."""
         scale = scale or self.scale
+        groups: dict[str, CpuGroup] = {}
+        if cgroups:
+            cloud, why = CpuGroup.create("taobrev-bench-cloud")
+            if cloud is None:
+                print(f"   no cgroups for {name} ({why}): pod and cloud share the host", flush=True)
+            else:
+                groups["cloud"] = cloud
         sim = BrevSim(self.work / name / "sim", speed=scale.factor, s3_endpoint=self.s3.endpoint_url)
+        if "cloud" in groups:
+            groups["cloud"].adopt(sim.processes())  # the daemon (nothing else runs yet)
         try:
             sim.set_faults(**(durations if durations is not None else scale.brev_durations()))
             self.cp.create_namespace(name)
             install_operator_identity(self.cp, sim, job_namespaces=[name])
             env = {"TAOBREV_NAMESPACES": name, **scale.operator_env(), **(operator_env or {})}
-            op = OperatorProcess(self.cp, sim, self.work / name / "operator", extra_env=env).start()
+            op = OperatorProcess(self.cp, sim, self.work / name / "operator", extra_env=env)
+            if "cloud" in groups:
+                op.wrap = pod_wrap(groups, "operator")
+            op.start()
             stack = Stack(self.cp, sim, self.s3, op, name, BUCKET)
             stack.create_job_secrets()
             watch = PhaseWatch(self.cp, name)
@@ -304,8 +341,10 @@ class Bench:
             watch.ready.wait(10)
         except BaseException:
             sim.close()
+            for group in groups.values():
+                group.remove()
             raise
-        return Scenario(self, name, sim, op, stack, watch, scale)
+        return Scenario(self, name, sim, op, stack, watch, scale, groups=groups)
 
     def close(self) -> None:
         self.s3.stop()

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -85,6 +85,8 @@ class OperatorProcess:
     # another release's code for the upgrade test.
     code_dir: Path = REPO
     proc: subprocess.Popen[bytes] | None = None
+    # Starts the command somewhere else (the bench's pod cgroup); it must exec it (same pid).
+    wrap: Callable[[list[str]], list[str]] | None = None
     metrics_port: int = 0
     health_port: int = 0
     log_api_port: int = 0
@@ -138,8 +140,9 @@ class OperatorProcess:
         self.health_port = self.health_port or free_port()
         self.log_api_port = self.log_api_port or free_port()
         log = self.log_path.open("ab")
+        cmd = [sys.executable, "-m", "controller"]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "controller"],
+            self.wrap(cmd) if self.wrap is not None else cmd,
             cwd=self.code_dir,
             env=self.env(),
             stdin=subprocess.DEVNULL,
