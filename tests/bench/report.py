@@ -277,7 +277,8 @@ def failover_figures(results: list[scenario_failover.FailoverResult], finished: 
                 "s",
                 sf.REARM_GOAL,
                 note=f"Lease taken {r.takeover if r.takeover is None else round(r.takeover, 1)} s after "
-                f"{taken}; {r.not_rearmed} not re-armed; ssh masters alive at once (peak) {r.masters_peak}",
+                f"{taken}; {r.not_rearmed} not re-armed; ssh masters alive at once (peak) {r.masters_peak}; "
+                f"CPU: {sf.CPU_SETUP[r.cgroups]}",
                 incomplete=r.not_rearmed > 0,
             ),
             Figure(

@@ -74,6 +74,11 @@ EXITING = 10  # containers stopped around the takeover (half before it, half aft
 AFTER = 10  # containers stopped once every wait is re-armed, one a second
 LATE = 10  # containers stopped from LATE_FROM s after the takeover, one a second
 LATE_FROM = REARM_GOAL  # "re-armed within 60 s; exits after that noticed within 2 s"
+# How the bench host's CPU was shared (tests/bench/pod_cgroups.py), printed with the figures.
+CPU_SETUP = {
+    True: "each replica's pod and the simulator in a cgroup of their own",
+    False: "no cgroups: every ssh master and simulator session scheduled as heavy as the operator",
+}
 TAKEOVER_TIMEOUT = 120.0
 REARM_TIMEOUT = 600.0  # s: the bench gives up waiting for the re-arm (reported, not hidden)
 NOTICE_TIMEOUT = 120.0
@@ -86,6 +91,8 @@ class FailoverResult:
     takeover: float | None = None  # s: kill -> the new holder's acquireTime
     rearm: float | None = None  # s: takeover -> the last Running job's exit wait started again
     not_rearmed: int = 0
+    rearm_shares: dict[int, float] = field(default_factory=dict)  # % re-armed -> s after the takeover
+    cores_rearm: dict[str, float] = field(default_factory=dict)  # group -> cores during the re-arm
     calls: Counter[str] = field(default_factory=Counter)  # kind -> count in the window
     calls_window: float = 0.0  # s the window really covered
     steady: int = 0  # jobs Running throughout the window (not stopped, not started in it)
@@ -103,6 +110,7 @@ class FailoverResult:
     rss_settled: float | None = None  # restart: the standby's RSS (MiB) once it saw every object
     queue_problems: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    cgroups: bool = False  # each replica's pod and the simulator in CPU cgroups of their own
 
     @property
     def calls_per_job(self) -> float | None:
@@ -309,7 +317,7 @@ class _Kill:
             if gap:
                 threading.Event().wait(gap)
 
-    def await_rearm(self, takeover: float) -> None:
+    def await_rearm(self, takeover: float, acting: OperatorProcess) -> None:
         """Every Running job (but those stopped) has a `docker wait` that started after the
         takeover."""
         sc, res = self.sc, self.res
@@ -321,6 +329,7 @@ class _Kill:
             }
         deadline = time.monotonic() + REARM_TIMEOUT
         since = ExitWaits(sc, since=takeover)
+        cpu0 = cpu_groups(sc, acting)
         while True:
             since.update()
             waits = since.first_since
@@ -328,6 +337,11 @@ class _Kill:
             if not left or time.monotonic() > deadline:
                 break
             threading.Event().wait(1.0)
+        res.cores_rearm = cores_between(cpu0, cpu_groups(sc, acting))
+        # The curve tells a rate (a bottleneck's throughput) from a tail (a few slow jobs).
+        times = sorted(waits[i] - takeover for i in by_instance if i in waits)
+        res.rearm_shares = {q: times[max(0, -(-len(by_instance) * q // 100) - 1)] for q in (50, 90, 99)
+                            if -(-len(by_instance) * q // 100) <= len(times)}  # fmt: skip
         res.not_rearmed = len(left)
         if left:
             res.problems.append(
@@ -420,7 +434,7 @@ def run(
     """Kill `acting` with the namespace's fleet steady; `standby` takes over, or (restart) `acting`
     starts again after `outage()` (work done while no operator runs). `tag` names this run's
     extra jobs. The new acting replica is `standby or acting`, with the election on."""
-    res = FailoverResult(mode=mode)
+    res = FailoverResult(mode=mode, cgroups="cloud" in sc.groups)
     with sc.watch.lock:
         running = sorted(n for n, st in sc.watch.status.items() if st.get("phase") == "Running")
     res.running = len(running)
@@ -460,7 +474,7 @@ def run(
             return res
         res.takeover = takeover - killed
         kill.stop_containers(during[len(during) // 2 :], gap=1.0)  # during the re-arm
-        kill.await_rearm(takeover)
+        kill.await_rearm(takeover, nxt)
         print(
             f"   {mode}: takeover {res.takeover:.1f} s after the kill, re-armed {res.rearm} s later",
             flush=True,
@@ -549,6 +563,8 @@ def describe(res: FailoverResult) -> str:
     lines = [
         f"{res.mode} at {res.running} Running: Lease taken {res.takeover} s after {since}; every wait "
         f"re-armed {res.rearm} s after that (goal {REARM_GOAL:g}); not re-armed {res.not_rearmed}",
+        "  re-armed by then: " + ", ".join(f"{q}% {t:.1f} s" for q, t in res.rearm_shares.items()),
+        f"  cores meanwhile, during the re-arm: {cores_text(res.cores_rearm)}",
         f"  calls in the first {res.calls_window:.0f} s: {res.calls_per_job} per job (goal {CALLS_GOAL:g}): "
         f"{res.steady_calls} of {res.steady} jobs running throughout and shared; all "
         f"{sum(res.calls.values())}: {dict(res.calls.most_common())}",
@@ -559,6 +575,7 @@ def describe(res: FailoverResult) -> str:
         f"  cores meanwhile, right after the re-arm: {cores_text(res.cores_after)}",
         f"  cores meanwhile, from {LATE_FROM:g} s: {cores_text(res.cores_late)}",
         f"  duplicate creates {res.duplicate_creates}; queue: {res.queue_problems or 'kept its order'}",
+        f"  CPU: {CPU_SETUP[res.cgroups]}",
         f"  before the kill: operator RSS {rss}; the acting pod's PSS {pss:.0f} MiB: {parts}",
     ]
     if res.start_to_healthy is not None:

@@ -133,6 +133,8 @@ def cpu_groups(sc: Scenario, op: OperatorProcess | None = None) -> tuple[float, 
         ticks = Counter({"operator": _ticks(pid, reaped=False)})
         ticks["operator's brev/ssh"] = round(pods[0].cpu_seconds() * sampling.TICK) - ticks["operator"]
         ticks["simulator"] = round(sc.groups["cloud"].cpu_seconds() * sampling.TICK)
+        if sc.sim.daemon_pid is not None:  # one process: its asyncssh server serves every instance
+            ticks["simulator's daemon"] = _ticks(sc.sim.daemon_pid, reaped=False)
         return _others(ticks)
     # The ssh masters left the operator's tree but not its pod (its own home). Not `env()`: it
     # requests a fresh token (a kubectl call) inside the window being measured.

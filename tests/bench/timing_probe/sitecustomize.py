@@ -4,8 +4,12 @@ BENCH_TIMING_PROBE to a directory; every `python -m controller` started then app
 
     WAITRET <container> <code>   an exit wait returned with an exit code
     PATCH0 / PATCH1 <job>        a status patch carrying an exit code was sent / answered
-    THREAD <call> queued= ran=   a kube call that waited or ran more than 0.5 s in its thread
-    LAG <s>                      the event loop woke more than 0.3 s late from a 0.1 s sleep
+    THREAD <call> pool= queued= ran=
+                                 a kube call that waited or ran more than 0.5 s in its thread,
+                                 and which of KubeAccess's pools (calls, lists, moves) ran it
+    LAG <s> ran= runq= process=  the event loop woke more than 0.3 s late from a 0.1 s sleep; the
+                                 main thread's CPU s and run-queue wait meanwhile (starvation), and
+                                 the whole process's CPU s (other threads holding the GIL)
     STALL <s> <stack>            the loop has not turned for 2 s (and again at 6 s): what the
                                  main thread runs meanwhile, innermost frame last
     GC <generation> <s> <freed>  a collection over 50 ms, and every full one
@@ -39,16 +43,27 @@ if sys.orig_argv[-2:] == ["-m", "controller"] and os.environ.get("BENCH_TIMING_P
     _LAGGING: list[asyncio.Task[None]] = []
     _TURNED = [time.monotonic()]  # when the lag task last ran: the loop's heartbeat
 
+    def _sched(tid: int) -> tuple[float, float, float]:
+        """(the main thread's CPU s, its s waiting on a run queue, the whole process's CPU s)."""
+        ran, waited, _ = Path(f"/proc/self/task/{tid}/schedstat").read_text().split()
+        fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+        process = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+        return int(ran) / 1e9, int(waited) / 1e9, process
+
     async def _lag() -> None:
         watchdog = threading.Thread(target=_watchdog, args=(threading.get_ident(),), daemon=True)
         watchdog.start()
+        tid = threading.get_native_id()
         while True:
-            began = time.monotonic()
+            began, before = time.monotonic(), _sched(tid)
             _TURNED[0] = began
             await asyncio.sleep(0.1)
             late = time.monotonic() - began - 0.1
             if late > 0.3:
-                _w("LAG", f"{late:.2f}")
+                ran, waited, process = (b - a for a, b in zip(before, _sched(tid), strict=True))
+                # ran: the loop's own work; runq: starved of a CPU; neither: waiting (the GIL, a
+                # vfork child's exec); process - ran: the other threads' CPU meanwhile
+                _w("LAG", f"{late:.2f}", f"ran={ran:.2f}", f"runq={waited:.2f}", f"process={process:.2f}")
 
     def _watchdog(main: int) -> None:
         """From another thread: the main thread's stack while the loop is stuck (a thread
@@ -116,11 +131,17 @@ if sys.orig_argv[-2:] == ["-m", "controller"] and os.environ.get("BENCH_TIMING_P
                 start, end = times.get("start", submitted), times.get("end", time.time())
                 if start - submitted > 0.5 or end - start > 0.5:
                     name = getattr(fn, "__qualname__", str(fn))
-                    _w("THREAD", name, f"queued={start - submitted:.2f}", f"ran={end - start:.2f}")
+                    pool = "lists" if kwargs.get("listing") else "moves" if kwargs.get("moving") else "calls"
+                    _w("THREAD", name, f"pool={pool}", f"queued={start - submitted:.2f}",
+                       f"ran={end - start:.2f}")  # fmt: skip
 
         workload.wait_exit_with_tail = wait_exit_with_tail
         access.patch_status = patch_status
         access._thread = _thread
+        _install_gc()
+        _w("installed")
+
+    def _install_gc() -> None:
         began: dict[str, float] = {}
 
         def collected(phase: str, info: dict[str, int]) -> None:
@@ -132,6 +153,5 @@ if sys.orig_argv[-2:] == ["-m", "controller"] and os.environ.get("BENCH_TIMING_P
                 _w("GC", info.get("generation"), f"{took:.3f}", info.get("collected"))
 
         gc.callbacks.append(collected)
-        _w("installed")
 
     threading.Thread(target=_install, daemon=True, name="timing-probe").start()
