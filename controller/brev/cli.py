@@ -82,7 +82,7 @@ from controller.brev.output import (
     version_warning,
 )
 from controller.brev.pace import BrevPace, PacePolicy, throttle_of
-from controller.brev.runner import CommandTimeout, Runner, RunResult, SshAgent
+from controller.brev.runner import CommandTimeout, Runner, RunResult, SshAgent, below_the_loop
 from controller.brev.sshmux import (
     SSH_CONNECTION_FAILED,
     control_dir,
@@ -572,7 +572,7 @@ class BrevCLI:
         connection (a long session: see sshmux), so it never holds a lane, a pass or a master. A
         stream that ended at once with ssh's 255 is retried by the caller after `refresh_alias`."""
         check_name(instance)
-        return await asyncio.create_subprocess_exec(
+        proc = await asyncio.create_subprocess_exec(
             *await self._ssh_ready(instance, command, shared=False),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
@@ -580,6 +580,8 @@ class BrevCLI:
             env=await self._runner.environment(),
             start_new_session=True,
         )
+        below_the_loop(proc.pid)
+        return proc
 
     async def refresh_alias(self, failed_at: float) -> None:
         """ssh did not know an instance's alias (a replica that never reached it): `brev refresh`

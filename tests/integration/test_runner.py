@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from controller.brev.runner import CommandTimeout, Runner, SshAgent
+from controller.brev.runner import CHILD_NICE, CommandTimeout, Runner, SshAgent
 
 pytestmark = pytest.mark.integration
 
@@ -42,6 +43,15 @@ def test_children_get_dev_null_as_stdin_unless_fed_on_purpose() -> None:
     assert result.stdout.strip() == "/dev/null"
     fed = asyncio.run(runner.run(["cat"], verb="t", timeout=10, stdin=b"secret-bytes\x00\n"))
     assert fed.stdout == "secret-bytes\x00\n"
+
+
+def test_children_run_below_the_event_loops_priority() -> None:
+    """A takeover's thousand ssh clients must not take the loop's CPU (runner.CHILD_NICE). The child
+    reads its nice only after stdin's EOF, which the runner sends once it lowered the child."""
+    runner = Runner(dict(os.environ))
+    probe = "import os, sys; sys.stdin.read(); print(os.nice(0))"
+    result = asyncio.run(runner.run([sys.executable, "-c", probe], verb="t", timeout=30, stdin=b"go"))
+    assert int(result.stdout) == min(19, os.nice(0) + CHILD_NICE)
 
 
 def test_timeout_kills_the_whole_process_group_and_records_it() -> None:
