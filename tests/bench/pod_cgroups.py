@@ -6,12 +6,14 @@ the same two cores, and with autogroup scheduling (`sched_autogroup_enabled` = 1
 (each ssh master, each simulator session) is a scheduling group as heavy as the whole operator:
 at 1,000 running, the restart's operator got 0.07-0.10 cores and stalled 6-14 s (`fca87e7`).
 
-Here each replica runs in a cgroup of its own at the default weight (its whole pod: the operator,
-`brev`, ssh and its masters, which stay in it across `setsid`), and the simulator in another; a
-task in a non-root cgroup is not autogrouped, so under contention a pod gets the share a pod with
-a CPU request would. The groups nest under the bench's own (inside the footprint's idle group when
-`make bench` runs it), and a `cpuacct` twin (cgroup v1; v2's cpu.stat) gives each group's exact
-CPU time, daemonised masters and reaped children included.
+Here each replica runs in a cgroup of its own (its whole pod: the operator, `brev`, ssh and its
+masters, which stay in it across `setsid`), and the simulator in another; a task in a non-root
+cgroup is not autogrouped. The pod weighs POD_WEIGHT times the default: it gets the CPU it asks
+for first, as a pod whose CPU request covers its use does on a node, and the simulated cloud
+(Brev's machines in production) gets the rest. The bench prints what the pod used, which is what
+its request must cover (docs/sizing.md). The groups nest under the bench's own (inside the
+footprint's idle group when `make bench` runs it), and a `cpuacct` twin (cgroup v1; v2's
+cpu.stat) gives each group's exact CPU time, daemonised masters and reaped children included.
 
 Needs a writable cpu controller, like idle_cgroup.py; without one `create` says why and the bench
 runs as before (the figures then say so).
@@ -26,6 +28,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+POD_WEIGHT = 4.0  # x the default weight: above the cloud's and the control plane's put together
 V1 = Path("/sys/fs/cgroup")  # v1 hierarchies are V1/<controller>
 V2 = Path("/sys/fs/cgroup")  # the unified hierarchy (v2-only hosts)
 SELF = Path("/proc/self/cgroup")
@@ -47,8 +50,9 @@ class CpuGroup:
     usage_file: Path  # cpuacct.usage (ns) on v1, cpu.stat (usage_usec) on v2
 
     @classmethod
-    def create(cls, name: str) -> tuple[CpuGroup | None, str]:
-        """A child of this process's cpu (and cpuacct) group at the default weight, or (None, why)."""
+    def create(cls, name: str, weight: float = 1.0) -> tuple[CpuGroup | None, str]:
+        """A child of this process's cpu (and cpuacct) group at `weight` times the default weight
+        (v1 cpu.shares 1024, v2 cpu.weight 100), or (None, why)."""
         cpu, acct = _own("cpu"), _own("cpuacct")
         made: list[Path] = []
         try:
@@ -60,11 +64,16 @@ class CpuGroup:
                 for path in dict.fromkeys((cpu_dir, acct_dir)):
                     path.mkdir()
                     made.append(path)
+                if weight != 1.0:
+                    (cpu_dir / "cpu.shares").write_text(str(round(1024 * weight)))
                 return cls(name, tuple(made), acct_dir / "cpuacct.usage"), ""
             unified = _own("")
             if unified is not None and "cpu" in _read(V2 / "cgroup.controllers").split():
                 path = V2 / unified.lstrip("/") / f"{name}-{os.getpid()}"
                 path.mkdir()
+                made.append(path)
+                if weight != 1.0:
+                    (path / "cpu.weight").write_text(str(round(100 * weight)))
                 return cls(name, (path,), path / "cpu.stat"), ""
         except OSError as e:
             for path in reversed(made):

@@ -47,6 +47,7 @@ from typing import Any
 
 from controller.api.timestamps import parse_time
 from tests.bench import scenario_finished, scenario_rss
+from tests.bench.pod_cgroups import POD_WEIGHT
 from tests.bench.scale import Scale
 from tests.bench.scenario_rss import ExitWaits, cores_between, cpu_groups
 from tests.bench.stack import Bench, ContainerExit, Scenario, running_or_beyond
@@ -76,7 +77,8 @@ LATE = 10  # containers stopped from LATE_FROM s after the takeover, one a secon
 LATE_FROM = REARM_GOAL  # "re-armed within 60 s; exits after that noticed within 2 s"
 # How the bench host's CPU was shared (tests/bench/pod_cgroups.py), printed with the figures.
 CPU_SETUP = {
-    True: "each replica's pod and the simulator in a cgroup of their own",
+    True: f"each replica's pod in a cgroup of its own at {POD_WEIGHT:g}x the default weight, the "
+    "simulator in another",
     False: "no cgroups: every ssh master and simulator session scheduled as heavy as the operator",
 }
 TAKEOVER_TIMEOUT = 120.0

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.bench.pod_cgroups import CpuGroup
+from tests.bench.pod_cgroups import POD_WEIGHT, CpuGroup
 from tests.bench.scale import Scale
 from tests.brevsim import container
 from tests.brevsim.harness import BrevSim, SimCall
@@ -182,7 +182,7 @@ def pod_wrap(groups: dict[str, CpuGroup], replica: str) -> Callable[[list[str]],
     wrapper that starts a command in it; None otherwise."""
     if "cloud" not in groups:
         return None
-    group, why = CpuGroup.create(f"taobrev-bench-pod-{replica}")
+    group, why = CpuGroup.create(f"taobrev-bench-pod-{replica}", POD_WEIGHT)
     if group is None:
         raise RuntimeError(f"the cloud has a cgroup but pod {replica} cannot have one: {why}")
     groups[f"pod {replica}"] = group

@@ -31,9 +31,10 @@ def test_v1_groups_nest_under_the_benchs_own_in_cpu_and_cpuacct(
     (root / "cpu" / "taobrev-bench-fill-7").mkdir(parents=True)
     (root / "cpu" / "cgroup.procs").write_text("")
     (root / "cpuacct").mkdir()
-    group, why = CpuGroup.create("pod")
+    group, why = CpuGroup.create("pod", weight=4)
     assert group is not None, why
     name = f"pod-{os.getpid()}"
+    assert (root / "cpu" / "taobrev-bench-fill-7" / name / "cpu.shares").read_text() == "4096"
     assert group.dirs == (root / "cpu" / "taobrev-bench-fill-7" / name, root / "cpuacct" / name)
     (group.dirs[1] / "cpuacct.usage").write_text("2500000000\n")
     assert group.cpu_seconds() == 2.5
@@ -79,9 +80,10 @@ def test_v2_reads_usage_usec_and_needs_the_cpu_controller(
     group, why = CpuGroup.create("cloud")
     assert group is None and "no writable cgroup cpu controller" in why
     (root / "cgroup.controllers").write_text("cpu memory pids")
-    group, why = CpuGroup.create("cloud")
+    group, why = CpuGroup.create("cloud", weight=4)
     assert group is not None, why
     assert group.dirs == (root / "bench" / f"cloud-{os.getpid()}",)
+    assert (group.dirs[0] / "cpu.weight").read_text() == "400"
     (group.dirs[0] / "cpu.stat").write_text("usage_usec 1500000\nuser_usec 1000000\nsystem_usec 500000\n")
     assert group.cpu_seconds() == 1.5
 
