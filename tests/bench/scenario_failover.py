@@ -94,6 +94,8 @@ class FailoverResult:
     rearm: float | None = None  # s: takeover -> the last Running job's exit wait started again
     not_rearmed: int = 0
     rearm_shares: dict[int, float] = field(default_factory=dict)  # % re-armed -> s after the takeover
+    launch_shares: dict[int, float] = field(default_factory=dict)  # % whose wait's ssh started -> s
+    connect_shares: dict[int, float] = field(default_factory=dict)  # % -> s from that ssh to the wait
     cores_rearm: dict[str, float] = field(default_factory=dict)  # group -> cores during the re-arm
     calls: Counter[str] = field(default_factory=Counter)  # kind -> count in the window
     calls_window: float = 0.0  # s the window really covered
@@ -340,10 +342,13 @@ class _Kill:
                 break
             threading.Event().wait(1.0)
         res.cores_rearm = cores_between(cpu0, cpu_groups(sc, acting))
-        # The curve tells a rate (a bottleneck's throughput) from a tail (a few slow jobs).
-        times = sorted(waits[i] - takeover for i in by_instance if i in waits)
-        res.rearm_shares = {q: times[max(0, -(-len(by_instance) * q // 100) - 1)] for q in (50, 90, 99)
-                            if -(-len(by_instance) * q // 100) <= len(times)}  # fmt: skip
+        # The curve tells a rate (a bottleneck's throughput) from a tail (a few slow jobs); the
+        # launches are the operator's pace, the connections the simulated sshd's.
+        launched, n = since.launched_since, len(by_instance)
+        res.rearm_shares = _shares([waits[i] - takeover for i in by_instance if i in waits], n)
+        res.launch_shares = _shares([launched[i] - takeover for i in by_instance if i in launched], n)
+        both = waits.keys() & launched.keys() & by_instance.keys()
+        res.connect_shares = _shares([waits[i] - launched[i] for i in both])
         res.not_rearmed = len(left)
         if left:
             res.problems.append(
@@ -406,6 +411,13 @@ class _Kill:
         with sc.watch.lock:
             admitted_at = {n: queue(sc.watch.status.get(n, {})).get("admittedAt") for n in self.queued}
         res.queue_problems = _check_queue(self.queued, admitted_at)
+
+
+def _shares(times: list[float], total: int | None = None) -> dict[int, float]:
+    """{q: the time by which q% of `total` (default: of those timed) had it}, q in 50, 90, 99."""
+    times, total = sorted(times), total or len(times)
+    ranks = {q: -(-total * q // 100) for q in (50, 90, 99)}  # ceil
+    return {q: times[r - 1] for q, r in ranks.items() if 0 < r <= len(times)}
 
 
 def _duplicates(creates: Counter[str]) -> int:
@@ -565,7 +577,12 @@ def describe(res: FailoverResult) -> str:
     lines = [
         f"{res.mode} at {res.running} Running: Lease taken {res.takeover} s after {since}; every wait "
         f"re-armed {res.rearm} s after that (goal {REARM_GOAL:g}); not re-armed {res.not_rearmed}",
-        "  re-armed by then: " + ", ".join(f"{q}% {t:.1f} s" for q, t in res.rearm_shares.items()),
+        "  re-armed by then: "
+        + ", ".join(f"{q}% {t:.1f} s" for q, t in res.rearm_shares.items())
+        + "; its ssh started by then: "
+        + ", ".join(f"{q}% {t:.1f} s" for q, t in res.launch_shares.items())
+        + "; that ssh -> the wait on the instance: "
+        + ", ".join(f"{q}% {t:.1f} s" for q, t in res.connect_shares.items()),
         f"  cores meanwhile, during the re-arm: {cores_text(res.cores_rearm)}",
         f"  calls in the first {res.calls_window:.0f} s: {res.calls_per_job} per job (goal {CALLS_GOAL:g}): "
         f"{res.steady_calls} of {res.steady} jobs running throughout and shared; all "

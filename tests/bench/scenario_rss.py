@@ -236,12 +236,14 @@ class ExitWaits:
     (controller/lifecycle/run_phases.py), so jobs started together re-arm spread over the period.
 
     `first_since`: per instance, when its first wait at or after `since` started (a takeover's
-    re-arm)."""
+    re-arm); `launched_since`: when the operator started the first ssh carrying one (the
+    difference is the connection: the simulated sshd's, not a real instance's)."""
 
     def __init__(self, sc: Scenario, since: float = 0.0) -> None:
         self.path, self.offset, self.since = sc.sim.store.calls_path, 0, since
         self.seen: Counter[str] = Counter()
         self.first_since: dict[str, float] = {}
+        self.launched_since: dict[str, float] = {}
 
     def update(self) -> Counter[str]:
         try:
@@ -253,6 +255,12 @@ class ExitWaits:
         end = data.rfind(b"\n") + 1  # a line still being appended is read next time
         self.offset += end
         for line in data[:end].splitlines():
+            if b'"ssh"' in line and b"docker wait" in line:
+                entry = json.loads(line)
+                host = ssh_host(entry.get("argv", []))
+                if entry.get("where") != "remote" and host and float(entry["ts"]) >= self.since:
+                    self.launched_since.setdefault(host, float(entry["ts"]))
+                continue
             if b'"docker"' not in line or b'"wait"' not in line:
                 continue
             entry = json.loads(line)
@@ -262,6 +270,22 @@ class ExitWaits:
                 if float(entry["ts"]) >= self.since:
                     self.first_since.setdefault(name, float(entry["ts"]))
         return self.seen
+
+
+_SSH_VALUED = frozenset("BbcDEeFIiJLlmOoPpQRSWw")  # ssh options that take a value
+
+
+def ssh_host(argv: list[str]) -> str | None:
+    """The destination of an ssh command line (the first word that is no option or its value)."""
+    skip = False
+    for word in argv:
+        if skip:
+            skip = False
+        elif word.startswith("-") and len(word) >= 2:
+            skip = len(word) == 2 and word[1] in _SSH_VALUED
+        else:
+            return word
+    return None
 
 
 def _not_waiting(sc: Scenario, names: list[str], waits: ExitWaits) -> list[str]:

@@ -23,10 +23,10 @@ from tests.bench.figures import (
 from tests.bench.report import idle_figures, isolation_figures, rss_figures, slope_figures
 from tests.bench.sampling import Memory
 from tests.bench.scale import SCALED_SETTINGS, Scale
-from tests.bench.scenario_failover import AFTER, EXITING, LATE, _exit_groups
+from tests.bench.scenario_failover import AFTER, EXITING, LATE, _exit_groups, _shares
 from tests.bench.scenario_idle import IdleResult, attempts_of, billed_spans
 from tests.bench.scenario_isolation import IsolationResult, durations
-from tests.bench.scenario_rss import RssResult
+from tests.bench.scenario_rss import RssResult, ssh_host
 from tests.brevsim.faults import check, durations_for
 from tests.brevsim.harness import SimCall
 
@@ -301,3 +301,17 @@ def test_the_failover_bench_stops_each_exit_group_and_never_more_than_half_the_f
     assert len({*during, *after, *late}) == EXITING + AFTER + LATE
     small = _exit_groups([f"j{i}" for i in range(20)])
     assert sum(map(len, small)) == 10 and all(small)
+
+
+def test_ssh_host_skips_options_and_their_values() -> None:
+    argv = ["-T", "-o", "BatchMode=yes", "-F", "/home/x/.ssh/config", "-4", "tbj-a-r-1", "bash", "-c", "x"]
+    assert ssh_host(argv) == "tbj-a-r-1"
+    assert ssh_host(["-oBatchMode=yes", "-p22", "host"]) == "host"  # values glued to the option
+    assert ssh_host(["-o", "x"]) is None
+
+
+def test_re_arm_shares_count_the_missing_as_not_reached() -> None:
+    times = [float(t) for t in range(1, 101)]
+    assert _shares(times) == {50: 50.0, 90: 90.0, 99: 99.0}
+    # 10 of 100 never re-armed: 90% is the last of those timed, 99% was never reached
+    assert _shares(times[:90], 100) == {50: 50.0, 90: 90.0}
