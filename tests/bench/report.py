@@ -282,6 +282,16 @@ def failover_figures(results: list[scenario_failover.FailoverResult], finished: 
                 incomplete=r.not_rearmed > 0,
             ),
             Figure(
+                f"{at}: Lease taken -> 99% of the re-arm's ssh started (the operator's part)",
+                r.launch_shares.get(99),
+                "s",
+                sf.REARM_GOAL,
+                note="the rest of the re-arm is the connection, ssh start -> the wait running on the "
+                "instance (the simulated sshd's): "
+                + ", ".join(f"{q}% {t:.1f} s" for q, t in r.connect_shares.items()),
+                incomplete=99 not in r.launch_shares,
+            ),
+            Figure(
                 f"{at}: brev+ssh calls per job, first {r.calls_window:.0f} s after the Lease was taken",
                 r.calls_per_job,
                 "calls",

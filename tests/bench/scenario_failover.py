@@ -77,8 +77,7 @@ LATE = 10  # containers stopped from LATE_FROM s after the takeover, one a secon
 LATE_FROM = REARM_GOAL  # "re-armed within 60 s; exits after that noticed within 2 s"
 # How the bench host's CPU was shared (tests/bench/pod_cgroups.py), printed with the figures.
 CPU_SETUP = {
-    True: f"each replica's pod in a cgroup of its own at {POD_WEIGHT:g}x the default weight, the "
-    "simulator in another",
+    True: f"each replica's pod in a cgroup of its own, the simulator in another ({POD_WEIGHT:g}x its weight)",
     False: "no cgroups: every ssh master and simulator session scheduled as heavy as the operator",
 }
 TAKEOVER_TIMEOUT = 120.0

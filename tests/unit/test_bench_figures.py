@@ -20,10 +20,10 @@ from tests.bench.figures import (
     slope,
     union_seconds,
 )
-from tests.bench.report import idle_figures, isolation_figures, rss_figures, slope_figures
+from tests.bench.report import failover_figures, idle_figures, isolation_figures, rss_figures, slope_figures
 from tests.bench.sampling import Memory
 from tests.bench.scale import SCALED_SETTINGS, Scale
-from tests.bench.scenario_failover import AFTER, EXITING, LATE, _exit_groups, _shares
+from tests.bench.scenario_failover import AFTER, EXITING, LATE, FailoverResult, _exit_groups, _shares
 from tests.bench.scenario_idle import IdleResult, attempts_of, billed_spans
 from tests.bench.scenario_isolation import IsolationResult, durations
 from tests.bench.scenario_rss import RssResult, ssh_host
@@ -315,3 +315,17 @@ def test_re_arm_shares_count_the_missing_as_not_reached() -> None:
     assert _shares(times) == {50: 50.0, 90: 90.0, 99: 99.0}
     # 10 of 100 never re-armed: 90% is the last of those timed, 99% was never reached
     assert _shares(times[:90], 100) == {50: 50.0, 90: 90.0}
+
+
+def test_the_re_arm_figures_tell_the_operators_part_from_the_instances() -> None:
+    res = FailoverResult(mode="failover", running=1000, takeover=17.2, rearm=164.5, cgroups=True)
+    res.launch_shares, res.connect_shares = {50: 17.5, 90: 39.0, 99: 44.2}, {50: 90.4, 99: 144.9}
+    figs = {f.name: f for f in failover_figures([res], 9000)}
+    on_instance = figs["failover at 1,000 running: Lease taken -> every exit wait re-armed"]
+    at = "failover at 1,000 running: Lease taken -> "
+    started = figs[at + "99% of the re-arm's ssh started (the operator's part)"]
+    assert (on_instance.verdict, started.verdict) == ("MISS", "pass")
+    assert "50% 90.4 s" in started.note
+    res.launch_shares = {50: 17.5}  # 99% never started: not a pass
+    figs = {f.name: f for f in failover_figures([res], 9000)}
+    assert figs[started.name].verdict == "n/a"
