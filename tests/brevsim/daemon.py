@@ -29,7 +29,7 @@ from tests.brevsim import container as ct
 from tests.brevsim import reaper, zygote
 from tests.brevsim.control import MARKER, address
 from tests.brevsim.engine import Engine
-from tests.brevsim.sshd import SSHD
+from tests.brevsim.sshd import SSHD, below_the_daemon
 from tests.brevsim.store import Store
 
 RECONCILE_S = 0.1  # how often listeners follow the lazily computed instance lifecycle
@@ -164,6 +164,7 @@ def main(state: str, argv: list[str]) -> int:
     # the instances' Python programs fork from the zygote: started first, it imports while we do
     python = str(Store(root).config().get("python") or sys.executable)
     programs = zygote.start(python, root, dict(os.environ))
+    below_the_daemon(programs.pid)  # the instances' programs, as the sessions that run them
     try:
         daemon = Daemon(root, detach="--detach" in argv)
         zygote.wait_ready(programs)

@@ -18,6 +18,7 @@ import pytest
 
 from tests.brevsim import reaper
 from tests.brevsim.harness import BrevSim
+from tests.brevsim.sshd import PROGRAM_NICE
 from tests.fixtures.polling import wait_until
 
 pytestmark = pytest.mark.integration
@@ -111,6 +112,28 @@ def test_operator_form_keeps_stdout_and_stderr_apart_and_propagates_the_status(s
     res = run(sim, ["ssh", "-T", "-o", "BatchMode=yes", "-F", config, "op", "echo out; echo err >&2; exit 9"])
     assert (res.returncode, res.stdout) == (9, "out\n")
     assert res.stderr.endswith("err\n")
+
+
+def test_the_instances_programs_run_below_the_daemon(sim: BrevSim) -> None:
+    """One daemon serves every instance's sshd on the cores their programs use: the sessions and
+    the zygote the programs fork from run PROGRAM_NICE below it, so a burst of sessions does not
+    take the connections' CPU. The remote reads its nice after stdin's EOF, which the daemon
+    forwards only once it lowered the session."""
+    ready(sim, "nice")
+    daemon = os.getpriority(os.PRIO_PROCESS, sim.daemon_pid or 0)
+    expected = min(19, daemon + PROGRAM_NICE)
+    config = str(sim.home / ".brev" / "ssh_config")
+    res = remote(sim, "nice", "cat >/dev/null; nice", "-F", config, input=b"go")
+    assert (res.returncode, res.stdout.strip()) == (0, str(expected)), res.stderr
+    zygotes = [p for p in sim.processes() if b"tests.brevsim.zygote" in _cmdline(p)]
+    assert zygotes and {os.getpriority(os.PRIO_PROCESS, p) for p in zygotes} == {expected}
+
+
+def _cmdline(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return b""  # gone meanwhile
 
 
 def test_with_a_tty_stderr_merges_into_stdout_and_stdin_is_a_terminal(sim: BrevSim) -> None:
