@@ -29,6 +29,7 @@ from controller.brev.envfile import S3Credentials
 from controller.brev.pace import BrevPace, PacePolicy
 from controller.effects.actions import ActionRunner
 from controller.effects.directory import InstanceDirectory
+from controller.effects.exit_waits import ExitWaits
 from controller.effects.pricing import PriceBook
 from controller.fleet import kueue
 from controller.fleet.kueue_gate import KueueGate
@@ -88,6 +89,8 @@ class App:
     node_costs: NodeCostFeed | None = None
     # Paces the first pass of each job's daemon when this replica begins to lead (TAOBREV_TAKEOVER_RATE).
     takeover_pace: BrevPace | None = None
+    # Exit waits left running by cancelled passes (controller/effects/exit_waits.py); closed at cleanup.
+    exit_waits: ExitWaits = field(default_factory=ExitWaits)
 
 
 def build(settings: Settings, events: EventSink) -> App:
@@ -224,6 +227,7 @@ def build(settings: Settings, events: EventSink) -> App:
 
     watchdog = Watchdog(grace=settings.liveness_grace, pass_ceiling=settings.pass_ceiling())
     app = App(settings, registry, recorder, kube, brev, directory, new_reconciler(), watchdog)
+    app.exit_waits = runner.exit_waits
     if settings.takeover_rate > 0:
         # A token bucket (the Brev pace's, without its cool-down ever set): a new term's first
         # passes start at most this many a second, in the order their daemons asked.

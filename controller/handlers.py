@@ -197,6 +197,8 @@ async def cleanup(memo: kopf.Memo, **_: Any) -> None:
         if task is not None:
             task.cancel()
             await asyncio.wait({task})
+    if app is not None:
+        await app.exit_waits.close()
     if app is not None and app.elector is not None:
         # Hand the Lease over now: the standby takes over at its next retry, not after expiry.
         await app.elector.release()

@@ -30,7 +30,7 @@ import re
 import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, NoReturn
 
 from controller.api import reasons
@@ -712,6 +712,11 @@ class Workload:
             remaining = (deadline - self._clock()).total_seconds() - self.settings.wait_margin
             seconds = max(1, min(seconds, int(remaining)))
         return seconds
+
+    def wait_ends(self, timeout_s: float, deadline: datetime | None) -> datetime:
+        """The latest a wait started now returns: its remote timeout plus the transport margin."""
+        seconds = self._wait_seconds(timeout_s, deadline) + self.settings.wait_margin
+        return self._clock() + timedelta(seconds=seconds)
 
     async def wait_exit(self, timeout_s: int, *, deadline: datetime | None = None) -> int | None:
         """Block on the instance up to `timeout_s` for the container to exit: its exit code, or

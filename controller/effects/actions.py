@@ -22,8 +22,9 @@ from controller.api.models import StepSpec, TaoBrevJobSpec
 from controller.brev.client import BrevClient
 from controller.brev.envfile import JobSecrets
 from controller.brev.logtail import TAIL_LINES
-from controller.brev.workload import ContainerNotFound, ImageNotPresent, Workload, WorkloadSettings
+from controller.brev.workload import ContainerNotFound, ExitInfo, ImageNotPresent, Workload, WorkloadSettings
 from controller.effects.directory import InstanceDirectory
+from controller.effects.exit_waits import ExitWaits
 from controller.effects.lanes import BUDGETED, Lane, Lanes
 from controller.lifecycle.steps import (
     Action,
@@ -151,6 +152,8 @@ class ActionRunner:
         # Creates that started, by job: a pass cancelled mid-create leaves its call running (it may
         # already have reached Brev), and the job's next pass awaits it before acting (below).
         self._creating: dict[tuple[str, str], asyncio.Task[Observation]] = {}
+        # Exit waits of cancelled passes, still running for the job's next pass to join.
+        self.exit_waits = ExitWaits()
 
     def _workload(self, instance: str, job: JobContext, step: str | None = None) -> Workload:
         return Workload(self._brev, instance, job.job_id, settings=self._wl_settings, step=step)
@@ -246,6 +249,7 @@ class ActionRunner:
                 )
                 return obs.with_(upload=UploadSummary(objects=objects, bytes=size, step=step))
             case CleanupWorkload(instance=inst, must_succeed=must, keep=keep, keep_container=keep_container):
+                self.exit_waits.forget_job(job.namespace, job.name)
                 wl = self._workload(inst, job)
                 try:
                     steps = _step_names(job)
@@ -257,6 +261,7 @@ class ActionRunner:
             case SyncCheckpoints() | RestoreCheckpoints():
                 return await self._checkpoints(action, job, obs, deadline)
             case DeleteInstance(name=name):
+                self.exit_waits.forget_job(job.namespace, job.name)
                 try:
                     await self._brev.delete_instance(name)
                 except InstanceNotFound:
@@ -332,16 +337,27 @@ class ActionRunner:
         self, action: WaitForExit, job: JobContext, obs: Observation, deadline: datetime | None
     ) -> Observation:
         wl = self._workload(action.instance, job, action.step)
-        try:
+        timeout = int(action.timeout_seconds)
+
+        async def wait(started: asyncio.Event) -> ExitInfo:
             async with self._lanes.hold(Lane.WAIT, deadline):
-                info = await wl.wait_exit_with_tail(
-                    int(action.timeout_seconds),
+                started.set()
+                return await wl.wait_exit_with_tail(
+                    timeout,
                     LOG_TAIL_LINES,
                     deadline=deadline,
                     tail_while_running=action.tail,
                     progress_of=action.progress_of,
                     progress_while_running=action.progress,
                 )
+
+        try:
+            info = await self.exit_waits.join_or_start(
+                (job.namespace, job.name, job.job_id, action.instance, action.step),
+                (action.tail, action.progress_of, action.progress),
+                wl.wait_ends(timeout, deadline),
+                wait,
+            )
         except ContainerNotFound:
             if not action.start_if_missing:
                 # Stopping a container that is not there: nothing will ever exit; say so.
@@ -377,6 +393,8 @@ class ActionRunner:
         self, wl: Workload, job: JobContext, deadline: datetime | None, resume_path: str | None = None
     ) -> None:
         task, secrets = _step_of(job, wl.step), _secrets(job, StartContainer)
+        # A wait older than this container (same name) would report the previous one's exit.
+        self.exit_waits.forget_job(job.namespace, job.name, wl.instance)
         image = task.image_or(job.spec.images()[0])
         # Attempt >= 2: TAO's key=value override resumes from the restored checkpoint.
         args = [*(task.args or ()), *([resume_arg(resume_path)] if resume_path else [])]
