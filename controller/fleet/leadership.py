@@ -24,7 +24,7 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -175,12 +175,30 @@ class LeaderElector:
         )
 
     async def wait_leading(self, timeout: float | None = None) -> bool:  # noqa: ASYNC109
-        """Wait until this replica leads; False on timeout. No I/O: it waits for run()."""
-        if self.is_leading():
-            return True
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._acquired.wait(), timeout)
-        return self.is_leading()
+        """Wait until this replica leads; False on timeout. No I/O: it waits for run().
+
+        A term past its renew deadline that run() has not ended yet (a starved event loop) still
+        has `_acquired` set: waiting on that returned at once, and the loops that go
+        wait_leading -> NotLeading -> wait_leading (the sweeper's, the node cost feed's) spun
+        without ever yielding to run(), freezing the replica (failover bench at 1,000 running).
+        Here such a term is waited out until run() ends or renews it."""
+        loop = asyncio.get_running_loop()
+        end = None if timeout is None else loop.time() + timeout
+        while not self.is_leading():
+            left = None if end is None else end - loop.time()
+            if left is not None and left <= 0:
+                return False
+            term, retry = self._term, self.timing.retry_period
+            waiting: Coroutine[Any, Any, object]
+            if not self._acquired.is_set():
+                step, waiting = left, self._acquired.wait()
+            else:  # a term past its deadline: until run() ends it, or a retry period
+                step = retry if left is None else min(left, retry)
+                live = term is not None and not term.lost.is_set()
+                waiting = term.lost.wait() if live and term is not None else asyncio.sleep(step)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(waiting, step)
+        return True
 
     async def while_leading(self, work: Awaitable[T]) -> T:
         """Run `work` within the current term; cancel it and raise NotLeading if the term ends."""

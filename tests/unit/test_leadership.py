@@ -220,6 +220,34 @@ async def test_leadership_ends_at_the_deadline_even_if_the_election_loop_is_stuc
 
 
 @in_loop
+async def test_waiting_out_a_term_past_its_deadline_yields_to_the_election_loop() -> None:
+    # The term is past its renew deadline and run() has not ended it yet (a starved loop). The
+    # loops that go wait_leading -> NotLeading -> wait_leading (sweeper, node cost feed) spun
+    # here without yielding, so run() never got the loop back: the replica froze (failover
+    # bench at 1,000 running, c111333). wait_leading must wait, not return at once.
+    store, clock = FakeStore(), Clock()
+    a = elector(store, clock, "a")
+    await a.tick()
+    clock.t += TIMING.renew_deadline
+    assert not a.is_leading()
+    waiter = asyncio.ensure_future(a.wait_leading())
+    for _ in range(20):
+        await asyncio.sleep(0)
+    assert not waiter.done(), "returned while not leading"
+    loops = 0
+    while not waiter.done():  # the election loop gets its turns: it ends the term, then re-takes it
+        loops += 1
+        assert loops < 10, "the waiter never saw the new term"
+        await a.tick()
+        for _ in range(5):
+            await asyncio.sleep(0)
+    assert waiter.result() is True
+    assert a.is_leading()
+    clock.t += TIMING.renew_deadline
+    assert await a.wait_leading(timeout=0.01) is False  # bounded by its timeout meanwhile
+
+
+@in_loop
 async def test_leader_seeing_another_holder_stops_at_once() -> None:
     store, clock = FakeStore(), Clock()
     changes: list[bool] = []
