@@ -36,6 +36,8 @@ from controller.observability.logs import redact_text
 log = structlog.get_logger("taobrev.logapi")
 
 _TURNS = 20
+# The longest a stream waits for its container to exist (its start was recorded before `docker run`).
+CONTAINER_APPEAR_S = 60
 SLOW_VIEWER = b"[taobrev] this viewer fell too far behind the log and was cut off: follow again\n"
 
 
@@ -227,7 +229,11 @@ class LogHub:
         # A random marker: a training that prints a marker-looking line cannot end its stream.
         marker = f"__taobrev_log_{secrets.token_hex(6)}__"
         name = shlex.quote(target.container)
+        # status.attempts[].run.startedAt is written before `docker run`: a viewer arriving in
+        # between got "No such container" and an ended stream. Wait for it, up to a bound.
         command = (
+            f"n=0; until docker inspect --type container {name} >/dev/null 2>&1 "
+            f'|| [ "$n" -ge {CONTAINER_APPEAR_S} ]; do sleep 1; n=$((n + 1)); done; '
             "since=$(date -u +%Y-%m-%dT%H:%M:%S.%NZ); "
             f"docker logs -t --tail {self._backlog_lines} {name} 2>&1; printf '\\n%s\\n' {marker}; "
             f"docker logs -f -t --since \"$since\" {name} 2>&1; printf '\\n%s\\n' {marker}"
