@@ -885,10 +885,6 @@ class Simulation:
         self.kube.create(namespace, name, uid, spec)
 
     def run(self) -> list[str]:
-        # Earlier seeds' worlds in this process (their tasks, futures, handles), collected first:
-        # left to the collector they would be finalized at some point of this run, which would
-        # then no longer replay exactly (test_a_seed_replays_exactly after other seeds).
-        gc.collect()
         self.loop.after_iteration = self.creates_landed
         asyncio.set_event_loop(self.loop)
         try:
@@ -1006,6 +1002,10 @@ def operator_logs(sim: Simulation) -> Iterator[None]:
 
 def run_seed(seed: int, knobs: Knobs | None = None) -> Simulation:
     """One seed; `knobs` fixes the faults instead of drawing them (a directed search)."""
+    # Earlier seeds' worlds in this process (their tasks, futures, handles), collected before
+    # this one is built: left to the collector they would be finalized at some point of this
+    # run, which would then no longer replay exactly (test_a_seed_replays_exactly after others).
+    gc.collect()
     sim = Simulation(seed, knobs=knobs)
     with operator_logs(sim):
         sim.run()
