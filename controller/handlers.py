@@ -32,7 +32,7 @@ import structlog
 from controller import app as app_module
 from controller.api.errors import PermanentError, TransientError
 from controller.api.naming import CANCEL_ANNOTATION
-from controller.brev.childwatch import raise_open_files_limit, use_pidfd_watcher
+from controller.brev.childwatch import raise_open_files_limit
 from controller.fleet import kueue
 from controller.fleet.leadership import NotLeading, lead_or_stop
 from controller.kube.access import GROUP, PLURAL, VERSION, resolve_connection
@@ -84,8 +84,6 @@ def _job_key(body: kopf.Body) -> str:
 
 @kopf.on.startup()
 async def startup(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
-    # Before any brev/ssh child: a pidfd per child on the loop, not a waiting thread per child.
-    use_pidfd_watcher(asyncio.get_running_loop())
     raise_open_files_limit()  # ~3 fds per running job's call in flight
     ours = Settings.from_env()
     settings.persistence.finalizer = FINALIZER

@@ -1,21 +1,17 @@
-"""How asyncio learns that a brev/ssh child exited: a pidfd per child on the event loop, not a
-thread per child.
+"""How the loop learns that a brev/ssh child exited: a pidfd per child (spawn.Child), not a
+thread per child, and the open-files limit that needs.
 
 Python 3.11's default child watcher (ThreadedChildWatcher) starts one thread per subprocess that
 blocks in waitpid() until the child exits. A running job always has one long call in flight (its
 `docker wait` over ssh, bounded by minutes), so 1,000 running jobs kept ~1,000 threads: each a
 touched stack, a thread state and a Python data stack (measured: see docs/sizing.md). Linux
->= 5.3 has pidfds: PidfdChildWatcher polls one fd per child on the loop itself. Python 3.12 picks
-it by default (and deprecates choosing), so this only acts on 3.11.
+>= 5.3 has pidfds, which the loop polls like any fd.
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
 import resource
-import sys
-import warnings
 
 import structlog
 
@@ -31,21 +27,6 @@ def pidfd_supported() -> bool:
     except OSError:
         return False
     os.close(fd)
-    return True
-
-
-def use_pidfd_watcher(loop: asyncio.AbstractEventLoop) -> bool:
-    """Make asyncio watch children through pidfds on `loop` (the running loop, main thread).
-    Returns whether it did; the threaded default stays where pidfds are missing. Call it before
-    the first subprocess: children started earlier keep their waiting thread, which is harmless."""
-    if sys.version_info >= (3, 12) or not pidfd_supported():
-        return False
-    watcher = asyncio.PidfdChildWatcher()
-    watcher.attach_loop(loop)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
-        asyncio.get_event_loop_policy().set_child_watcher(watcher)
-    log.debug("child_watcher", kind="pidfd")
     return True
 
 

@@ -82,7 +82,8 @@ from controller.brev.output import (
     version_warning,
 )
 from controller.brev.pace import BrevPace, PacePolicy, throttle_of
-from controller.brev.runner import CommandTimeout, Runner, RunResult, SshAgent, below_the_loop
+from controller.brev.runner import CommandTimeout, Runner, RunResult, SshAgent
+from controller.brev.spawn import Child, spawn
 from controller.brev.sshmux import (
     SSH_CONNECTION_FAILED,
     control_dir,
@@ -566,22 +567,19 @@ class BrevCLI:
             result = await self._runner.run(argv, verb=verb, timeout=remaining, stdin=stdin)
         return result
 
-    async def open_stream(self, instance: str, command: str) -> asyncio.subprocess.Process:
+    async def open_stream(self, instance: str, command: str) -> Child:
         """A long-running remote command whose stdout the caller reads as it arrives (the log
         API's one stream per followed job); the caller kills its process group. Its own ssh
         connection (a long session: see sshmux), so it never holds a lane, a pass or a master. A
         stream that ended at once with ssh's 255 is retried by the caller after `refresh_alias`."""
         check_name(instance)
-        proc = await asyncio.create_subprocess_exec(
-            *await self._ssh_ready(instance, command, shared=False),
+        return await spawn(
+            await self._ssh_ready(instance, command, shared=False),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
             env=await self._runner.environment(),
-            start_new_session=True,
         )
-        below_the_loop(proc.pid)
-        return proc
 
     async def refresh_alias(self, failed_at: float) -> None:
         """ssh did not know an instance's alias (a replica that never reached it): `brev refresh`

@@ -13,8 +13,8 @@ Why each rule exists (tests/brevsim/SIM-CONTRACT.md sections 2 and 5):
 - `SSH_AUTH_SOCK` points at ONE long-lived agent per client home: without it every `brev exec`
   runs `eval $(ssh-agent -s)` and leaks one agent process per call.
 - only the verb, exit status and duration are logged and recorded, never argv content.
-- every child runs CHILD_NICE below us: the event loop that spawns them must not queue for CPU
-  behind them (see `below_the_loop`).
+- every child is started off the loop and runs CHILD_NICE below us: the event loop that spawns
+  them must not queue for CPU behind them (see spawn.py).
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ import structlog
 from controller.api import reasons
 from controller.api.errors import BrevPermanentError, BrevTransientError
 from controller.brev.client import BrevCallRecorder, NullRecorder
+from controller.brev.spawn import spawn
 
 log = structlog.get_logger(__name__)
 
@@ -53,24 +54,6 @@ _MAX_SOCKET_PATH = 100
 
 # Variables that make the CLI quiet and deterministic when captured: no colours, no analytics.
 QUIET_ENV: Mapping[str, str] = {"NO_COLOR": "1", "BREV_NO_ANALYTICS": "1", "DO_NOT_TRACK": "1"}
-
-
-# A takeover at 1,000 running jobs starts ~1,000 ssh clients (key exchange, agent signing) and the
-# brev calls of the first passes at once. At equal priority each runnable child gets the loop's
-# share: on the failover bench the loop waited 82 s on the run queue (LAG probe) over a 165 s
-# re-arm, and every exit notice and status write waited with it. Nice 10 weighs a child ~1/10 of
-# the loop (CFS weights 110 vs 1024), which still gives the children all the CPU the loop leaves.
-# Inside a container's cgroup nice is honoured per task (autogroup applies only to the root group).
-CHILD_NICE = 10
-
-
-def below_the_loop(pid: int) -> None:
-    """Lower a child just spawned CHILD_NICE below us (an ssh master it forks later inherits it).
-    From the parent, not a pre-exec hook (unsafe with threads): when the spawn returns the child
-    has only exec'd, and its CPU (connect, key exchange) comes after."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):  # gone already; or a sandbox
-        own = os.getpriority(os.PRIO_PROCESS, 0)
-        os.setpriority(os.PRIO_PROCESS, pid, min(19, own + CHILD_NICE))
 
 
 @dataclass(frozen=True)
@@ -160,23 +143,20 @@ class SshAgent:
         with contextlib.suppress(FileNotFoundError):
             self._socket.unlink()  # stale socket of a dead agent
         try:
-            proc = await asyncio.create_subprocess_exec(
-                self._binary,
-                "-a",
-                str(self._socket),
-                "-s",
+            proc = await spawn(
+                [self._binary, "-a", str(self._socket), "-s"],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
-                env=None if env is None else dict(env),
-                start_new_session=True,
+                env=env,
             )
         except FileNotFoundError as exc:
             raise BrevPermanentError(
                 f"{self._binary} not found on PATH: the operator image needs openssh-client "
                 "(ssh and ssh-agent) next to brev"
             ) from exc
-        out, err = await proc.communicate()
+        assert proc.stdout is not None and proc.stderr is not None
+        out, err, _ = await asyncio.gather(proc.stdout.read(), proc.stderr.read(), proc.wait())
         if proc.returncode != 0:
             raise BrevTransientError(
                 f"could not start {self._binary} at {self._socket}",
@@ -269,20 +249,18 @@ class Runner:
         env = await self.environment()
         started = time.monotonic()
         try:
-            proc = await asyncio.create_subprocess_exec(
-                *argv,
+            proc = await spawn(
+                argv,
                 stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 env=env,
-                start_new_session=True,
             )
         except FileNotFoundError as exc:
             self._recorder.brev_call(verb, "error", time.monotonic() - started)
             raise BrevPermanentError(
                 f"{argv[0]} not found: install it or point the operator's brev binary setting at it"
             ) from exc
-        below_the_loop(proc.pid)
 
         out_buf: list[bytes] = []
         err_buf: list[bytes] = []

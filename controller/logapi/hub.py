@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 
 import structlog
 
+from controller.brev.spawn import Child
 from controller.brev.sshmux import SSH_CONNECTION_FAILED
 from controller.logapi.protocol import MAX_LINE_BYTES, LogQuery, shape_line, split_timestamp
 from controller.observability.logs import redact_text
@@ -53,7 +54,7 @@ class LogTarget:
 
 
 # (instance, remote command) -> a started process whose stdout is the stream.
-OpenStream = Callable[[str, str], Awaitable[asyncio.subprocess.Process]]
+OpenStream = Callable[[str, str], Awaitable[Child]]
 RefreshAlias = Callable[[float], Awaitable[None]]
 
 
@@ -261,7 +262,7 @@ class LogHub:
             for viewer in follower.viewers:
                 _offer(viewer, None)
 
-    async def _read(self, follower: Follower, proc: asyncio.subprocess.Process, marker: bytes) -> bool:
+    async def _read(self, follower: Follower, proc: Child, marker: bytes) -> bool:
         assert proc.stdout is not None
         got_any = False
         while True:
@@ -333,7 +334,7 @@ def _force(queue: asyncio.Queue[bytes | None]) -> None:
     queue.put_nowait(None)
 
 
-async def _end(proc: asyncio.subprocess.Process) -> None:
+async def _end(proc: Child) -> None:
     if proc.returncode is None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGTERM)

@@ -8,9 +8,11 @@ from __future__ import annotations
 import asyncio
 import re
 import shlex
+import subprocess
 from collections.abc import AsyncIterator
 from typing import Any
 
+from controller.brev.spawn import Child, spawn
 from controller.logapi.hub import SLOW_VIEWER, LogHub, LogTarget
 from controller.logapi.protocol import LogQuery
 from controller.observability.logs import MASK, register_secret
@@ -32,7 +34,7 @@ class Instance:
         self.opened: list[str] = []
         self.release = asyncio.Event()
 
-    async def open(self, instance: str, command: str) -> asyncio.subprocess.Process:
+    async def open(self, instance: str, command: str) -> Child:
         self.opened.append(instance)
         marker = re.search(r"__taobrev_log_[0-9a-f]+__", command)
         assert marker is not None and "docker logs -t --tail" in command and "-f -t --since" in command
@@ -40,13 +42,8 @@ class Instance:
         script = "".join(f"printf '%s\\n' {shlex.quote(line)}; " for line in lines)
         script += "read -r _; " + "".join(f"printf '%s\\n' {shlex.quote(line)}; " for line in self.live)
         script += f"printf '%s\\n' {marker.group(0)}"
-        proc = await asyncio.create_subprocess_exec(
-            "bash",
-            "-c",
-            script,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            start_new_session=True,
+        proc = await spawn(
+            ["bash", "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=None, env=None
         )
 
         async def go_on() -> None:

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from controller.brev.runner import CHILD_NICE, CommandTimeout, Runner, SshAgent
+from controller.brev.runner import CommandTimeout, Runner, SshAgent
+from controller.brev.spawn import CHILD_NICE
 
 pytestmark = pytest.mark.integration
 
