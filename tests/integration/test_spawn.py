@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from controller.brev import spawn as spawn_module
 from controller.brev.spawn import spawn
 
 pytestmark = pytest.mark.integration
@@ -42,7 +41,7 @@ def test_the_loops_thread_never_forks_and_streams_and_exit_status_arrive(
         forked_on.append(threading.get_ident())
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(spawn_module.subprocess, "Popen", recording)
+    monkeypatch.setattr(subprocess, "Popen", recording)  # spawn.py calls it as subprocess.Popen
 
     async def main() -> tuple[bytes, bytes, int, int]:
         child = await spawn(
