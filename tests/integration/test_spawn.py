@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from controller.brev import spawn as spawn_module
 from controller.brev.spawn import spawn
 
 pytestmark = pytest.mark.integration
@@ -64,8 +65,17 @@ def test_the_loops_thread_never_forks_and_streams_and_exit_status_arrive(
     assert forked_on and loop_thread not in forked_on
 
 
-def test_a_spawn_cancelled_by_its_caller_kills_the_child_it_started() -> None:
+def test_a_spawn_cancelled_by_its_caller_kills_the_child_it_started(monkeypatch: pytest.MonkeyPatch) -> None:
     marker = f"spawn-cancel-{uuid.uuid4().hex}"
+    forked = threading.Event()
+    real = spawn_module._popen
+
+    def recording(*args: Any) -> subprocess.Popen[bytes]:
+        popen = real(*args)
+        forked.set()
+        return popen
+
+    monkeypatch.setattr(spawn_module, "_popen", recording)
 
     async def main() -> None:
         task = asyncio.create_task(
@@ -82,6 +92,7 @@ def test_a_spawn_cancelled_by_its_caller_kills_the_child_it_started() -> None:
         with pytest.raises(asyncio.CancelledError):
             await task
         # The thread finishes the fork after the caller left; the child must not outlive that.
+        assert await asyncio.to_thread(forked.wait, 20)
         for _ in range(400):  # up to 20 s
             if not _with_marker(marker):
                 break
