@@ -237,6 +237,10 @@ def build(settings: Settings, events: EventSink) -> App:
         add_leader_election(app, new_reconciler)
     else:
         recorder.leader(True)
+    # Every change sent to Brev is fenced by the term when it is sent, after any queue: a pass
+    # learns that its term ended only when the election loop runs, late on a starved loop.
+    runner.fence = app.leadership.is_leading
+    brev.fence = app.leadership.is_leading
     if notifier is not None:
         notifier.follow(app.leadership)  # only the leader sends
         app.notifier = notifier

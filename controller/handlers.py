@@ -30,11 +30,11 @@ import kopf
 import structlog
 
 from controller import app as app_module
-from controller.api.errors import PermanentError, TransientError
+from controller.api.errors import NotLeading, PermanentError, TransientError
 from controller.api.naming import CANCEL_ANNOTATION
 from controller.brev.childwatch import raise_open_files_limit
 from controller.fleet import kueue
-from controller.fleet.leadership import NotLeading, lead_or_stop
+from controller.fleet.leadership import lead_or_stop
 from controller.kube.access import GROUP, PLURAL, VERSION, resolve_connection
 from controller.kube.bodies import shed_finished, shed_unused, ttl_fields
 from controller.observability.health import serve_health

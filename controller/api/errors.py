@@ -27,6 +27,12 @@ from __future__ import annotations
 from controller.api import reasons
 
 
+class NotLeading(Exception):
+    """This replica does not hold the leader Lease (a standby, or its term just ended). Not a
+    TaoBrevError: no action turns it into a failure; a pass that meets it ends as one cancelled
+    by the end of its term does."""
+
+
 class TaoBrevError(Exception):
     """Base class. `reason` is a CamelCase constant used for conditions and Events."""
 

@@ -17,7 +17,13 @@ from functools import cached_property
 
 from controller.api import reasons
 from controller.api.container_paths import SPEC_MOUNT_PATH, container_path, resume_arg
-from controller.api.errors import InstanceNotFound, PermanentError, TaoBrevError, TransientError
+from controller.api.errors import (
+    InstanceNotFound,
+    NotLeading,
+    PermanentError,
+    TaoBrevError,
+    TransientError,
+)
 from controller.api.models import StepSpec, TaoBrevJobSpec
 from controller.brev.client import BrevClient
 from controller.brev.envfile import JobSecrets
@@ -132,6 +138,10 @@ def lane_of(action: Action) -> Lane:
     return lane
 
 
+def _always() -> bool:
+    return True
+
+
 class ActionRunner:
     def __init__(
         self,
@@ -149,6 +159,11 @@ class ActionRunner:
             probe_timeout=exec_timeout, pull_timeout=pull_timeout, stop_grace_s=stop_grace_s
         )
         self._lanes = lanes if lanes is not None else Lanes.defaults()
+        # Whether this replica's term still holds, asked right before a change is sent to Brev
+        # (set to the elector's is_leading once it exists). A pass learns that its term ended only
+        # when the election loop runs, which a starved event loop runs late: meanwhile the pass
+        # (or its shielded create) would send a delete or create with the Lease expired.
+        self.fence: Callable[[], bool] = _always
         # Creates that started, by job: a pass cancelled mid-create leaves its call running (it may
         # already have reached Brev), and the job's next pass awaits it before acting (below).
         self._creating: dict[tuple[str, str], asyncio.Task[Observation]] = {}
@@ -157,6 +172,10 @@ class ActionRunner:
 
     def _workload(self, instance: str, job: JobContext, step: str | None = None) -> Workload:
         return Workload(self._brev, instance, job.job_id, settings=self._wl_settings, step=step)
+
+    def _fenced(self, verb: str, instance: str) -> None:
+        if not self.fence():
+            raise NotLeading(f"brev {verb} {instance} not sent: this replica's leader term has ended")
 
     async def run(
         self,
@@ -223,10 +242,12 @@ class ActionRunner:
     ) -> Observation:
         match action:
             case CreateInstance(request=req):
+                self._fenced("create", req.name)
                 await self._brev.create_instance(req)
                 self._directory.invalidate()
                 return obs.with_(created=True)
             case StartInstance(name=name):
+                self._fenced("start", name)
                 await self._brev.start_instance(name)
                 self._directory.invalidate()
                 return obs.with_(start_requested=True)
@@ -262,6 +283,7 @@ class ActionRunner:
                 return await self._checkpoints(action, job, obs, deadline)
             case DeleteInstance(name=name):
                 self.exit_waits.forget_job(job.namespace, job.name)
+                self._fenced("delete", name)
                 try:
                     await self._brev.delete_instance(name)
                 except InstanceNotFound:

@@ -34,14 +34,12 @@ import structlog
 from kubernetes import client as k8s
 from kubernetes.client.rest import ApiException
 
+# Defined below the layers that raise it too (effects, brev: the fence of changes sent to Brev).
+from controller.api.errors import NotLeading
 from controller.lifecycle.tunables import Timing
 
 log = structlog.get_logger("taobrev.leadership")
 T = TypeVar("T")
-
-
-class NotLeading(Exception):
-    """This replica does not hold the Lease (standby, or its term just ended)."""
 
 
 class LeaseConflict(Exception):

@@ -19,10 +19,10 @@ import asyncio
 import structlog
 
 from controller.api import naming
-from controller.api.errors import TaoBrevError
+from controller.api.errors import NotLeading, TaoBrevError
 from controller.effects.directory import InstanceDirectory
 from controller.effects.pricing import PriceBook
-from controller.fleet.leadership import Leadership, NotLeading
+from controller.fleet.leadership import Leadership
 from controller.observability.metrics import Recorder
 from controller.observability.node_costs import priced
 

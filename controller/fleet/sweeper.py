@@ -25,10 +25,10 @@ from datetime import UTC, datetime
 import structlog
 
 from controller.api import naming
-from controller.api.errors import InstanceNotFound, TaoBrevError, TransientError
+from controller.api.errors import InstanceNotFound, NotLeading, TaoBrevError, TransientError
 from controller.brev.client import BrevClient, Instance
 from controller.effects.directory import InstanceDirectory
-from controller.fleet.leadership import Leadership, NotLeading
+from controller.fleet.leadership import Leadership
 from controller.fleet.orphans import (
     UNPROVEN,
     DeleteMark,
@@ -242,10 +242,17 @@ class Sweeper:
         else:
             log.info("orphan_deleting", **fields)
 
+    def _fenced(self, instance_id: str) -> None:
+        """Right before a delete: the term may have ended while this sweep waited, and the
+        election loop that would cancel the sweep runs late on a starved event loop."""
+        if not self._leadership.is_leading():
+            raise NotLeading(f"brev delete {instance_id} not sent: this replica's leader term has ended")
+
     async def _delete(self, f: Finding) -> str:
         """Send the delete by id: "accepted", "refused" (this identity cannot find it) or
         "failed" (transient)."""
         inst = f.instance
+        self._fenced(inst.id)
         try:
             await self._brev.delete_instance(inst.id)
         except InstanceNotFound as exc:
@@ -262,6 +269,7 @@ class Sweeper:
     async def _confirm(self, mark: DeleteMark) -> bool:
         """One more delete for an accepted delete the listing no longer shows: not-found is the
         proof it is gone. True when confirmed."""
+        self._fenced(mark.instance_id)
         try:
             await self._brev.delete_instance(mark.instance_id)
         except InstanceNotFound:

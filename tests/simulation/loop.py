@@ -6,6 +6,9 @@ Order: every iteration's batch of ready callbacks runs in an order drawn from th
 seed is one interleaving, and another seed another (the real loop promises no order between
 tasks either). A run is a pure function of its seed.
 
+A stall (`stalls`, Knobs.loop_stall_every) moves the clock while callbacks are ready, as a loop
+starved of CPU lives it: a deadline passes before the task that would meet it runs.
+
 Each callback runs in the contextvars context it was scheduled with; the simulation keeps the
 operator process (replica) that owns a task there, and the loop swaps that process's private
 state (its secret registry: controller.observability.logs is process-wide by design) in before the callback
@@ -23,6 +26,14 @@ from typing import Any, Protocol
 
 class Deadlock(RuntimeError):
     """Nothing is ready and no timer is pending, yet the awaited work is not done."""
+
+
+class Stalls(Protocol):
+    """When the loop stalls next (virtual time; None: never) and by how much when it does."""
+
+    at: float | None
+
+    def stall(self) -> float: ...
 
 
 class Clock(Protocol):
@@ -43,6 +54,7 @@ class SimLoop(asyncio.BaseEventLoop):
         self.switch = switch
         self.iterations = 0
         self.after_iteration: Callable[[], None] | None = None
+        self.stalls: Stalls | None = None
 
     # -- virtual time -------------------------------------------------------------------------
 
@@ -77,9 +89,13 @@ class SimLoop(asyncio.BaseEventLoop):
         if len(batch) > 1:  # a shuffle of one draws nothing from the RNG: same seed, same run
             self.rng.shuffle(batch)
         switch = self.switch
+        stalls = self.stalls
         for handle in batch:
             if handle._cancelled:
                 continue
+            if stalls is not None and stalls.at is not None and self.sim_clock.elapsed >= stalls.at:
+                # Starved: time passes between two ready callbacks, and timers fall due meanwhile.
+                self.sim_clock.elapsed += stalls.stall()
             if switch is None:
                 handle._run()
                 continue

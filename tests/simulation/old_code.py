@@ -1,4 +1,5 @@
-"""Issue 25's scenarios 1-9 on the code before their fixes: each fix taken out again, in process.
+"""Issue 25's scenarios 1-9 (and two more) on the code before their fixes: each fix taken out
+again, in process.
 
 The simulation is only worth its CPU if it finds the seam bugs a review found by hand. Each entry
 below puts one scenario's old behaviour back (the code the fix commit replaced, as a monkeypatch
@@ -9,7 +10,8 @@ counts, for every scenario, how many seeds the search took; `test_old_code.py` k
 Old behaviour that needs another old bug to show (scenario 3: a live instance only a finished job
 names arises from scenario 1's late create) takes both fixes out, as the code before them had.
 Entry 0 is the simulation's own first find (seed 0: a healthy run deleted as lost), kept the same
-way.
+way; entry 10 is issue 30's failover freeze, which only a stalled loop (Knobs.loop_stall_every)
+shows.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from controller.brev import output
 from controller.effects.actions import ActionRunner
 from controller.effects.lanes import Lane
 from controller.fleet import orphans
+from controller.fleet.leadership import LeaderElector
 from controller.lifecycle import absence, decision_pass, recovery, release
 from controller.lifecycle.phases import Phase
 from controller.lifecycle.steps import (
@@ -47,7 +50,7 @@ from controller.lifecycle.steps import (
     WaitForExit,
 )
 from controller.settings import Settings
-from tests.simulation.run import run_seed
+from tests.simulation.run import HANG_S, run_seed
 from tests.simulation.world import Knobs
 
 Revert = Callable[[pytest.MonkeyPatch], None]
@@ -60,6 +63,8 @@ class Scenario:
     revert: Revert
     knobs: Knobs
     finds: str  # a substring of the violation that must fire
+    # The wall-clock bound of a seed on the old code (a freeze is found by the watchdog).
+    hang_after_s: float = HANG_S
 
 
 # -- the old code, scenario by scenario -----------------------------------------------------------
@@ -200,6 +205,21 @@ def _listings_believed(mp: pytest.MonkeyPatch) -> None:
     mp.setattr(absence, "_probe_first", lambda p: False)
 
 
+async def _old_wait_leading(self: LeaderElector, timeout: float | None = None) -> bool:  # noqa: ASYNC109
+    if self.is_leading():
+        return True
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(self._acquired.wait(), timeout)
+    return self.is_leading()
+
+
+def _term_past_deadline_returns_at_once(mp: pytest.MonkeyPatch) -> None:
+    """Not one of the issue's scenarios but issue 30's failover freeze (before 9f7dbd7): with a
+    term past its renew deadline that run() had not ended (a starved loop), wait_leading returned
+    at once and the sweeper's loop (wait_leading -> NotLeading -> wait_leading) never yielded."""
+    mp.setattr(LeaderElector, "wait_leading", _old_wait_leading)
+
+
 SCENARIOS = (
     Scenario(
         0,
@@ -271,6 +291,14 @@ SCENARIOS = (
         Knobs(exit_nonzero=1.0, delete_fail=0.5, tight_timeouts=1.0),
         "superseded",
     ),
+    Scenario(
+        10,
+        "a starved loop freezes a replica: a term past its deadline spins the sweeper",
+        _term_past_deadline_returns_at_once,
+        Knobs(loop_stall_every=120.0),
+        "hang:",
+        hang_after_s=10.0,  # a seed takes about one second; the freeze never ends
+    ),
 )
 
 BY_NUMBER = {s.number: s for s in SCENARIOS}
@@ -286,7 +314,8 @@ def old_code(scenario: Scenario) -> Iterator[None]:
 def finds(scenario: Scenario, seed: int) -> bool:
     """Whether this seed, on the scenario's old code and faults, fires the scenario's invariant."""
     with old_code(scenario):
-        return any(scenario.finds in v for v in run_seed(seed, scenario.knobs).violations)
+        sim = run_seed(seed, scenario.knobs, hang_after_s=scenario.hang_after_s)
+        return any(scenario.finds in v for v in sim.violations)
 
 
 def fires_today(scenario: Scenario, seed: int) -> bool:
@@ -301,7 +330,7 @@ def first_finding(scenario: Scenario, seeds: int, start: int = 0) -> int | None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.simulation.old_code", description=__doc__)
-    parser.add_argument("scenarios", nargs="*", type=int, help="scenario numbers (default: all, 0-9)")
+    parser.add_argument("scenarios", nargs="*", type=int, help="scenario numbers (default: all, 0-10)")
     parser.add_argument("--seeds", type=int, default=500, help="give up after this many seeds")
     args = parser.parse_args(argv)
     missed = 0

@@ -14,11 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry
 
+from controller.api.errors import NotLeading
 from controller.api.naming import CANCEL_ANNOTATION
 from controller.api.reasons import RESULTS_BUCKET_NOT_FOUND
 from controller.effects.directory import InstanceDirectory
 from controller.effects.lanes import LANES, Lane, Lanes
-from controller.fleet.leadership import LeaderElector, NotLeading, lead_or_stop
+from controller.fleet.leadership import LeaderElector, lead_or_stop
 from controller.fleet.ledger import Fleet, quotas_from
 from controller.fleet.orphans import Policy
 from controller.fleet.retained import RetainedStore
@@ -109,6 +110,7 @@ class Process:
             now=sim.clock.now,
             on_change=self._leadership_changed,
         )
+        self.runner.fence = self.elector.is_leading  # as controller/app.py wires it
         self.reconciler = self._new_reconciler()
         self.sweeper = Sweeper(
             brev=sim.brev,

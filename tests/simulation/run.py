@@ -19,10 +19,15 @@ import json
 import logging
 import multiprocessing
 import random
+import signal
+import threading
+import traceback
 import uuid
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
+from types import FrameType
 from typing import Any, TextIO, cast
 
 import structlog
@@ -52,6 +57,8 @@ from tests.simulation.world import (
 )
 
 CLUSTER_ID = "sim-cluster-0001"
+# Wall-clock seconds a seed may take (they take about one: a spin is the only way past it).
+HANG_S = 300.0
 ACTIVE_S = 3600.0
 ABSENT_LISTINGS = Tunables().absent_listings
 DRAIN_S = 2 * 3600.0
@@ -125,6 +132,7 @@ class Simulation:
             self.rng,
             random.Random(f"later-knobs-{seed}"),  # noqa: S311 - seeded, not crypto
             random.Random(f"workflow-knobs-{seed}"),  # noqa: S311 - seeded, not crypto
+            random.Random(f"stall-knobs-{seed}"),  # noqa: S311 - seeded, not crypto
         )
         self.knobs = knobs if knobs is not None else drawn
         # Issue 27's keepInstanceOnFailure and cancel annotation (Knobs.user_cancel,
@@ -181,6 +189,7 @@ class Simulation:
         self.incarnations: dict[tuple[str, int], int] = {}
         self.loop = SimLoop(self.clock, self.rng, _Switch())
         self.loop.set_exception_handler(self._loop_exception)
+        self.loop.stalls = LoopStalls(self)
 
     # -- the trace -------------------------------------------------------------------------------
 
@@ -890,13 +899,16 @@ class Simulation:
         )
         self.kube.create(namespace, name, uid, spec)
 
-    def run(self) -> list[str]:
+    def run(self, hang_after_s: float = HANG_S) -> list[str]:
         self.loop.after_iteration = self.creates_landed
         asyncio.set_event_loop(self.loop)
         try:
-            self.loop.run_until_complete(self.main())
+            with watchdog(self, hang_after_s):
+                self.loop.run_until_complete(self.main())
         except Deadlock as exc:
             self.violation(f"deadlock: {exc}")
+        except Hang:
+            pass  # the watchdog recorded where
         finally:
             # Until no task is left: one left pending (an exit wait a cancelled pass left running
             # unwinds over several iterations) would be collected during the next seed's run, and
@@ -912,6 +924,59 @@ class Simulation:
             asyncio.set_event_loop(None)
             logs.forget_registered_secrets()
         return self.violations
+
+
+class LoopStalls:
+    """Knobs.loop_stall_every: stalls at exponential gaps of that mean, 1-45 s each, none once
+    healed. Their own stream: a seed with the knob off draws nothing from it."""
+
+    def __init__(self, sim: Simulation) -> None:
+        self.sim = sim
+        self.rng = random.Random(f"stall-times-{sim.seed}")  # noqa: S311 - seeded, not crypto
+        self.at: float | None = None
+        self._plan(0.0)
+
+    def _plan(self, now: float) -> None:
+        every = self.sim.knobs.loop_stall_every
+        self.at = None if every <= 0 or self.sim.healed else now + self.rng.expovariate(1.0 / every)
+
+    def stall(self) -> float:
+        if self.sim.healed or self.sim.knobs.loop_stall_every <= 0:
+            self.at = None
+            return 0.0
+        seconds = self.rng.choice((1.0, 5.0, 20.0, 45.0))
+        self.sim.trace(f"loop stalled {seconds:g} s")
+        self._plan(self.sim.clock.elapsed + seconds)
+        return seconds
+
+
+class Hang(KeyboardInterrupt):
+    """The run outlived its wall-clock bound: a callback spinning without an await (or a loop
+    that never lets the clock move). A KeyboardInterrupt, because asyncio lets only that and
+    SystemExit out of a task (any other exception would be kept by the spinning task while the
+    loop goes on)."""
+
+
+@contextlib.contextmanager
+def watchdog(sim: Simulation, seconds: float) -> Iterator[None]:
+    """Interrupt a run past `seconds` of wall time and record where it was as a violation."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signals reach the main thread only
+        return
+
+    def fire(_signum: int, frame: FrameType | None) -> None:
+        where = traceback.extract_stack(frame)[-3:] if frame is not None else []
+        at = " <- ".join(f"{f.name} ({Path(f.filename).name}:{f.lineno})" for f in reversed(where))
+        sim.violation(f"hang: the run took over {seconds:g} s of wall time, last in {at}")
+        raise Hang
+
+    before = signal.signal(signal.SIGALRM, fire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, before)
 
 
 END_UNWIND_S = 60.0  # virtual seconds the crashed processes' tasks get to unwind at the end
@@ -1007,7 +1072,7 @@ def operator_logs(sim: Simulation) -> Iterator[None]:
         root.handlers[:], root.level = handlers, level
 
 
-def run_seed(seed: int, knobs: Knobs | None = None) -> Simulation:
+def run_seed(seed: int, knobs: Knobs | None = None, *, hang_after_s: float = HANG_S) -> Simulation:
     """One seed; `knobs` fixes the faults instead of drawing them (a directed search)."""
     # Earlier seeds' worlds in this process (their tasks, futures, handles), collected before
     # this one is built: left to the collector they would be finalized at some point of this
@@ -1019,7 +1084,7 @@ def run_seed(seed: int, knobs: Knobs | None = None) -> Simulation:
     try:
         sim = Simulation(seed, knobs=knobs)
         with operator_logs(sim):
-            sim.run()
+            sim.run(hang_after_s)
     finally:
         gc.enable()
     return sim

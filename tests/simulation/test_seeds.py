@@ -40,6 +40,9 @@ FOUND = {
     16327: "the same hung probe, with a cancel and a capacity retry around it",
     19978: "the silent bound counted while no replica could act (the Lease changing hands every few "
     "seconds): bounds are counted over the time a leader reaches the API server",
+    7: "a stalled event loop (Knobs.loop_stall_every): a pass sent `brev delete` 20 s after its "
+    "term's Lease expired, before the election loop ran to cancel it (fenced since)",
+    95: "the same for a create, its shielded call sent after the stall",
 }
 
 

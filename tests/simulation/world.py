@@ -65,6 +65,8 @@ LATER_KNOBS = frozenset({"late_secret", "missing_bucket"})
 ISSUE_27_KNOBS = frozenset({"user_cancel", "keep_on_failure"})
 # Issue 28 (workflows): drawn from a stream of its own, so every other knob of a seed stays put.
 ISSUE_28_KNOBS = frozenset({"workflows"})
+# A starved event loop (issue 30's failover froze a replica): a stream of its own too.
+STALL_KNOBS = frozenset({"loop_stall_every"})
 
 
 @dataclass(frozen=True)
@@ -99,15 +101,27 @@ class Knobs:
     keep_on_failure: float = 0.0  # per Delete job: spec.debug.keepInstanceOnFailure, half its runs exit 2
     # Issue 28: per job, spec.steps (2-4 steps on one instance) instead of spec.task.
     workflows: float = 0.0
+    # s: mean virtual time between stalls of the event loop, 0 off. A stall moves the clock 1-45 s
+    # while callbacks are ready (a loop starved of CPU: deadlines pass before the task that would
+    # meet them runs; the clock otherwise only moves when the loop is idle).
+    loop_stall_every: float = 0.0
 
     @classmethod
-    def draw(cls, rng: random.Random, later: random.Random, flows: random.Random | None = None) -> Knobs:
+    def draw(
+        cls,
+        rng: random.Random,
+        later: random.Random,
+        flows: random.Random | None = None,
+        stalls: random.Random | None = None,
+    ) -> Knobs:
         """Each fault on with probability 1/2, at a rate drawn for this seed. Knobs added after
         seeds were kept as tests (LATER_KNOBS) draw from `later`, so every kept seed's stream
         (knobs, then the run) stays as it was."""
         values: dict[str, float] = {}
         for f in fields(cls):
-            if f.name in ISSUE_28_KNOBS:
+            if f.name in STALL_KNOBS:
+                values[f.name] = (stalls or random.Random(0)).choice((0.0, 0.0, 120.0, 600.0))  # noqa: S311
+            elif f.name in ISSUE_28_KNOBS:
                 values[f.name] = (flows or random.Random(0)).choice((0.0, 0.0, 0.3, 0.7))  # noqa: S311
             elif f.name in ISSUE_27_KNOBS:
                 values[f.name] = later.choice((0.0, 0.0, 0.25, 0.6))

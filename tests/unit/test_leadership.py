@@ -16,12 +16,12 @@ import pytest
 import yaml
 from prometheus_client import CollectorRegistry
 
+from controller.api.errors import NotLeading
 from controller.fleet.leadership import (
     KubeLeaseStore,
     LeaderElector,
     LeaseConflict,
     LeaseRecord,
-    NotLeading,
     SoleLeader,
     identity,
     lead_or_stop,
