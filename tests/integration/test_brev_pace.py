@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from controller.api.errors import BrevTransientError
+from controller.api.errors import BrevTransientError, NotLeading
 from controller.brev.cli import BrevCLI, BrevCLISettings
 from controller.brev.client import BrevCredentials, CreateRequest
-from controller.brev.pace import PacePolicy
+from controller.brev.pace import BrevPace, PacePolicy
 from controller.versions import load_versions
 from tests.brevsim.harness import BrevSim
 
@@ -113,3 +113,34 @@ def test_a_refused_create_is_not_sent_again(sim: BrevSim, tmp_path: Path, client
     ]
     assert len(creates) == 1
     assert cli.pace.throttles == 1
+
+
+def test_a_change_that_waited_for_its_pace_is_not_sent_once_the_term_ended(
+    sim: BrevSim, tmp_path: Path, clients: list[BrevCLI]
+) -> None:
+    """The fence (the elector's is_leading) is asked when the pace grants the slot, not before
+    the wait: a deposed leader's create queued behind a cool-down must never reach Brev."""
+    leading = True
+
+    async def term_ends_meanwhile(seconds: float) -> None:
+        nonlocal leading
+        leading = False  # the Lease is lost while the create waits for its turn
+        await asyncio.sleep(seconds)
+
+    cli = client(sim, tmp_path, clients, PacePolicy(rate=1.0, burst=1))
+    cli.pace = BrevPace(PacePolicy(rate=1.0, burst=1), sleep=term_ends_meanwhile)
+    cli.fence = lambda: leading
+    asyncio.run(cli.ensure_login())
+
+    async def ls_then_create() -> None:
+        await cli.list_instances()  # takes the one token: the create waits for the next
+        request = CreateRequest(name="fenced-create", types=("n1-highmem-4:nvidia-tesla-t4:1",))
+        await cli.create_instance(request)
+
+    with pytest.raises(NotLeading):
+        asyncio.run(ls_then_create())
+    assert not leading, "the create never waited for its slot: the test shows nothing"
+    creates = [
+        c for c in sim.calls() if c.program == "brev" and c.argv[:1] == ["create"] and "--help" not in c.argv
+    ]
+    assert creates == []
