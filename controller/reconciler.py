@@ -25,7 +25,14 @@ import structlog
 from pydantic import ValidationError
 
 from controller.api import reasons, status_legacy
-from controller.api.errors import MissingSecretError, PermanentError, SpecError, TaoBrevError, TransientError
+from controller.api.errors import (
+    MissingSecretError,
+    NotLeading,
+    PermanentError,
+    SpecError,
+    TaoBrevError,
+    TransientError,
+)
 from controller.api.models import TaoBrevJobSpec, phase_timeout
 from controller.api.naming import CANCEL_ANNOTATION
 from controller.api.spec_parse import parse_spec
@@ -704,7 +711,13 @@ class Reconciler:
         return True
 
     async def _send(self, ref: JobRef, patch: Mapping[str, Any], new: TaoBrevJobStatus) -> bool:
-        """Serialised once where it leaves; fields cleared since the last write go as null."""
+        """Serialised once where it leaves; fields cleared since the last write go as null.
+        Fenced by the term as a change to Brev is (the runner holds the fence): a pass that
+        decided before its event loop stalled past the renew deadline must not write what it
+        decided then (a finishedAt the next leader, reading the status before it, wrote again
+        with another value; found by the simulation's stalled loop, seed 825)."""
+        if not self._runner.fence():
+            raise NotLeading(f"status of {ref.namespace}/{ref.name} not written: this replica's term ended")
         if not await self._kube.patch_status(ref.namespace, ref.name, patch):
             self._written.pop(ref.uid, None)
             return False

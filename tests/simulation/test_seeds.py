@@ -43,6 +43,8 @@ FOUND = {
     7: "a stalled event loop (Knobs.loop_stall_every): a pass sent `brev delete` 20 s after its "
     "term's Lease expired, before the election loop ran to cancel it (fenced since)",
     95: "the same for a create, its shielded call sent after the stall",
+    825: "a stalled loop: a pass wrote finishedAt after its term ended, the next leader read the "
+    "status before that write and finished the job again with another finishedAt (fenced since)",
 }
 
 
