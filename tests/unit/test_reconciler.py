@@ -13,7 +13,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from controller.api import reasons
-from controller.api.errors import InstanceNotFound, TransientError
+from controller.api.errors import InstanceNotFound, NotLeading, TransientError
 from controller.api.models import TaoBrevJobSpec
 from controller.api.status import TaoBrevJobStatus
 from controller.brev.client import RUNNING, CreateRequest, CreateResult, ExecResult, Instance
@@ -447,3 +447,16 @@ def test_passes_hand_each_written_status_to_the_notifier_and_never_write_its_rec
     assert kube.patches, "the pass wrote its status"
     assert all("notifications" not in p for p in kube.patches)
     assert seen.calls and all(call == (stored, "Provisioning") for call in seen.calls[:1])
+
+
+def test_a_pass_whose_term_ended_writes_no_status_and_sends_no_change_to_brev() -> None:
+    """The term's fence (the runner's, the elector's is_leading in the app) is asked when a patch
+    or a change leaves: a pass that decided before its loop stalled past the renew deadline ends
+    as one cancelled by the end of its term (NotLeading), with nothing written or created."""
+    brev, kube = Brev(), Kube()
+    rec = reconciler(brev, kube)
+    rec._runner.fence = lambda: False
+    with pytest.raises(NotLeading):
+        asyncio.run(rec.reconcile(ref({})))
+    assert kube.patches == []
+    assert brev.creates == []
