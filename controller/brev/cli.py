@@ -42,7 +42,6 @@ from controller.api.errors import (
     BrevAuthError,
     BrevConfigError,
     BrevTransientError,
-    NotLeading,
     SpecError,
 )
 from controller.brev.client import (
@@ -167,9 +166,9 @@ class BrevCLI:
     ) -> None:
         self._settings = settings
         self.pace = pace if pace is not None else BrevPace(settings.pace)
-        # Asked after the pace granted a change its slot, right before it is sent: a create or
-        # delete that waited out a cool-down must not go out once this replica's term has ended
-        # (the app sets it to the elector's is_leading; None: no election).
+        # Asked at the fork of a change to Brev (spawn.py), after its pace and spawn queues: a
+        # create or delete that waited out a cool-down must not go out once this replica's term
+        # has ended (the app sets it to the elector's is_leading; None: no election).
         self.fence: Callable[[], bool] | None = None
         self._credentials = credentials
         self._clock = clock
@@ -355,9 +354,8 @@ class BrevCLI:
         tries = 1 + (_READ_RETRIES if verb in _READS else 0)
         for attempt in range(tries):
             granted = await self.pace.slot()
-            if verb not in _READS and self.fence is not None and not self.fence():
-                raise NotLeading(f"brev {verb} not sent: this replica's leader term has ended")
-            result = await self._runner.run(argv, verb=verb, timeout=timeout, stdin=stdin)
+            fence = None if verb in _READS else self.fence
+            result = await self._runner.run(argv, verb=verb, timeout=timeout, stdin=stdin, fence=fence)
             throttle = throttle_of(result.output) if result.returncode != 0 else None
             if throttle is None:
                 self.pace.answered()

@@ -242,9 +242,11 @@ class Runner:
         verb: str,
         timeout: float,  # noqa: ASYNC109 - the whole process group is killed on expiry, not just awaited
         stdin: bytes | None = None,
+        fence: Callable[[], bool] | None = None,
     ) -> RunResult:
         """Run `argv`; returns whatever exit status it had. Raises `CommandTimeout` (after killing
-        the process group) when it outlives `timeout`, `BrevPermanentError` if the program is missing.
+        the process group) when it outlives `timeout`, `BrevPermanentError` if the program is missing,
+        NotLeading if `fence` fails at the fork (spawn.py).
         """
         env = await self.environment()
         started = time.monotonic()
@@ -255,6 +257,7 @@ class Runner:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
                 env=env,
+                fence=fence,
             )
         except FileNotFoundError as exc:
             self._recorder.brev_call(verb, "error", time.monotonic() - started)

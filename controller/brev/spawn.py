@@ -23,9 +23,12 @@ import functools
 import os
 import signal
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import IO, Any
+
+from controller.api.errors import NotLeading
 
 # A takeover spawns ~1,000 children within seconds; a few threads each waiting for one child to be
 # scheduled cover the run queue's latency without one thread per child.
@@ -131,14 +134,24 @@ async def spawn(
     stdout: int | None,
     stderr: int | None,
     env: Mapping[str, str] | None,
+    fence: Callable[[], bool] | None = None,
 ) -> Child:
     """Start `argv` in a session of its own (its group is killed as one) and CHILD_NICE below us.
     `stdin`/`stdout`/`stderr` are subprocess.PIPE or DEVNULL. Raises what Popen raises
-    (FileNotFoundError for a missing program). A spawn whose caller is cancelled kills its child."""
+    (FileNotFoundError for a missing program), and NotLeading when `fence` (the leader term of a
+    change to Brev) no longer holds at the fork: a spawn may queue behind a takeover's others.
+    A spawn whose caller is cancelled kills its child."""
     loop = asyncio.get_running_loop()
-    started = loop.run_in_executor(
-        _spawner(), _popen, list(argv), stdin, stdout, stderr, None if env is None else dict(env)
+    fork = functools.partial(
+        _popen,
+        list(argv),
+        stdin=stdin,
+        stdout=stdout,
+        stderr=stderr,
+        env=None if env is None else dict(env),
+        fence=fence,
     )
+    started = loop.run_in_executor(_spawner(), fork)
     try:
         popen = await asyncio.shield(started)
     except asyncio.CancelledError:
@@ -157,8 +170,17 @@ async def spawn(
 
 
 def _popen(
-    argv: list[str], stdin: int | None, stdout: int | None, stderr: int | None, env: dict[str, str] | None
+    argv: list[str],
+    *,
+    stdin: int | None,
+    stdout: int | None,
+    stderr: int | None,
+    env: dict[str, str] | None,
+    fence: Callable[[], bool] | None,
 ) -> subprocess.Popen[bytes]:
+    if fence is not None and not fence():  # read-only: safe from this thread
+        what = " ".join([Path(argv[0]).name, *argv[1:2]])
+        raise NotLeading(f"{what} not sent: this replica's leader term has ended")
     popen = subprocess.Popen(  # noqa: S603 - our argv (brev/ssh), never through a shell
         argv, stdin=stdin, stdout=stdout, stderr=stderr, env=env, start_new_session=True
     )

@@ -118,8 +118,8 @@ def test_a_refused_create_is_not_sent_again(sim: BrevSim, tmp_path: Path, client
 def test_a_change_that_waited_for_its_pace_is_not_sent_once_the_term_ended(
     sim: BrevSim, tmp_path: Path, clients: list[BrevCLI]
 ) -> None:
-    """The fence (the elector's is_leading) is asked when the pace grants the slot, not before
-    the wait: a deposed leader's create queued behind a cool-down must never reach Brev."""
+    """The fence (the elector's is_leading) is asked at the fork (spawn.py), not before the
+    pace's wait: a deposed leader's create queued behind a cool-down must never reach Brev."""
     leading = True
 
     async def term_ends_meanwhile(seconds: float) -> None:

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.integration
 
 
 def _with_marker(marker: str) -> list[int]:
-    """Live (non-zombie) processes whose command line holds `marker`."""
+    """Processes whose command line holds `marker` (a zombie's is empty: dead ones never match)."""
     found = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
@@ -70,8 +70,8 @@ def test_a_spawn_cancelled_by_its_caller_kills_the_child_it_started(monkeypatch:
     forked = threading.Event()
     real = spawn_module._popen
 
-    def recording(*args: Any) -> subprocess.Popen[bytes]:
-        popen = real(*args)
+    def recording(*args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
+        popen = real(*args, **kwargs)
         forked.set()
         return popen
 

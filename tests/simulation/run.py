@@ -1072,9 +1072,6 @@ def operator_logs(sim: Simulation) -> Iterator[None]:
         root.handlers[:], root.level = handlers, level
 
 
-_frozen: list[bool] = []  # gc.freeze() done in this process (a fork's children inherit it)
-
-
 def run_seed(seed: int, knobs: Knobs | None = None, *, hang_after_s: float = HANG_S) -> Simulation:
     """One seed; `knobs` fixes the faults instead of drawing them (a directed search)."""
     # Earlier seeds' worlds in this process (their tasks, futures, handles), collected before
@@ -1082,10 +1079,9 @@ def run_seed(seed: int, knobs: Knobs | None = None, *, hang_after_s: float = HAN
     # run, which would then no longer replay exactly (test_a_seed_replays_exactly after others).
     # What the process held before its first seed (modules, the operator's code) is frozen out
     # of the collector's view, so each collection scans a seed's leftovers only (70 -> 6 ms).
-    if not _frozen:
+    if gc.get_freeze_count() == 0:  # once per process (a fork's children inherit it)
         gc.collect()
         gc.freeze()
-        _frozen.append(True)
     gc.collect()
     # Nor may the collector run during it: when it runs depends on the process's heap, and the
     # finalizers it runs (a pending task's coroutine closed) would change the interleaving.
