@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 from datetime import UTC, datetime
 
 
+# Memoised: every status write serialises each of its ~30 timestamps again, nearly all of them
+# unchanged since the last write, and strftime was most of the cost of a status patch. Equal
+# instants hash alike whatever their zone, and format alike (in UTC).
+@functools.lru_cache(maxsize=4096)
 def format_time(now: datetime) -> str:
     return now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 

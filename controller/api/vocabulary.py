@@ -7,8 +7,10 @@ Pure module: no kopf, kubernetes, os or subprocess imports (`make lint`: .import
 
 from __future__ import annotations
 
-from enum import StrEnum
-from typing import Any
+import copy
+from datetime import datetime
+from enum import Enum, StrEnum
+from typing import Any, Self
 
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
@@ -47,6 +49,35 @@ def list_map(*keys: str) -> dict[str, Any]:
 class StatusModel(BaseModel):
     # Tolerant on read: other writers (kubectl, kopf) may leave fields we do not model.
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+    def clone(self) -> Self:
+        """A deep copy, as `model_copy(deep=True)` makes, at a quarter of its cost: every pass
+        copies the status it starts from, and copy.deepcopy's memo and reduce protocol were 5%
+        of a simulated operator's CPU. No validator runs (nor does one for model_copy)."""
+        cloned: Self = _clone(self)
+        return cloned
+
+
+_SHARED = (str, int, float, bool, type(None), datetime, bytes, Enum)  # immutable: shared, not copied
+
+
+def _clone(value: Any) -> Any:
+    if isinstance(value, _SHARED):
+        return value
+    if isinstance(value, BaseModel):
+        kind = type(value)
+        out = kind.__new__(kind)
+        extra, private = value.__pydantic_extra__, value.__pydantic_private__
+        object.__setattr__(out, "__dict__", {k: _clone(v) for k, v in value.__dict__.items()})
+        object.__setattr__(out, "__pydantic_fields_set__", set(value.__pydantic_fields_set__))
+        object.__setattr__(out, "__pydantic_extra__", None if extra is None else _clone(extra))
+        object.__setattr__(out, "__pydantic_private__", None if private is None else _clone(private))
+        return out
+    if type(value) is list:
+        return [_clone(v) for v in value]
+    if type(value) is dict:
+        return {k: _clone(v) for k, v in value.items()}
+    return copy.deepcopy(value)  # anything else (a set, a tuple of lists, ...): the general way
 
 
 class Transition(StrEnum):

@@ -39,6 +39,9 @@ from controller.api.errors import NotLeading
 from controller.lifecycle.tunables import Timing
 
 log = structlog.get_logger("taobrev.leadership")
+# A run of failed Lease requests is warned about once per this many (~1 min at the default
+# 2 s retry period), the first included.
+FAILURES_PER_WARNING = 30
 T = TypeVar("T")
 
 
@@ -160,6 +163,7 @@ class LeaderElector:
         self._term: _Term | None = None
         self._terms = 0
         self._acquired = asyncio.Event()
+        self._failing = 0  # requests failed in a row (a partitioned standby fails every retry)
 
     # -- what the handlers ask -------------------------------------------------------------------
 
@@ -257,13 +261,21 @@ class LeaderElector:
         ok = False
         if budget > 0:
             try:
-                ok = await asyncio.wait_for(self._try_acquire_or_renew(started), budget)
+                async with asyncio.timeout(budget):
+                    ok = await self._try_acquire_or_renew(started)
             except LeaseConflict:
                 log.info("leader lease changed under us; will re-read", identity=self.identity)
             except TimeoutError:
-                log.warning("leader lease request timed out", identity=self.identity, budget=budget)
+                self._failed("leader lease request timed out", budget=budget)
             except Exception as exc:
-                log.warning("leader lease request failed", identity=self.identity, error=str(exc))
+                self._failed("leader lease request failed", error=str(exc))
+            else:
+                if self._failing:
+                    # Said at info after a long run only: short runs (a slow request) are common.
+                    long_run = self._failing >= FAILURES_PER_WARNING
+                    emit = log.info if long_run else log.debug
+                    emit("leader lease requests answered again", identity=self.identity, failed=self._failing)
+                self._failing = 0
         if ok:
             self._renewed_at = started
             if self._term is None:
@@ -273,6 +285,14 @@ class LeaderElector:
             if left is None or left <= 0:
                 self._lose(f"lease not renewed within {self.timing.renew_deadline:g} s")
         return self.is_leading()
+
+    def _failed(self, event: str, **fields: object) -> None:
+        """A failed request: warned at the first of a run of failures and then once a minute or
+        so (every FAILURES_PER_WARNING), not at every retry: a standby cut off from the API server
+        would otherwise log a warning every retry period for as long as the cut lasts."""
+        self._failing += 1
+        emit = log.warning if self._failing % FAILURES_PER_WARNING == 1 else log.debug
+        emit(event, identity=self.identity, failed_in_a_row=self._failing, **fields)
 
     async def _try_acquire_or_renew(self, started: float) -> bool:
         wall = self._now()

@@ -51,7 +51,7 @@ class Pass:
         self.spec = spec
         self.obs = obs
         self.tun = tun
-        self.s = status.model_copy(deep=True)
+        self.s = status.clone()
         # One phase change per written status (observers see every phase the job went through).
         self.start_phase = status.phase or Phase.PENDING
         # Finished before this pass: its record is final (recovery.track leaves it as stored).

@@ -214,10 +214,21 @@ def _redact_argv(items: list[Any]) -> list[Any]:
     return out
 
 
+# Fields the logging chain itself adds (configure_logging's shared processors): never text from
+# outside, and the timestamp, new on every line, would miss redact_text's cache every time.
+_OWN_FIELDS: Final = frozenset({"timestamp", "level", "logger"})
+
+
 def redact_processor(_: WrappedLogger, __: str, event_dict: EventDict) -> EventDict:
     """structlog processor: redact every field (run after exceptions are formatted to text)."""
     return {
-        key: (_mask_whole(value) if _is_sensitive_key(key) else redact_value(value))
+        key: (
+            value
+            if key in _OWN_FIELDS and isinstance(value, str)
+            else _mask_whole(value)
+            if _is_sensitive_key(key)
+            else redact_value(value)
+        )
         for key, value in event_dict.items()
     }
 

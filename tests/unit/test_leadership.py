@@ -13,11 +13,13 @@ from typing import Any
 
 import kopf
 import pytest
+import structlog
 import yaml
 from prometheus_client import CollectorRegistry
 
 from controller.api.errors import NotLeading
 from controller.fleet.leadership import (
+    FAILURES_PER_WARNING,
     KubeLeaseStore,
     LeaderElector,
     LeaseConflict,
@@ -208,6 +210,23 @@ async def test_leader_that_cannot_renew_stops_at_the_renew_deadline_and_not_befo
     clock.t += 0.1
     assert not await a.tick()
     assert changes == [True, False]
+
+
+@in_loop
+async def test_a_run_of_failed_lease_requests_is_warned_once_a_minute_not_at_every_retry() -> None:
+    store, clock = FakeStore(), Clock()
+    b = elector(store, clock, "b")
+    store.fail = OSError("connection refused")
+    with structlog.testing.capture_logs() as logged:
+        for _ in range(FAILURES_PER_WARNING + 1):  # a standby cut off for ~a minute
+            await b.tick()
+            clock.t += TIMING.retry_period
+        store.fail = None
+        await b.tick()
+    warned = [e["failed_in_a_row"] for e in logged if e["log_level"] == "warning"]
+    assert warned == [1, FAILURES_PER_WARNING + 1]
+    answered = [e for e in logged if e["event"] == "leader lease requests answered again"]
+    assert [(e["log_level"], e["failed"]) for e in answered] == [("info", FAILURES_PER_WARNING + 1)]
 
 
 @in_loop

@@ -567,6 +567,36 @@ def test_status_round_trips_through_the_wire_format() -> None:
     assert status.to_k8s() == raw
 
 
+def test_a_cloned_status_equals_a_deep_copy_and_shares_nothing_mutable() -> None:
+    """`clone()` (every pass copies its status with it) makes what model_copy(deep=True) makes,
+    set fields included, and a change to the copy's lists, dicts or records leaves the original."""
+    status = TaoBrevJobStatus.from_k8s(
+        {
+            "phase": "Running",
+            "phaseTimes": {"Pending": "2026-01-02T03:04:05Z"},
+            "conditions": [{"type": "Ready", "status": "False", "reason": "Running"}],
+            "attempts": [
+                {
+                    "attempt": 1,
+                    "instance": {"name": "tbj-1", "absence": {"listings": 1}},
+                    "run": {"logTail": ["a"]},
+                }
+            ],
+        }
+    )
+    before = status.to_k8s()
+    cloned = status.clone()
+    assert cloned == status.model_copy(deep=True)
+    assert cloned.model_fields_set == status.model_fields_set
+    assert cloned.model_dump(exclude_unset=True) == status.model_dump(exclude_unset=True)
+    cloned.phase_times["Running"] = datetime(2026, 1, 2, 3, 10, tzinfo=UTC)
+    cloned.conditions[0].reason = "Changed"
+    cloned.run.log_tail.append("b")
+    cloned.instance.absence.listings = 2
+    cloned.attempts.append(cloned.attempts[0].model_copy(update={"attempt": 2}))
+    assert status.to_k8s() == before
+
+
 def test_empty_sub_records_are_left_out_of_the_stored_status() -> None:
     """Empty sub-records ({}), an empty log tail and no attempts are not stored."""
     status = TaoBrevJobStatus(phase=Phase.PENDING)
