@@ -145,6 +145,11 @@ bench-recovery: $(STAMP) native-deps ## Benchmark: lost instance -> resumed on a
 bench-chain: $(STAMP) native-deps ## Benchmark: billed idle of a 5-step chain as one workflow vs five single jobs (F = 0.1, ~6 min)
 	$(PY) -m tests.bench --chain-only
 
+.PHONY: durations
+durations: $(STAMP) system-deps kube-build helm-build kueue-build ## Run the suite as `make test` does and rewrite tests/durations.txt (its long tests, which the workers start first)
+	set -o pipefail; $(PY) -m pytest tests $(PYTEST_PARALLEL) --durations=0 -q | tee .durations-report.txt | tail -3
+	$(PY) -m tests.durations < .durations-report.txt
+
 .PHONY: coverage
 coverage: $(STAMP) system-deps kube-build helm-build kueue-build ## Line coverage of controller/ over the whole suite, subprocesses included (the operator, the plugin): report in .coverage-report.txt
 	rm -rf .coverage-data && mkdir -p .coverage-data

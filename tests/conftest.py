@@ -13,11 +13,14 @@ check is a PEP 578 audit hook, so nothing is patched. Reading repository files s
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Generator
 from pathlib import Path
 
 import pytest
+
+from tests import durations
 
 pytest_plugins = [
     "tests.fixtures.cluster",
@@ -103,3 +106,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         for directory, mark in TIER_MARKS.items():
             if item.path.is_relative_to(directory):
                 item.add_marker(mark)
+    # Long tests first, spread over the workers (tests/durations.py says why). Every worker
+    # collects and must reach the same order: it depends only on the items and the file.
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    items[:] = durations.spread(items, [item.nodeid for item in items], durations.load(), workers)
