@@ -296,8 +296,6 @@ class LeaderElector:
 
     async def _try_acquire_or_renew(self, started: float) -> bool:
         wall = self._now()
-        if await self._renew_optimistically(wall, started):
-            return True
         current = await self._store.get()
         if current is None:
             fresh = LeaseRecord(self.identity, self.timing.lease_duration, wall, wall, 0)
@@ -322,23 +320,6 @@ class LeaderElector:
             transitions=current.transitions if ours else current.transitions + 1,
         )
         self._observe(await self._store.update(wanted), started)
-        return True
-
-    async def _renew_optimistically(self, wall: datetime, started: float) -> bool:
-        """The leader renews from the record it wrote last: one request instead of a read and a
-        write (client-go's fast path). The write carries that record's resourceVersion, so it
-        fails if anyone wrote since; then the caller reads, as a standby does."""
-        last = self._observed
-        if not self.is_leading() or last is None or last.holder != self.identity:
-            return False
-        wanted = replace(last, duration_seconds=self.timing.lease_duration, renew_time=wall)
-        try:
-            self._observe(await self._store.update(wanted), started)
-        except LeaseConflict:
-            return False
-        except Exception as exc:  # any refusal: the read-then-write path decides
-            log.debug("optimistic lease renewal failed", identity=self.identity, error=str(exc))
-            return False
         return True
 
     def _observe(self, record: LeaseRecord, at: float) -> None:
