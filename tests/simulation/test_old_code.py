@@ -13,7 +13,7 @@ import pytest
 
 from tests.simulation.old_code import SCENARIOS, Scenario, fires_today, first_finding
 
-FOUND_BY = {0: 15, 1: 12, 2: 0, 3: 52, 4: 0, 5: 2, 6: 24, 7: 5, 8: 0, 9: 36, 10: 0}
+FOUND_BY = {0: 3, 1: 7, 2: 0, 3: 92, 4: 0, 5: 0, 6: 11, 7: 5, 8: 0, 9: 91, 10: 0}
 SEARCH = 60
 
 
