@@ -291,7 +291,7 @@ class LeaderElector:
         so (every FAILURES_PER_WARNING), not at every retry: a standby cut off from the API server
         would otherwise log a warning every retry period for as long as the cut lasts."""
         self._failing += 1
-        emit = log.warning if self._failing % FAILURES_PER_WARNING == 1 else log.debug
+        emit = log.warning if (self._failing - 1) % FAILURES_PER_WARNING == 0 else log.debug
         emit(event, identity=self.identity, failed_in_a_row=self._failing, **fields)
 
     async def _try_acquire_or_renew(self, started: float) -> bool:

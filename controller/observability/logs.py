@@ -221,16 +221,13 @@ _OWN_FIELDS: Final = frozenset({"timestamp", "level", "logger"})
 
 def redact_processor(_: WrappedLogger, __: str, event_dict: EventDict) -> EventDict:
     """structlog processor: redact every field (run after exceptions are formatted to text)."""
-    return {
-        key: (
-            value
-            if key in _OWN_FIELDS and isinstance(value, str)
-            else _mask_whole(value)
-            if _is_sensitive_key(key)
-            else redact_value(value)
-        )
-        for key, value in event_dict.items()
-    }
+    return {key: _redact_field(key, value) for key, value in event_dict.items()}
+
+
+def _redact_field(key: str, value: Any) -> Any:
+    if key in _OWN_FIELDS and isinstance(value, str):
+        return value
+    return _mask_whole(value) if _is_sensitive_key(key) else redact_value(value)
 
 
 class RedactingFilter(logging.Filter):
